@@ -1,0 +1,33 @@
+"""Test-wide settings: offline, CPU, and a private cache so tests never touch the user's."""
+
+import os
+
+# Set before transformers / huggingface_hub are imported: no test may reach the Hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+from tutorial_lib.tiny_model import TinyConfig  # noqa: E402
+
+#: small enough to build in a few seconds, same recipe as the book's default
+SMALL = TinyConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, corpus_episodes=6)
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tutorial_cache")
+    old = os.environ.get("TUTORIAL_CACHE")
+    os.environ["TUTORIAL_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("TUTORIAL_CACHE", None)
+    else:
+        os.environ["TUTORIAL_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_cache):
+    from tutorial_lib.models import load_policy
+
+    return load_policy("tiny", tiny_config=SMALL)

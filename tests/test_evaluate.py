@@ -1,0 +1,59 @@
+import pytest
+
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.policies import ExpertPolicy, RandomPolicy
+
+
+class CountingPolicy:
+    """Wraps a policy and records the batch size of every call."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def act(self, episodes):
+        self.calls.append(len(episodes))
+        return self.inner.act(episodes)
+
+
+@pytest.mark.parametrize("game", ["guess_the_number", "math", "tictactoe"])
+def test_batched_play_matches_one_at_a_time(game):
+    one = run_episodes(game, ExpertPolicy(), range(30), batch_size=1)
+    many = run_episodes(game, ExpertPolicy(), range(30), batch_size=8)
+    assert [r.seed for r in many] == list(range(30))
+    assert [r.rewards for r in one] == [r.rewards for r in many]
+    assert [[t.observation for t in r.turns] for r in one] == [[t.observation for t in r.turns] for r in many]
+
+
+def test_policy_is_asked_once_per_turn_for_all_live_games():
+    policy = CountingPolicy(ExpertPolicy())
+    records = run_episodes("guess_the_number", policy, range(16), batch_size=16)
+    assert policy.calls[0] == 16  # the first turn of all sixteen games in one call
+    assert sum(policy.calls) == sum(r.length for r in records)
+    assert len(policy.calls) == max(r.length for r in records)
+
+
+def test_summaries_per_game():
+    ttt = summarize(run_episodes("tictactoe", ExpertPolicy(), range(40), env_options={"agent_mark": "alternate"}))
+    assert ttt["loss_rate"] == 0 and ttt["win_rate"] + ttt["draw_rate"] == pytest.approx(1)
+    math = summarize(run_episodes("math", RandomPolicy(0), range(40)))
+    assert math["format_accuracy"] == 1.0 and math["accuracy"] < 0.2
+    gtn = summarize(run_episodes("guess_the_number", ExpertPolicy(), range(40)))
+    assert gtn["success_rate"] == 1.0 and gtn["mean_turns"] <= 4 and gtn["invalid_rate"] == 0
+
+
+class Garbage:
+    def act(self, episodes):
+        return ["¯\\_(ツ)_/¯"] * len(episodes)
+
+
+def test_unparseable_output_is_counted_never_raised():
+    for game in ("tictactoe", "guess_the_number", "math"):
+        metrics = summarize(run_episodes(game, Garbage(), range(10)))
+        assert metrics["invalid_rate"] == 1.0, game
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size"):
+        run_episodes("math", RandomPolicy(), range(3), batch_size=0)
+    with pytest.raises(ValueError, match="no episodes"):
+        summarize([])

@@ -1,0 +1,89 @@
+import pytest
+
+from tutorial_lib import envs
+from tutorial_lib.envs.guess_the_number import FORMAT_ERROR_REWARD, PRESETS
+
+
+def play(env, guesses):
+    results = []
+    for guess in guesses:
+        results.append(env.step(guess))
+        if env.done:
+            break
+    return results
+
+
+def test_correct_guess_wins_plus_one():
+    env = envs.make("guess_the_number", preset="easy")
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(f"I think \\boxed{{{env.target}}}")
+    assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+
+
+def test_feedback_says_higher_or_lower():
+    env = envs.make("guess_the_number", low=1, high=100, max_turns=5, preset=None)
+    env.reset(seed=1)
+    low_guess = env.target - 1 if env.target > 1 else None
+    if low_guess:
+        obs, *_ = env.step(f"\\boxed{{{low_guess}}}")
+        assert "higher" in obs
+
+
+def test_unparseable_answer_ends_with_penalty():
+    env = envs.make("guess_the_number")
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("five")
+    assert reward == FORMAT_ERROR_REWARD and terminated and not truncated
+    assert info["invalid_action"] and info["parse_error"]
+
+
+def test_out_of_range_and_repeated_guesses_are_invalid_but_the_game_goes_on():
+    env = envs.make("guess_the_number", preset="hard")
+    env.reset(seed=3)
+    wrong = 1 if env.target != 1 else 2
+    _, reward, terminated, _, info = env.step("\\boxed{99}")
+    assert info["invalid_action"] and reward == 0.0 and not terminated
+    env.step(f"\\boxed{{{wrong}}}")
+    _, _, terminated, _, info = env.step(f"\\boxed{{{wrong}}}")
+    assert info["invalid_action"] and not terminated
+
+
+def test_running_out_of_turns_gives_partial_reward_and_truncates():
+    env = envs.make("guess_the_number", preset="easy")
+    for seed in range(50):
+        env.reset(seed=seed)
+        if env.target not in (1, 2, 3, 4):
+            break
+    results = play(env, [f"\\boxed{{{g}}}" for g in (1, 2, 3, 4)])
+    _, reward, terminated, truncated, info = results[-1]
+    assert truncated and not terminated and not info["success"]
+    assert reward == pytest.approx(1 - abs(4 - env.target) / (10 - 1))
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_binary_search_expert_always_wins(preset):
+    env = envs.make("guess_the_number", preset=preset)
+    for seed in range(60):
+        env.reset(seed=seed)
+        while not env.done:
+            _, reward, *_ = env.step(env.expert_action())
+        assert reward == 1.0
+
+
+def test_expert_does_not_read_the_secret():
+    a, b = envs.make("guess_the_number"), envs.make("guess_the_number")
+    a.reset(seed=0)
+    b.reset(seed=0)
+    b.target = 1 if a.target != 1 else 2
+    assert a.expert_action() == b.expert_action()  # same knowledge, same guess
+
+
+def test_same_seed_same_secret_and_bad_options():
+    a, b = envs.make("guess_the_number"), envs.make("guess_the_number")
+    assert [a.reset(seed=s) or a.target for s in range(20)] == [b.reset(seed=s) or b.target for s in range(20)]
+    with pytest.raises(ValueError, match="unknown preset"):
+        envs.make("guess_the_number", preset="medium")
+    with pytest.raises(ValueError, match="low < high"):
+        envs.make("guess_the_number", preset=None, low=5, high=5, max_turns=3)
+    with pytest.raises(RuntimeError, match="reset"):
+        envs.make("guess_the_number").step("\\boxed{1}")

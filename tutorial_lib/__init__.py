@@ -1,0 +1,21 @@
+"""tutorial_lib: the library behind the book *LLM Policies for Text-Based RL*.
+
+Each module's docstring names the chapter that teaches it:
+
+=================  ==========================================================
+``envs``           the four text games and ``make`` (chapter 1)
+``evaluate``       playing many episodes, summarising them (chapter 1)
+``experts``        minimax and the other experts (chapters 1, 3)
+``parsing``        reading actions out of model text (chapter 2)
+``prompts``        prompt templates and history windows (chapter 2)
+``tokenization``   prompt/completion tensors, loss masks, padding (chapter 2)
+``tiny_model``     the offline tiny model and its tokenizer (chapter 2)
+``models``         ``load_policy``: tiny or hub, LoRA, 4-bit (chapter 2)
+``policies``       random, expert and language-model policies (chapters 1-2)
+``device``         CUDA / TPU / MPS / CPU in one place (chapter 2)
+``presets``        the ``ci`` and ``full`` scales (all chapters)
+``plotting``       the book's charts (all chapters)
+=================  ==========================================================
+"""
+
+__version__ = "0.1.0"

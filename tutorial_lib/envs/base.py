@@ -1,0 +1,100 @@
+"""The protocol every text game in the book follows (chapter 1, *Text games as RL environments*).
+
+A game is a Gymnasium-style environment whose observations and actions are strings:
+
+    observation, info = env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.step("<move>x(1,1)</move>")
+
+``step`` takes the model's raw text. Parsing it is the game's job, because what counts as a
+well-formed answer (``\\boxed{7}``, ``#### 42``, ``x(1,2)``) is part of the game's rules, and a
+rollout must never crash on text that does not parse: the game counts it, applies its penalty or
+documented fallback, and reports it in ``info``.
+
+Keys every game puts in ``info``:
+
+* ``valid_actions`` -- list of action strings, for games that have a finite action set
+  (tic-tac-toe, CookingWorld); absent otherwise.
+* ``invalid_action`` -- ``True`` when the text passed to the last ``step`` did not parse or named an
+  illegal action (always ``False`` after ``reset``).
+* ``parse_error`` -- a short human-readable reason when ``invalid_action`` is true, else ``None``.
+* ``success`` -- at the end of an episode, whether the agent achieved the goal.
+
+``terminated`` means the game reached an end state (won, lost, answered); ``truncated`` means the
+episode was cut by a step or turn limit. They are kept apart because a value function must not
+bootstrap through a termination but should through a truncation.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from typing import Any
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class TextEnv(abc.ABC):
+    """Base class of the four games. Subclasses implement ``_reset``, ``_step`` and the experts."""
+
+    #: registry name, e.g. ``"tictactoe"``
+    name: str = ""
+
+    def __init__(self) -> None:
+        self._done = True
+        self._rng = random.Random(0)
+        self.num_steps = 0
+
+    # -- the Gymnasium-style API ------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Start a new episode. The same seed gives the same episode."""
+        self._rng = random.Random(seed)
+        self.num_steps = 0
+        observation, info = self._reset(seed)
+        info.setdefault("invalid_action", False)
+        info.setdefault("parse_error", None)
+        self._done = False
+        return observation, info
+
+    def step(self, action_text: str) -> StepResult:
+        """Play the model's raw text as one action. Never raises on the text's content."""
+        if self._done:
+            raise RuntimeError(
+                f"{type(self).__name__}.step() called after the episode ended; call reset() first"
+            )
+        if not isinstance(action_text, str):
+            raise TypeError(f"action_text must be a str, got {type(action_text).__name__}")
+        self.num_steps += 1
+        observation, reward, terminated, truncated, info = self._step(action_text)
+        info.setdefault("invalid_action", False)
+        info.setdefault("parse_error", None)
+        self._done = terminated or truncated
+        return observation, float(reward), bool(terminated), bool(truncated), info
+
+    @property
+    def done(self) -> bool:
+        """Whether the current episode has ended (or none was started)."""
+        return self._done
+
+    # -- what subclasses provide ------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def task(self) -> str:
+        """The instructions a player needs for this episode (goes at the top of the prompt)."""
+
+    @abc.abstractmethod
+    def _reset(self, seed: int | None) -> tuple[str, dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    def _step(self, action_text: str) -> StepResult: ...
+
+    @abc.abstractmethod
+    def expert_action(self) -> str:
+        """The text the game's expert would write now (minimax, gold path, binary search, worked
+        answer). Experts may read the game's hidden state; learned policies see only text."""
+
+    @abc.abstractmethod
+    def random_action(self, rng: random.Random) -> str:
+        """A uniformly random *well-formed* action: the baseline every policy must beat."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release external resources (the CookingWorld JVM)."""

@@ -1,0 +1,134 @@
+"""Playing many episodes and summarising them (chapter 1; the harness every later chapter uses).
+
+    records = run_episodes("tictactoe", RandomPolicy(), seeds=range(200), env_options={"opponent": "minimax"})
+    summarize(records)   # {'episodes': 200, 'mean_return': ..., 'win_rate': ..., 'invalid_rate': ...}
+
+Up to ``batch_size`` games run side by side; each turn the policy is asked once for the actions of
+every live game (so a language model makes one batched ``generate`` call per turn), then every
+game steps. Finished games are refilled with the next seed until all seeds are played.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from tqdm.auto import tqdm
+
+from . import envs
+from .policies import EpisodeState, Policy
+from .prompts import Turn
+
+
+@dataclass
+class EpisodeRecord:
+    """One finished episode."""
+
+    game: str
+    seed: int
+    turns: list[Turn]
+    rewards: list[float] = field(default_factory=list)
+    invalid: list[bool] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    final_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def length(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def success(self) -> bool:
+        return bool(self.final_info.get("success", False))
+
+
+def run_episodes(
+    game: str,
+    policy: Policy,
+    seeds: Iterable[int],
+    *,
+    env_options: dict[str, Any] | None = None,
+    batch_size: int = 16,
+    progress: bool | str = False,
+) -> list[EpisodeRecord]:
+    """Play one episode per seed with ``policy``; returns the records in seed order."""
+    seeds = list(seeds)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    pool = [envs.make(game, **(env_options or {})) for _ in range(min(batch_size, len(seeds)))]
+    pending = list(enumerate(seeds))[::-1]  # a stack: pop() hands out seeds in order
+    live: list[tuple[int, EpisodeState, EpisodeRecord]] = []
+    records: list[EpisodeRecord | None] = [None] * len(seeds)
+    bar = tqdm(total=len(seeds), desc=progress if isinstance(progress, str) else game, disable=not progress)
+
+    def start(env) -> None:
+        index, seed = pending.pop()
+        observation, info = env.reset(seed=seed)
+        state = EpisodeState(game, env, [Turn(observation)], info)
+        live.append((index, state, EpisodeRecord(game, seed, state.turns)))
+
+    try:
+        for env in pool:
+            start(env)
+        while live:
+            actions = policy.act([state for _, state, _ in live])
+            if len(actions) != len(live):
+                raise RuntimeError(f"policy returned {len(actions)} actions for {len(live)} games")
+            next_live, free_envs = [], []
+            for (index, state, record), action in zip(live, actions):
+                state.turns[-1].action = action
+                observation, reward, terminated, truncated, info = state.env.step(action)
+                record.rewards.append(reward)
+                record.invalid.append(bool(info.get("invalid_action")))
+                state.info = info
+                state.turns.append(Turn(observation))  # after the last step: never acted on
+                if terminated or truncated:
+                    record.terminated, record.truncated, record.final_info = terminated, truncated, info
+                    records[index] = record
+                    free_envs.append(state.env)
+                    bar.update()
+                else:
+                    next_live.append((index, state, record))
+            live = next_live
+            for env in free_envs:
+                if pending:
+                    start(env)
+    finally:
+        bar.close()
+        for env in pool:
+            env.close()
+    return records  # type: ignore[return-value]
+
+
+def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """Metrics over finished episodes; every game gets the common ones, plus its own."""
+    if not records:
+        raise ValueError("no episodes to summarise")
+    actions = sum(r.length for r in records)
+    metrics: dict[str, float] = {
+        "episodes": len(records),
+        "mean_return": statistics.fmean(r.episode_return for r in records),
+        "success_rate": statistics.fmean(r.success for r in records),
+        "mean_steps": statistics.fmean(r.length for r in records),
+        "invalid_rate": sum(sum(r.invalid) for r in records) / max(actions, 1),
+        "truncated_rate": statistics.fmean(r.truncated for r in records),
+    }
+    game = records[0].game
+    if game == "tictactoe":
+        for outcome in ("win", "draw", "loss"):
+            metrics[f"{outcome}_rate"] = statistics.fmean(
+                r.final_info.get("outcome") == outcome for r in records
+            )
+    elif game == "cookingworld":
+        metrics["mean_score"] = statistics.fmean(r.final_info.get("score", 0.0) for r in records)
+    elif game == "guess_the_number":
+        metrics["mean_turns"] = metrics["mean_steps"]
+    elif game == "math":
+        metrics["accuracy"] = statistics.fmean(bool(r.final_info.get("correct")) for r in records)
+        metrics["format_accuracy"] = statistics.fmean(bool(r.final_info.get("formatted")) for r in records)
+    return metrics

@@ -1,0 +1,87 @@
+"""The two scales every chapter runs at, chosen by ``TUTORIAL_SCALE`` (all chapters).
+
+* ``ci``   -- the tiny offline model on a CPU, small counts: every chapter runs in minutes on a
+  2-core laptop and in CI, with no network.
+* ``full`` -- a real pretrained model from the Hugging Face Hub (Qwen2.5-0.5B-Instruct by default),
+  LoRA or 4-bit QLoRA, seed-sized counts, on a GPU or TPU.
+
+When ``TUTORIAL_SCALE`` is unset the preset is ``full`` if an accelerator is present, else ``ci``.
+``TUTORIAL_MODEL`` overrides the preset's model (a hub id, or ``tiny``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from .device import device_kind, has_accelerator
+
+SCALES = ("ci", "full")
+DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Settings that change with scale. Everything not here is the same at both scales."""
+
+    name: str
+    #: ``"tiny"`` (built offline) or a Hugging Face Hub id
+    model: str
+    #: episodes per game for the baselines of chapter 1
+    baseline_episodes: int
+    #: MCTS simulations per move when MCTS is the opponent in evaluation
+    mcts_simulations: int
+    #: games evaluated against the MCTS opponent (it is slow: ~1000 simulations per move)
+    mcts_games: int
+    #: math problems come from the offline generator (``generated``) or GSM8K (``gsm8k``)
+    math_source: str
+    #: the CookingWorld world (TextWorldExpress game parameters)
+    cookingworld: dict = field(default_factory=dict)
+
+
+PRESETS: dict[str, Preset] = {
+    "ci": Preset(
+        name="ci",
+        model="tiny",
+        baseline_episodes=200,
+        mcts_simulations=1000,
+        mcts_games=10,
+        math_source="generated",
+        cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+    ),
+    "full": Preset(
+        name="full",
+        model=DEFAULT_HUB_MODEL,
+        baseline_episodes=1000,
+        mcts_simulations=1000,
+        mcts_games=100,
+        math_source="gsm8k",
+        cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+    ),
+}
+
+
+def scale_name() -> str:
+    """``TUTORIAL_SCALE`` if set (validated), else ``full`` with an accelerator and ``ci`` without."""
+    name = os.environ.get("TUTORIAL_SCALE", "").strip().lower()
+    if not name:
+        return "full" if has_accelerator() else "ci"
+    if name not in SCALES:
+        raise ValueError(f"TUTORIAL_SCALE={name!r} is not a preset; use one of {', '.join(SCALES)}")
+    return name
+
+
+def get_preset(name: str | None = None) -> Preset:
+    """The preset ``name`` (default: from the environment), with ``TUTORIAL_MODEL`` applied."""
+    name = name or scale_name()
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; use one of {', '.join(SCALES)}")
+    preset = PRESETS[name]
+    model = os.environ.get("TUTORIAL_MODEL", "").strip()
+    return replace(preset, model=model) if model else preset
+
+
+def describe(preset: Preset | None = None) -> str:
+    """One line naming the preset, model and device: every chapter prints it first."""
+    preset = preset or get_preset()
+    return f"preset={preset.name}  model={preset.model}  device={device_kind()}"

@@ -1,0 +1,112 @@
+"""Prompt templates: what the policy reads at each turn (chapter 2, *Prompts, tokens and actions*).
+
+Every game is played through the same single-message prompt, built from the episode so far:
+
+    <task: the game's instructions>
+
+    Recent turns:               <- the last `history_window` (observation, action) pairs
+    > <action>
+    <observation>
+    ...
+    Now:
+    <current observation>
+
+    Valid actions: a | b | c    <- only for games with a finite action set
+
+A history *window* rather than the whole episode is the TextWorld tutorial's choice: it bounds the
+prompt length (and so the cost of every forward pass) however long the episode runs. Markov games
+(tic-tac-toe: the board says everything) use a window of 0; GuessTheNumber keeps every turn,
+since each piece of feedback narrows the range.
+
+Data collection, training and evaluation must all build prompts with the same function and the same
+window, or the model is evaluated on text it never saw (chapter 8 measures that mismatch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass
+class Turn:
+    """One turn of an episode: what the agent saw, and what it then wrote (``None`` if not yet)."""
+
+    observation: str
+    action: str | None = None
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """How one game's prompt is built."""
+
+    #: how many past (observation, action) pairs to show
+    history_window: int
+    #: whether to list ``info["valid_actions"]``
+    list_valid_actions: bool
+    #: a reminder of the answer format, placed last (closest to where the model writes)
+    answer_format: str
+
+
+PROMPT_SPECS: dict[str, PromptSpec] = {
+    "tictactoe": PromptSpec(0, True, "Answer as <move>mark(row,col)</move>."),
+    "cookingworld": PromptSpec(2, True, "Answer with one valid action."),
+    "guess_the_number": PromptSpec(10, False, "Answer as \\boxed{N}."),
+    "math": PromptSpec(0, False, "End with the answer after ####."),
+}
+
+
+def prompt_spec(game: str) -> PromptSpec:
+    if game not in PROMPT_SPECS:
+        raise ValueError(f"no prompt template for {game!r}; known: {', '.join(PROMPT_SPECS)}")
+    return PROMPT_SPECS[game]
+
+
+def build_prompt_text(
+    game: str,
+    task: str,
+    turns: Sequence[Turn],
+    info: dict[str, Any] | None = None,
+    *,
+    history_window: int | None = None,
+) -> str:
+    """The user-message text for the *last* turn of ``turns`` (whose action is still to be chosen)."""
+    if not turns:
+        raise ValueError("turns is empty: a prompt needs at least the current observation")
+    spec = prompt_spec(game)
+    window = spec.history_window if history_window is None else history_window
+    if window < 0:
+        raise ValueError(f"history_window must be >= 0, got {window}")
+    past, current = list(turns[:-1]), turns[-1]
+    parts = [task.strip()]
+    recent = past[-window:] if window else []
+    if recent:
+        lines = ["Recent turns:"]
+        for turn in recent:
+            lines.append(turn.observation.strip())
+            lines.append(f"> {(turn.action or '').strip()}")
+        parts.append("\n".join(lines))
+    parts.append(f"Now:\n{current.observation.strip()}" if recent else current.observation.strip())
+    valid = (info or {}).get("valid_actions")
+    if spec.list_valid_actions and valid:
+        parts.append("Valid actions: " + " | ".join(valid))
+    parts.append(spec.answer_format)
+    return "\n\n".join(parts)
+
+
+def build_messages(
+    game: str,
+    task: str,
+    turns: Sequence[Turn],
+    info: dict[str, Any] | None = None,
+    *,
+    history_window: int | None = None,
+) -> list[dict[str, str]]:
+    """The prompt as chat messages, ready for ``tokenizer.apply_chat_template``."""
+    text = build_prompt_text(game, task, turns, info, history_window=history_window)
+    return [{"role": "user", "content": text}]
+
+
+def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
+    """The exact string the model reads: the chat template applied, ending where the answer starts."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
