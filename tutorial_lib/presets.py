@@ -45,7 +45,7 @@ PRESETS: dict[str, Preset] = {
         model="tiny",
         baseline_episodes=200,
         mcts_simulations=1000,
-        mcts_games=10,
+        mcts_games=50,
         math_source="generated",
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
     ),

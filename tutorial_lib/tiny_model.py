@@ -163,7 +163,13 @@ def tiny_model_dir(config: TinyConfig = TinyConfig(), *, rebuild: bool = False) 
     model = build_model(tokenizer, config)
     # Write to a temporary folder and rename, so an interrupted build never leaves half a cache.
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-"))
-    model.save_pretrained(staging)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(staging)
+    finally:
+        hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(staging)
     (staging / "tiny_config.json").write_text(json.dumps(asdict(config), indent=2))
     if rebuild and target.exists():

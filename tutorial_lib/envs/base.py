@@ -98,3 +98,9 @@ class TextEnv(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release external resources (the CookingWorld JVM)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -125,12 +125,13 @@ class CookingWorldEnv(TextEnv):
             ``limitInventorySize`` (0/1). The defaults are ``TUTORIAL_WORLD`` without an
             inventory limit.
         java_env: a ``textworld_express.TextWorldExpressEnv`` to use instead of starting a JVM of
-            our own, so that many envs can share one. Envs sharing it must not interleave
-            episodes (the JVM holds one game): stepping an env after another one has reset the
-            shared JVM raises ``RuntimeError``. ``close()`` leaves a shared JVM running.
+            our own, so that many envs can share one. The JVM holds one game at a time, so an env
+            whose game another env replaced replays its own actions first (correct, but slower
+            than one JVM per env when episodes interleave). ``close()`` leaves a shared JVM
+            running.
 
-    The JVM (about 0.2-0.3 s to start) starts on the first ``reset`` and is reused by every later
-    one; ``close()`` shuts it down. The env is also a context manager.
+    The JVM starts on the first ``reset`` (about 0.2 s, 0.5 s with the first game's warm-up) and is
+    reused by every later one; ``close()`` shuts it down. The env is also a context manager.
     """
 
     name = "cookingworld"
@@ -218,7 +219,6 @@ class CookingWorldEnv(TextEnv):
         if self.game_seed is None:
             raise RuntimeError("no game yet; call reset() first")
         if self._gold is None:
-            self._check_active()
             self._gold = self._compute_gold_path()
         return list(self._gold)
 
@@ -239,7 +239,7 @@ class CookingWorldEnv(TextEnv):
 
     def _twx_reset(self, gold: bool) -> dict[str, Any]:
         java = self._java_env()
-        # load() costs ~7 ms, five times a reset: only when the (maybe shared) JVM holds other params
+        # load() costs ~7 ms, 20 resets' worth: only when the (maybe shared) JVM has other params
         if (java.gameName, java.gameParams) != ("cookingworld", self._game_params):
             java.load("cookingworld", self._game_params)
         _, twx_info = java.reset(seed=self.game_seed, gameFold=self.fold, generateGoldPath=gold)
@@ -285,14 +285,17 @@ class CookingWorldEnv(TextEnv):
             "fold": self.fold,
         }
 
-    def _check_active(self) -> Any:
-        java = self._java
-        if java is None or getattr(java, _ACTIVE, None) is not self:
-            raise RuntimeError("the JVM was closed, or another env reset it, since this reset()")
+    def _claim_jvm(self) -> Any:
+        """The JVM, holding this env's game (replayed if another env sharing it played since)."""
+        java = self._java_env()
+        if getattr(java, _ACTIVE, None) is not self:
+            self._twx_reset(gold=False)
+            for action in self._played:  # TWX games are deterministic: this restores the state
+                java.step(action)
         return java
 
     def _step(self, action_text: str) -> StepResult:
-        java = self._check_active()
+        java = self._claim_jvm()
         truncated = self.num_steps >= self.step_limit
         parsed = parse_text_action(action_text, self._valid_actions)
         if not parsed.ok:
@@ -317,13 +320,15 @@ class CookingWorldEnv(TextEnv):
         """
         if self.done:
             raise RuntimeError("no episode in progress; call reset() first")
-        gold, n = self.gold_path, len(self._played)
-        if self._played != gold[:n] or n >= len(gold):
-            raise RuntimeError(
-                "the agent left the gold path (played "
-                f"{self._played[-1]!r} at move {n}); the gold path is only defined along itself"
-            )
-        return gold[n]
+        gold = self.gold_path
+        # the gold path wins when completed, so an episode in progress has played less of it
+        for k, (played, expected) in enumerate(zip(self._played, gold, strict=False)):
+            if played != expected:
+                raise RuntimeError(
+                    f"the agent left the gold path at move {k + 1} ({played!r} instead of "
+                    f"{expected!r}); the gold path is only defined along itself"
+                )
+        return gold[len(self._played)]
 
     def random_action(self, rng: random.Random) -> str:
         """A uniformly random valid action."""

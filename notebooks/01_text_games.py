@@ -1,0 +1,262 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 1. Text games as RL environments
+#
+# A language-model policy reads text and writes text. To train one with reinforcement learning we
+# need environments that speak text too. This chapter introduces the four games the book uses and
+# measures the two baselines every later result is compared with.
+#
+# **You will learn**
+# - what an observation, an action and a reward are in each of the four games, and how they all fit
+#   one Gymnasium-style protocol: `reset(seed)` and `step(action_text)`;
+# - how a game handles text it cannot parse (it never crashes: it counts and penalises);
+# - how well a *random* valid action and the game's *expert* do, over hundreds of seeded episodes;
+# - why CookingWorld's step limit is 32 here and not the TextWorld tutorial's 16;
+# - how fast each game steps, which bounds how fast RL can collect experience.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from tutorial_lib import envs, plotting
+from tutorial_lib.evaluate import run_episodes, steps_per_second, summarize
+from tutorial_lib.policies import ExpertPolicy, RandomPolicy
+from tutorial_lib.presets import describe, get_preset
+
+preset = get_preset()
+print(describe(preset))
+
+# %% [markdown]
+# ## One protocol for four games
+#
+# Every game is built by name with `envs.make(name, **options)` and follows the same protocol:
+#
+# ```python
+# observation, info = env.reset(seed=0)
+# observation, reward, terminated, truncated, info = env.step(action_text)
+# ```
+#
+# `step` receives the model's **raw text**. Reading an action out of it is the game's job, because
+# the answer format is part of the game's rules. `info["invalid_action"]` says whether the text
+# parsed to a legal action; `terminated` (the game ended) is kept apart from `truncated` (a step
+# limit cut it), because later chapters bootstrap values through truncations but not terminations.
+#
+# ### Tic-tac-toe
+# OpenSpiel's `tic_tac_toe` with the opponent built into the environment (random, MCTS with
+# 1000 simulations, or perfect minimax play). The board is written with spaced marks so that each
+# mark is its own token, and a move is written `<move>x(row,col)</move>`.
+
+# %%
+ttt = envs.make("tictactoe", opponent="random", agent_mark="x")
+observation, info = ttt.reset(seed=0)
+print(ttt.task, "\n")
+print(observation)
+print("valid actions:", info["valid_actions"])
+observation, reward, terminated, truncated, info = ttt.step("<move>x(1,1)</move>")
+print("\nafter x(1,1) and the opponent's reply:\n" + observation)
+print(f"reward={reward} terminated={terminated} invalid={info['invalid_action']}")
+
+# %% [markdown]
+# Text that does not parse, or a move onto an occupied square, is an **invalid action**. Following
+# the OpenSpiel tutorial, the environment then plays a random legal move on the agent's behalf and
+# flags it (`invalid_move="forfeit"` makes it lose instead):
+
+# %%
+observation, reward, terminated, truncated, info = ttt.step("I'll take the centre!")
+print(observation)
+print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
+
+# %% [markdown]
+# ### CookingWorld
+# [TextWorldExpress](https://github.com/cognitiveailab/TextWorldExpress)'s CookingWorld: find the
+# cookbook, collect and prepare the ingredients, then prepare and eat the meal. The default world is
+# the TextWorld tutorial's (3 rooms with doors, 2 ingredients, 2 distractor items). Games are split
+# into train, dev and test folds; every turn lists the valid commands.
+
+# %%
+cooking = envs.make("cookingworld", fold="train")
+observation, info = cooking.reset(seed=0)
+print("task:", cooking.task)
+print("\n" + observation)
+print(f"\n{len(info['valid_actions'])} valid actions, e.g.", info["valid_actions"][:6])
+print("gold path:", cooking.gold_path)
+
+# %% [markdown]
+# ### GuessTheNumber
+# A multi-turn game with GEM's rules: guess a secret number, hear "higher" or "lower", answer in
+# `\boxed{N}`. +1 for a correct guess, -0.1 and the end of the episode for an answer with no boxed
+# number, and when the turns run out a partial reward of $1 - |\text{guess} - \text{target}| /
+# \text{range}$. Presets `easy` (1-10, 4 turns) and `hard` (1-50, 7 turns).
+
+# %%
+guess = envs.make("guess_the_number", preset="easy")
+record = run_episodes("guess_the_number", ExpertPolicy(), [4])[0]
+print(guess.task, "\n")
+print(record.transcript())
+
+# %% [markdown]
+# ### Math word problems
+# One turn: a GSM8K-style problem, a worked answer ending `#### N`. Reward 1.0 for the right number,
+# 0.1 for the right format with a wrong number, 0 otherwise. At the `ci` preset problems come from an
+# offline generator (three difficulty levels); at `full`, from GSM8K through `datasets`.
+
+# %%
+math_env = envs.make("math", source=preset.math_source)
+record = run_episodes("math", ExpertPolicy(), [0], env_options={"source": preset.math_source})[0]
+print(record.transcript())
+for answer in ["#### 7", "seven"]:
+    math_env.reset(seed=0)
+    _, reward, *_ = math_env.step(answer)
+    print(f"{answer!r:10} -> reward {reward}")
+
+# %% [markdown]
+# ## Baselines: random and expert play
+#
+# Two reference policies frame every result in the book. **Random** picks a uniformly random
+# *well-formed* action (a legal move, a valid command, a guess in range, a random number): a
+# learned policy must beat it. The **expert** shows what is achievable: minimax for tic-tac-toe,
+# the gold path for CookingWorld, binary search for GuessTheNumber, the generator's worked answer
+# for math. Each is played over the same seeds.
+
+# %%
+N = preset.baseline_episodes
+settings = {
+    "tic-tac-toe": ("tictactoe", {"opponent": "random", "agent_mark": "alternate"}),
+    "CookingWorld": ("cookingworld", {"fold": "test", **preset.cookingworld}),
+    "GuessTheNumber easy": ("guess_the_number", {"preset": "easy"}),
+    "GuessTheNumber hard": ("guess_the_number", {"preset": "hard"}),
+    "math": ("math", {"source": preset.math_source}),
+}
+results = {}
+start = time.perf_counter()
+for label, (game, options) in settings.items():
+    for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
+        records = run_episodes(game, policy, range(N), env_options=options, batch_size=1)
+        results[label, name] = summarize(records)
+print(f"{N} episodes per game and policy in {time.perf_counter() - start:.0f} s")
+columns = ["success_rate", "mean_return", "mean_steps", "invalid_rate", "truncated_rate"]
+table = pd.DataFrame(results).T[columns]
+table.round(3)
+
+# %%
+plotting.bar_compare(
+    {label: {name: results[label, name]["success_rate"] for name in ("random", "expert")} for label in settings},
+    title=f"Success rate over {N} episodes (CookingWorld: test fold)",
+    ylabel="success rate",
+)
+plt.show()
+
+# %% [markdown]
+# The gap between the bars is the room a learned policy has. Random play wins some tic-tac-toe
+# games against a random opponent and stumbles on the secret number now and then, but essentially
+# never completes a CookingWorld recipe or computes a three-step answer.
+#
+# ### Tic-tac-toe against stronger opponents
+# Against a random opponent, "success" means winning. Against perfect play the best possible
+# result is a draw; MCTS with 1000 simulations (the OpenSpiel tutorial's setting) sits in between.
+
+# %%
+matchups = {}
+for opponent, games in [("random", N), ("mcts", preset.mcts_games), ("minimax", N)]:
+    options = {"opponent": opponent, "agent_mark": "alternate", "mcts_simulations": preset.mcts_simulations}
+    for name, policy in [("random", RandomPolicy(seed=1)), ("expert", ExpertPolicy())]:
+        summary = summarize(run_episodes("tictactoe", policy, range(games), env_options=options, batch_size=1))
+        matchups[f"{name} vs {opponent} ({games} games)"] = summary
+plotting.stacked_outcomes(matchups, title="Tic-tac-toe outcomes, agent alternating x and o")
+plt.show()
+pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]].round(3)
+
+# %% [markdown]
+# The minimax expert never loses, to anyone; against minimax itself every game is a draw, as
+# theory says. A learned policy's loss rate against the random opponent is the first number the
+# book will push towards zero.
+#
+# ## Why CookingWorld's step limit is 32
+#
+# The TextWorld tutorial cut episodes at 16 steps. How long is the *expert's* route? The gold path
+# is the shortest winning command sequence; its length over many games of each fold:
+
+# %%
+gold_lengths = {}
+for fold in ("train", "test"):
+    with envs.make("cookingworld", fold=fold, **preset.cookingworld) as env:
+        lengths = []
+        for seed in range(N):
+            env.reset(seed=seed)
+            lengths.append(len(env.gold_path))
+    gold_lengths[fold] = lengths
+for fold, lengths in gold_lengths.items():
+    s = pd.Series(lengths)
+    print(
+        f"{fold:5}: gold path {s.min()}-{s.max()} steps, median {s.median():.0f}; "
+        f"within 16 steps: {(s <= 16).mean():.0%}, within 32: {(s <= 32).mean():.0%}"
+    )
+plotting.length_histogram(gold_lengths, limits={"tutorial": 16, "our": 32}, title="CookingWorld gold-path lengths")
+plt.show()
+
+# %% [markdown]
+# Under a 16-step limit most games cannot be won *even by the expert*, so a perfect imitator would
+# fail most of the time and every success rate would be capped far below 1. We therefore use 32
+# (every gold path fits, with room for a detour); `step_limit="tutorial"` keeps 16 available:
+
+# %%
+for limit in ("tutorial", "default"):
+    options = {"fold": "test", "step_limit": limit, **preset.cookingworld}
+    summary = summarize(run_episodes("cookingworld", ExpertPolicy(), range(N), env_options=options, batch_size=1))
+    print(f"step_limit={limit!r:10}: expert success {summary['success_rate']:.2f}, truncated {summary['truncated_rate']:.2f}")
+
+# %% [markdown]
+# ## How fast do the games step?
+#
+# In RL the environment is half of every iteration. Steps per second under a random policy (no
+# model involved) measure each game's own cost:
+
+# %%
+speeds = {game: steps_per_second(game, steps=3000) for game in envs.GAMES}
+pd.Series(speeds, name="steps per second").round(0).to_frame()
+
+# %% [markdown]
+# All four games step thousands of times per second or more, while even the tiny model needs
+# milliseconds per generated token: the language model, not the environment, will dominate the
+# cost of every rollout. That is why later chapters batch generation across many games at once.
+#
+# ## Summary
+# - Four games, one protocol: text in, text out, `info` with valid actions and an invalid-action flag.
+# - Unparseable output is an ordinary event: counted, penalised, never a crash.
+# - Random and expert baselines bracket what a policy can do; CookingWorld needs a step limit of 32
+#   for the expert's routes to fit.
+#
+# ## Exercises
+# 1. Play tic-tac-toe as `o` only (`agent_mark="o"`) with the random policy against the random
+#    opponent. How does the win rate compare with playing `x`? Why?
+# 2. Measure how MCTS's strength changes with `mcts_simulations` (10, 100, 1000) by playing the
+#    minimax expert against it. At what budget does MCTS stop losing?
+# 3. GuessTheNumber's binary search needs at most $\lceil \log_2(n+1) \rceil$ guesses for a range of
+#    $n$ numbers. Check the expert's `mean_steps` on both presets against that bound.
+# 4. Build a smaller CookingWorld (`num_locations=1, num_ingredients=1, num_distractor_items=1`) and
+#    repeat the gold-path measurement. Which limit would you choose for it?

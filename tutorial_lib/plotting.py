@@ -1,0 +1,73 @@
+"""The book's charts, in one place so every chapter draws them alike (all chapters)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+
+COLORS = {"random": "#c44e52", "expert": "#4c72b0", "win": "#55a868", "draw": "#8c8c8c", "loss": "#c44e52"}
+
+
+def bar_compare(
+    values: Mapping[str, Mapping[str, float]], *, title: str, ylabel: str, ax=None, ylim=(0, 1.05)
+):
+    """Grouped bars: ``values[group][series]``, e.g. success rate per game for random vs expert."""
+    ax = ax or plt.subplots(figsize=(7, 3.2))[1]
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    width = 0.8 / len(series)
+    for i, name in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ys = [values[group].get(name, 0.0) for group in groups]
+        bars = ax.bar(xs, ys, width, label=name, color=COLORS.get(name))
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set(title=title, ylabel=ylabel, ylim=ylim)
+    ax.legend(frameon=False)
+    return ax
+
+
+def stacked_outcomes(rows: Mapping[str, Mapping[str, float]], *, title: str, ax=None):
+    """Horizontal stacked bars of win / draw / loss rates, one bar per matchup."""
+    ax = ax or plt.subplots(figsize=(7, 0.5 + 0.45 * len(rows)))[1]
+    labels = list(rows)
+    left = [0.0] * len(labels)
+    for outcome in ("win", "draw", "loss"):
+        widths = [rows[label][f"{outcome}_rate"] for label in labels]
+        ax.barh(labels, widths, left=left, color=COLORS[outcome], label=outcome)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set(xlim=(0, 1), title=title, xlabel="fraction of games")
+    ax.invert_yaxis()
+    ax.legend(ncol=3, frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0 + 0.5 / len(rows)))
+    return ax
+
+
+def length_histogram(lengths: Mapping[str, Sequence[int]], *, limits: Mapping[str, int], title: str, ax=None):
+    """Histogram of episode lengths per group, with vertical lines at step limits."""
+    ax = ax or plt.subplots(figsize=(7, 3))[1]
+    everything = [n for group in lengths.values() for n in group]
+    bins = range(min(everything), max(everything) + 2)
+    for name, group in lengths.items():
+        ax.hist(group, bins=bins, alpha=0.6, label=name, align="left")
+    for name, limit in limits.items():
+        ax.axvline(limit + 0.5, color="k", linestyle="--", linewidth=1)
+        ax.text(limit + 0.6, ax.get_ylim()[1] * 0.9, f"{name} limit {limit}", fontsize=8)
+    ax.set(title=title, xlabel="steps", ylabel="episodes")
+    ax.legend(frameon=False)
+    return ax
+
+
+def token_strip(tokens: Sequence[str], trained: Sequence[bool], *, title: str, ax=None):
+    """Tokens as boxes in reading order; trained (unmasked) tokens highlighted: a loss mask, drawn."""
+    per_row = 12
+    rows = (len(tokens) + per_row - 1) // per_row
+    ax = ax or plt.subplots(figsize=(10, 0.45 * rows + 0.6))[1]
+    for i, (token, on) in enumerate(zip(tokens, trained)):
+        r, c = divmod(i, per_row)
+        ax.add_patch(plt.Rectangle((c, -r), 0.95, 0.8, color="#4c72b0" if on else "#dddddd"))
+        label = token.replace("Ġ", "·").replace("Ċ", "\\n")
+        ax.text(c + 0.47, -r + 0.4, label[:9], ha="center", va="center", fontsize=7, color="white" if on else "black")
+    ax.set(xlim=(0, per_row), ylim=(-rows + 0.8, 0.9), title=title)
+    ax.axis("off")
+    return ax
