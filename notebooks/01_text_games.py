@@ -105,6 +105,7 @@ print("task:", cooking.task)
 print("\n" + observation)
 print(f"\n{len(info['valid_actions'])} valid actions, e.g.", info["valid_actions"][:6])
 print("gold path:", cooking.gold_path)
+cooking.close()  # CookingWorld runs in a Java VM; close() stops it
 
 # %% [markdown]
 # ### GuessTheNumber

@@ -54,7 +54,7 @@ def test_policy_acts_with_one_batched_generate_call(tiny_policy, monkeypatch):
     for seed in range(5):
         env = envs.make("guess_the_number")
         observation, info = env.reset(seed=seed)
-        episodes.append(EpisodeState("guess_the_number", env, [Turn(observation)], info))
+        episodes.append(EpisodeState("guess_the_number", env, [Turn(observation, info=info)]))
     actions = tiny_policy.act(episodes)
     assert calls == [5] and len(actions) == 5 and all(isinstance(a, str) for a in actions)
 

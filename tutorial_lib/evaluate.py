@@ -11,14 +11,15 @@ game steps. Finished games are refilled with the next seed until all seeds are p
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from . import envs
 from .policies import EpisodeState, Policy
-from .prompts import Turn
+from .prompts import Turn, build_prompt_text
 
 
 @dataclass
@@ -27,6 +28,9 @@ class EpisodeRecord:
 
     game: str
     seed: int
+    #: the task text of this episode (it can depend on the seed, e.g. which mark the agent plays)
+    task: str
+    #: every observation with its ``info``; the last one (after the final step) has no action
     turns: list[Turn]
     rewards: list[float] = field(default_factory=list)
     invalid: list[bool] = field(default_factory=list)
@@ -45,6 +49,13 @@ class EpisodeRecord:
     @property
     def success(self) -> bool:
         return bool(self.final_info.get("success", False))
+
+    def prompts(self, history_window: int | None = None) -> list[str]:
+        """The prompt text of every turn the agent acted on, rebuilt from the record."""
+        return [
+            build_prompt_text(self.game, self.task, self.turns[: i + 1], history_window=history_window)
+            for i in range(self.length)
+        ]
 
     def transcript(self, max_chars: int = 400) -> str:
         """The episode as text: each observation (shortened), the action, its reward."""
@@ -80,8 +91,8 @@ def run_episodes(
     def start(env) -> None:
         index, seed = pending.pop()
         observation, info = env.reset(seed=seed)
-        state = EpisodeState(game, env, [Turn(observation)], info)
-        live.append((index, state, EpisodeRecord(game, seed, state.turns)))
+        state = EpisodeState(game, env, [Turn(observation, info=info)])
+        live.append((index, state, EpisodeRecord(game, seed, env.task, state.turns)))
 
     try:
         for env in pool:
@@ -96,8 +107,7 @@ def run_episodes(
                 observation, reward, terminated, truncated, info = state.env.step(action)
                 record.rewards.append(reward)
                 record.invalid.append(bool(info.get("invalid_action")))
-                state.info = info
-                state.turns.append(Turn(observation))  # after the last step: never acted on
+                state.turns.append(Turn(observation, info=info))  # after the last step: never acted on
                 if terminated or truncated:
                     record.terminated, record.truncated, record.final_info = terminated, truncated, info
                     records[index] = record

@@ -99,7 +99,6 @@ def load_policy(
     torch_device = get_device(kind)
     if name == "tiny":
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
         from transformers.utils import logging as hf_logging
 
         folder = tiny_model_dir(tiny_config or TinyConfig())
@@ -121,9 +120,13 @@ def load_policy(
 
         model = prepare_model_for_kbit_training(model)
     if lora:
+        import warnings
+
         from peft import get_peft_model
 
-        model = get_peft_model(model, lora_config(lora))
+        with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 renamed; harmless
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            model = get_peft_model(model, lora_config(lora))
     display = name if name == "tiny" or not Path(name).exists() else Path(name).name
     return LanguagePolicy(model, tokenizer, name=display, **policy_options)
 

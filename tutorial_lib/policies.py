@@ -11,8 +11,9 @@ harness treats every policy alike.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -33,12 +34,17 @@ MAX_NEW_TOKENS: dict[str, int] = {"tictactoe": 16, "cookingworld": 16, "guess_th
 
 @dataclass
 class EpisodeState:
-    """A live episode as a policy sees it: the game, its turns so far and the latest ``info``."""
+    """A live episode as a policy sees it: the game, its environment and the turns so far (the last
+    one not yet acted on)."""
 
     game: str
     env: TextEnv
     turns: list[Turn] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The game's latest ``info`` (valid actions, invalid flag...)."""
+        return self.turns[-1].info if self.turns else {}
 
 
 class Policy(Protocol):
@@ -95,9 +101,7 @@ class LanguagePolicy:
 
     def prompt(self, episode: EpisodeState) -> str:
         """The exact text the model reads for ``episode``'s current turn."""
-        messages = build_messages(
-            episode.game, episode.env.task, episode.turns, episode.info, history_window=self.history_window
-        )
+        messages = build_messages(episode.game, episode.env.task, episode.turns, history_window=self.history_window)
         return render_chat(self.tokenizer, messages)
 
     @torch.no_grad()

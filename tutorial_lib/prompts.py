@@ -24,16 +24,19 @@ window, or the model is evaluated on text it never saw (chapter 8 measures that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
 class Turn:
-    """One turn of an episode: what the agent saw, and what it then wrote (``None`` if not yet)."""
+    """One turn of an episode: what the agent saw (with the game's ``info``), and what it then wrote
+    (``None`` until it acts)."""
 
     observation: str
     action: str | None = None
+    info: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,10 @@ def build_prompt_text(
     *,
     history_window: int | None = None,
 ) -> str:
-    """The user-message text for the *last* turn of ``turns`` (whose action is still to be chosen)."""
+    """The user-message text for the *last* turn of ``turns`` (whose action is still to be chosen).
+
+    ``info`` defaults to that turn's own ``info`` (where the valid actions come from).
+    """
     if not turns:
         raise ValueError("turns is empty: a prompt needs at least the current observation")
     spec = prompt_spec(game)
@@ -87,7 +93,7 @@ def build_prompt_text(
             lines.append(f"> {(turn.action or '').strip()}")
         parts.append("\n".join(lines))
     parts.append(f"Now:\n{current.observation.strip()}" if recent else current.observation.strip())
-    valid = (info or {}).get("valid_actions")
+    valid = (current.info if info is None else info).get("valid_actions")
     if spec.list_valid_actions and valid:
         parts.append("Valid actions: " + " | ".join(valid))
     parts.append(spec.answer_format)

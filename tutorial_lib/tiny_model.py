@@ -87,14 +87,14 @@ def game_corpus(episodes: int, seed: int = 0) -> list[str]:
             for episode in range(episodes):
                 expert = episode % 2 == 0
                 observation, info = env.reset(seed=seed * 100_000 + episode)
-                turns = [Turn(observation)]
+                turns = [Turn(observation, info=info)]
                 while not env.done:
-                    texts.append(build_prompt_text(game, env.task, turns, info))
+                    texts.append(build_prompt_text(game, env.task, turns))
                     action = env.expert_action() if expert else env.random_action(rng)
                     texts.append(action)
                     turns[-1].action = action
                     observation, _, _, _, info = env.step(action)
-                    turns.append(Turn(observation))
+                    turns.append(Turn(observation, info=info))
                 texts.append(observation)
         finally:
             env.close()

@@ -19,7 +19,7 @@ should match. ``tests/test_tokenization.py`` shows a case where the two differ.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

