@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # text bars: they render in the static book too
 
 from . import envs
 from .policies import EpisodeState, Policy

@@ -201,12 +201,6 @@ class CookingWorldEnv(TextEnv):
             self._java = None
         self._done = True
 
-    def __enter__(self) -> CookingWorldEnv:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     # -- the episode --------------------------------------------------------------------------
     @property
     def task(self) -> str:
