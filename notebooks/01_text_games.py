@@ -185,7 +185,7 @@ plt.show()
 matchups = {}
 for opponent, games in [("random", N), ("mcts", preset.mcts_games), ("minimax", N)]:
     options = {"opponent": opponent, "agent_mark": "alternate", "mcts_simulations": preset.mcts_simulations}
-    for name, policy in [("random", RandomPolicy(seed=1)), ("expert", ExpertPolicy())]:
+    for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
         summary = summarize(run_episodes("tictactoe", policy, range(games), env_options=options, batch_size=1))
         matchups[f"{name} vs {opponent} ({games} games)"] = summary
 plotting.stacked_outcomes(matchups, title="Tic-tac-toe outcomes, agent alternating x and o")
