@@ -4,6 +4,8 @@ Every game is played through the same single-message prompt, built from the epis
 
     <task: the game's instructions>
 
+    Remembered:                 <- a past observation worth keeping (CookingWorld: the recipe)
+    Your actions so far: a, b   <- the last `action_history` actions, compactly
     Recent turns:               <- the last `history_window` (observation, action) pairs
     > <action>
     <observation>
@@ -17,6 +19,12 @@ A history *window* rather than the whole episode is the TextWorld tutorial's cho
 prompt length (and so the cost of every forward pass) however long the episode runs. Markov games
 (tic-tac-toe: the board says everything) use a window of 0; GuessTheNumber keeps every turn,
 since each piece of feedback narrows the range.
+
+Why CookingWorld lists its past *actions* and remembers the recipe, rather than showing a long
+window of observations: the next step of a plan depends on what has been done (which containers
+were already opened) and on the recipe (read once, near the start). Both fit in a few dozen
+tokens, while the observations that carry them run to hundreds; a window long enough to keep the
+cookbook in view would make every prompt several times longer. Chapter 4 measures the difference.
 
 Data collection, training and evaluation must all build prompts with the same function and the same
 window, or the model is evaluated on text it never saw (chapter 8 measures that mismatch).
@@ -49,11 +57,21 @@ class PromptSpec:
     list_valid_actions: bool
     #: a reminder of the answer format, placed last (closest to where the model writes)
     answer_format: str
+    #: how many past actions to list compactly (0: none)
+    action_history: int = 0
+    #: the latest past observation starting with this text is kept in the prompt ("Remembered:")
+    remember_prefix: str | None = None
 
 
 PROMPT_SPECS: dict[str, PromptSpec] = {
     "tictactoe": PromptSpec(0, True, "Answer as <move>mark(row,col)</move>."),
-    "cookingworld": PromptSpec(2, True, "Answer with one valid action."),
+    "cookingworld": PromptSpec(
+        history_window=0,
+        list_valid_actions=True,
+        answer_format="Answer with one valid action.",
+        action_history=32,
+        remember_prefix="Gather all following ingredients",  # the cookbook's text: the recipe
+    ),
     "guess_the_number": PromptSpec(10, False, "Answer as \\boxed{N}."),
     "math": PromptSpec(0, False, "End with the answer after ####."),
 }
@@ -85,6 +103,13 @@ def build_prompt_text(
         raise ValueError(f"history_window must be >= 0, got {window}")
     past, current = list(turns[:-1]), turns[-1]
     parts = [task.strip()]
+    if spec.remember_prefix:
+        kept = [t.observation for t in past if t.observation.strip().startswith(spec.remember_prefix)]
+        if kept:
+            parts.append("Remembered:\n" + kept[-1].strip())
+    if spec.action_history:
+        actions = [(t.action or "").strip() for t in past[-spec.action_history :]]
+        parts.append("Your actions so far: " + (", ".join(actions) if actions else "none"))
     recent = past[-window:] if window else []
     if recent:
         lines = ["Recent turns:"]

@@ -28,7 +28,7 @@ from . import envs
 from .prompts import Turn, build_prompt_text
 
 #: bump when the corpus or the tokenizer recipe changes, so old caches are not reused
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 SPECIAL_TOKENS = {"pad": "<|pad|>", "eos": "<|end|>"}
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]

@@ -41,6 +41,20 @@ def board_text(state: pyspiel.State) -> str:
     return "Board:\n" + "\n".join(" ".join(row) for row in rows)
 
 
+def task_text(mark: str) -> str:
+    """The instructions for the player of ``mark`` (also used to build expert data).
+
+    Short on purpose: it is repeated in every prompt, and with a small model every token of
+    boilerplate is compute not spent on the board.
+    """
+    first = "you move first" if mark == "x" else "x moves first"
+    return (
+        f"Tic-tac-toe: you play {mark} ({first}). Three in a row, column or diagonal wins. "
+        f"Rows and columns are numbered 0 to 2 from the top left; '.' is empty. "
+        f"Write your move as <move>{mark}(row,col)</move>."
+    )
+
+
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
@@ -102,15 +116,7 @@ class TicTacToeEnv(TextEnv):
     # -- what the agent sees ------------------------------------------------------------------
     @property
     def task(self) -> str:
-        example = MOVE_FORMAT_EXAMPLE.replace("x", self._mark)
-        first = "You move first." if self._mark == "x" else "Your opponent (x) moves first."
-        return (
-            f"You are playing tic-tac-toe as {self._mark}. {first} Take turns placing marks on a "
-            "3x3 board; three of your marks in a row, column or diagonal wins. Empty squares are "
-            "shown as '.'. Rows and columns are numbered 0 to 2 from the top-left corner. Write "
-            f"your move as <move>{self._mark}(row,col)</move>, for example {example} places "
-            "your mark in the middle row, right column."
-        )
+        return task_text(self._mark)
 
     @property
     def state(self) -> pyspiel.State:

@@ -1,0 +1,176 @@
+"""Expert demonstrations for supervised fine-tuning (chapter 3, *Expert data*).
+
+Every game's data ends up in one format, a list of *examples*:
+
+    {"game": "tictactoe", "prompt": "<the user message>", "completion": "<move>x(1,1)</move>", ...}
+
+where ``prompt`` is built by :mod:`tutorial_lib.prompts` exactly as the policy will see it when it
+plays, and ``completion`` is the expert's action text. Sources:
+
+* **tic-tac-toe** -- MCTS self-play with the OpenSpiel tutorial's settings (UCT constant 2*sqrt(2),
+  1000 simulations per move, random-rollout evaluator, epsilon-greedy exploration 0.1). Every move
+  of both players becomes a record (board text, mark, legal moves, MCTS's move). With probability
+  epsilon a random legal move is *played* instead, to visit more positions, but the record keeps
+  MCTS's choice as the label: the data never teaches a random move. Each record also says whether
+  MCTS's move is optimal (minimax), which measures the data's quality.
+* **CookingWorld** -- the gold path of train-fold games (never test), as in the TextWorld tutorial.
+* **GuessTheNumber** -- binary-search transcripts.
+* **math** -- the generator's worked solutions (or GSM8K's, at the ``full`` preset).
+
+Examples are saved as JSON lines and load as a ``datasets.Dataset``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from tqdm import tqdm
+
+from .evaluate import run_episodes
+from .policies import ExpertPolicy
+from .prompts import Turn, build_prompt_text
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    """MCTS self-play settings; the defaults are the OpenSpiel tutorial's."""
+
+    #: games to play
+    episodes: int = 1000
+    #: MCTS simulations per move
+    simulations: int = 1000
+    #: UCT exploration constant
+    uct_c: float = 2 * math.sqrt(2)
+    #: probability of playing a uniformly random legal move instead of MCTS's (exploration)
+    epsilon: float = 0.1
+    #: random rollouts per leaf evaluation
+    rollouts: int = 1
+    seed: int = 0
+
+
+def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool = True) -> list[dict[str, Any]]:
+    """Play ``config.episodes`` games of MCTS against itself; one record per move of either side."""
+    import numpy as np
+    import pyspiel
+    from open_spiel.python.algorithms import mcts
+
+    from .envs.tictactoe import board_text
+    from .experts import minimax_actions
+
+    if config.episodes < 1 or config.simulations < 1 or not 0 <= config.epsilon <= 1:
+        raise ValueError(f"need episodes >= 1, simulations >= 1 and 0 <= epsilon <= 1; got {config}")
+    game = pyspiel.load_game("tic_tac_toe")
+    np_rng = np.random.RandomState(config.seed)
+    rng = random.Random(config.seed)
+    bot = mcts.MCTSBot(
+        game,
+        config.uct_c,
+        config.simulations,
+        mcts.RandomRolloutEvaluator(config.rollouts, np_rng),
+        random_state=np_rng,
+    )
+    records: list[dict[str, Any]] = []
+    for episode in tqdm(range(config.episodes), desc="MCTS self-play", disable=not progress):
+        state = game.new_initial_state()
+        turn = 0
+        while not state.is_terminal():
+            player = state.current_player()
+            legal = state.legal_actions()
+            start = time.perf_counter()
+            action = bot.step(state)
+            seconds = time.perf_counter() - start
+            explore = rng.random() < config.epsilon
+            records.append(
+                {
+                    "episode": episode,
+                    "turn": turn,
+                    "board": board_text(state),
+                    "mark": "x" if player == 0 else "o",
+                    "legal_actions": [state.action_to_string(player, a) for a in legal],
+                    "action": action,
+                    "action_text": state.action_to_string(player, action),
+                    "optimal": action in minimax_actions(state),
+                    "explored": explore,
+                    "seconds": seconds,
+                }
+            )
+            state.apply_action(rng.choice(legal) if explore else action)
+            turn += 1
+    return records
+
+
+def tictactoe_examples(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Self-play records as prompt/completion examples, prompts exactly as the env shows them."""
+    from .envs.tictactoe import task_text
+
+    examples = []
+    for record in records:
+        turn = Turn(record["board"], info={"valid_actions": record["legal_actions"]})
+        prompt = build_prompt_text("tictactoe", task_text(record["mark"]), [turn])
+        examples.append(
+            {
+                "game": "tictactoe",
+                "prompt": prompt,
+                "completion": f"<move>{record['action_text']}</move>",
+                "optimal": record["optimal"],
+            }
+        )
+    return examples
+
+
+def expert_examples(
+    game: str,
+    seeds: Iterable[int],
+    *,
+    env_options: dict[str, Any] | None = None,
+    history_window: int | None = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Play the game's expert on ``seeds`` and turn every move into an example."""
+    records = run_episodes(game, ExpertPolicy(), seeds, env_options=env_options, batch_size=1, progress=progress)
+    examples = []
+    for record in records:
+        for turn_index, prompt in enumerate(record.prompts(history_window)):
+            examples.append(
+                {
+                    "game": game,
+                    "prompt": prompt,
+                    "completion": record.turns[turn_index].action,
+                    "seed": record.seed,
+                    "turn": turn_index,
+                }
+            )
+    return examples
+
+
+def save_examples(examples: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write examples as JSON lines (one example a line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for example in examples:
+            f.write(json.dumps(example) + "\n")
+    return path
+
+
+def load_examples(path: str | Path):
+    """A ``datasets.Dataset`` of the examples in a JSON-lines file written by :func:`save_examples`."""
+    import datasets
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no expert data at {path}; make it with: python -m tutorial_lib data --out DIR")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{path} holds no examples")
+    return datasets.Dataset.from_list(rows)
+
+
+def selfplay_config_dict(config: SelfPlayConfig) -> dict[str, Any]:
+    return asdict(config)

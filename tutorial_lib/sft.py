@@ -1,0 +1,158 @@
+"""Supervised fine-tuning on expert examples, through TRL's ``SFTTrainer`` (chapter 4).
+
+    policy = load_policy("tiny")
+    result = train_sft(policy, examples, SFTSettings(epochs=3), output_dir="runs/sft-tictactoe")
+    tuned = load_policy(result.output_dir)
+
+Examples are tokenised here, not by TRL: the prompt is rendered with the tokenizer's chat template
+and tokenised *alone*, the completion's tokens (ending with the end-of-turn token) are appended,
+and every prompt label is ``-100`` (:func:`tutorial_lib.tokenization.encode_prompt_completion`).
+So training sees exactly the token sequence that generation produces (chapter 2's token-boundary
+pitfall), and the loss is on the action only. ``SFTTrainer`` accepts such pre-tokenised data as
+is and does the rest: batching and padding, the optimiser and schedule, logging, checkpoints.
+
+Three regimes, one function:
+
+* full fine-tuning (the tiny model);
+* LoRA through PEFT (``SFTSettings.lora``): only low-rank adapters train;
+* QLoRA (``load_policy(..., load_in_4bit=True)`` plus LoRA): 4-bit frozen base weights and a paged
+  8-bit AdamW (``optim="paged_adamw_8bit"``), as in the TextWorld tutorial. CUDA only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .device import default_dtype, device_kind
+from .policies import LanguagePolicy
+from .prompts import render_chat
+from .tokenization import IGNORE_INDEX, encode_prompt_completion
+
+
+@dataclass
+class SFTSettings:
+    """Training settings. Defaults suit the tiny model on a CPU; see ``for_pretrained``."""
+
+    #: passes over the data
+    epochs: float = 3.0
+    #: peak learning rate (linear warm-up, then cosine decay)
+    learning_rate: float = 1e-3
+    #: examples per optimiser step per device
+    batch_size: int = 16
+    #: micro-batches accumulated into one optimiser step
+    gradient_accumulation_steps: int = 1
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    #: longest example in tokens; longer prompts lose their oldest tokens, never the completion
+    max_length: int = 1024
+    #: optimiser name understood by ``transformers`` (``paged_adamw_8bit`` for QLoRA on CUDA)
+    optim: str = "adamw_torch"
+    #: log the loss every this many optimiser steps
+    logging_steps: int = 10
+    #: keep a checkpoint every this many steps (``None``: only the final model)
+    save_steps: int | None = None
+    seed: int = 0
+    #: where to write TensorBoard logs: ``"tensorboard"`` or ``"none"``
+    report_to: str = "tensorboard"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_pretrained(cls, **overrides) -> SFTSettings:
+        """Settings for LoRA on a pretrained model (the TextWorld and OpenSpiel tutorials' scale)."""
+        return cls(**{"epochs": 1.0, "learning_rate": 2e-4, "batch_size": 8, "gradient_accumulation_steps": 8, **overrides})
+
+
+@dataclass
+class SFTResult:
+    output_dir: Path
+    #: ``trainer.state.log_history``: one dict per logging step (loss, learning rate, ...)
+    log_history: list[dict[str, Any]]
+    seconds: float
+    examples: int
+    trained_tokens: int
+
+    @property
+    def losses(self) -> list[tuple[int, float]]:
+        """(step, training loss) pairs, for a loss curve."""
+        return [(row["step"], row["loss"]) for row in self.log_history if "loss" in row]
+
+
+def tokenize_examples(tokenizer, examples: Sequence[dict[str, Any]], max_length: int = 1024):
+    """A ``datasets.Dataset`` of ``input_ids`` and ``labels`` (prompt masked) from prompt/completion rows."""
+    import datasets
+
+    rows = []
+    for example in examples:
+        prompt = render_chat(tokenizer, [{"role": "user", "content": example["prompt"]}])
+        encoded = encode_prompt_completion(tokenizer, prompt, example["completion"], max_length=max_length)
+        rows.append({"input_ids": encoded["input_ids"], "labels": encoded["labels"]})
+    if not rows:
+        raise ValueError("no examples to train on")
+    return datasets.Dataset.from_list(rows)
+
+
+def train_sft(
+    policy: LanguagePolicy,
+    examples: Sequence[dict[str, Any]],
+    settings: SFTSettings = SFTSettings(),
+    *,
+    output_dir: str | Path,
+    resume: bool = False,
+) -> SFTResult:
+    """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``."""
+    from transformers.utils import logging as hf_logging
+    from trl import SFTConfig, SFTTrainer
+
+    output_dir = Path(output_dir)
+    dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
+    trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
+    config = SFTConfig(
+        output_dir=str(output_dir),
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        warmup_steps=settings.warmup_ratio,
+        lr_scheduler_type="cosine",
+        weight_decay=settings.weight_decay,
+        max_length=settings.max_length,
+        optim=settings.optim,
+        logging_steps=settings.logging_steps,
+        save_strategy="steps" if settings.save_steps else "no",
+        save_steps=settings.save_steps or 500,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        report_to=[] if settings.report_to == "none" else [settings.report_to],
+        disable_tqdm=False,
+        dataset_num_proc=None,
+        # mixed precision where the hardware has it; full float32 on CPU (exact, and as fast there)
+        bf16=default_dtype() == torch.bfloat16,
+        use_cpu=device_kind() == "cpu",
+        **settings.extra,
+    )
+    trainer = SFTTrainer(model=policy.model, args=config, train_dataset=dataset, processing_class=policy.tokenizer)
+    start = time.perf_counter()
+    hf_logging.set_verbosity_error()  # the Trainer's informational chatter is not the chapter's point
+    try:
+        trainer.train(resume_from_checkpoint=resume or None)
+    finally:
+        hf_logging.set_verbosity_warning()
+    seconds = time.perf_counter() - start
+    policy.model.eval()
+    trainer.save_model(str(output_dir))
+    policy.tokenizer.save_pretrained(output_dir)
+    result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens))
+    (output_dir / "sft_result.json").write_text(
+        json.dumps(
+            {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
+             "log_history": result.log_history},
+            indent=1,
+        )
+    )
+    return result
