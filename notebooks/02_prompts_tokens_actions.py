@@ -157,7 +157,11 @@ for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(
 
 # %% [markdown]
 # Each board mark is its own token to both tokenizers -- that is why the board is written with
-# spaces between marks. How long are typical prompts? Over 50 expert episodes per game:
+# spaces between marks. One difference is deliberate: the tiny tokenizer has one token per
+# tic-tac-toe move (`x(1,2)`), where the real one spells a move in six. A model trained from scratch
+# learns to pick one of the listed moves far sooner when a move is one token to copy (chapter 4
+# measures it); a pretrained model arrives with that copying skill. How long are typical prompts?
+# Over 50 expert episodes per game:
 
 # %%
 def token_count(tok, text):
@@ -208,7 +212,7 @@ plt.show()
 
 # %%
 for name, tok in [("tiny", tokenizer), ("real", real)]:
-    mismatch = boundary_mismatch(tok, "Your move: ", "x(1,1)")
+    mismatch = boundary_mismatch(tok, "Your command: ", "take knife")
     print(f"{name}: together   {mismatch['together']}\n{name}: separately {mismatch['separately']}\n")
 print("after a chat template's generation prompt:", boundary_mismatch(tokenizer, prompt, completion))
 

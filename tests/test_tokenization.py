@@ -26,14 +26,14 @@ def test_prompt_is_masked_and_completion_ends_with_eos(tiny_policy):
 def test_the_token_boundary_pitfall(tiny_policy):
     tok = tiny_policy.tokenizer
     # Joint tokenisation merges the prompt's trailing space into the completion's first token...
-    mismatch = boundary_mismatch(tok, "Your move: ", "x(1,1)")
+    mismatch = boundary_mismatch(tok, "Your command: ", "take knife")
     assert mismatch is not None and mismatch["together"] != mismatch["separately"]
     # ...which the library avoids: the completion's ids follow the prompt's own ids unchanged.
-    example = encode_prompt_completion(tok, "Your move: ", "x(1,1)", add_eos=False)
-    assert example["input_ids"] == tok("Your move: ")["input_ids"] + tok("x(1,1)")["input_ids"]
+    example = encode_prompt_completion(tok, "Your command: ", "take knife", add_eos=False)
+    assert example["input_ids"] == tok("Your command: ")["input_ids"] + tok("take knife")["input_ids"]
     # A chat prompt ends in a newline after the assistant tag, where the two agree.
     chat_prompt = render_chat(tok, [{"role": "user", "content": "go"}])
-    assert boundary_mismatch(tok, chat_prompt, "x(1,1)") is None
+    assert boundary_mismatch(tok, chat_prompt, "take knife") is None
 
 
 def test_max_length_cuts_the_oldest_prompt_tokens_never_the_completion(tiny_policy):

@@ -21,6 +21,20 @@ DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 @dataclass(frozen=True)
+class GameSettings:
+    """How one game is played, imitated and evaluated at one scale (chapters 3-4)."""
+
+    #: options for ``envs.make`` (the world, the opponent...)
+    env_options: dict = field(default_factory=dict)
+    #: expert episodes (self-play games for tic-tac-toe) turned into SFT examples
+    expert_episodes: int = 100
+    #: overrides of :class:`tutorial_lib.sft.SFTSettings`
+    sft: dict = field(default_factory=dict)
+    #: episodes per evaluation
+    eval_episodes: int = 200
+
+
+@dataclass(frozen=True)
 class Preset:
     """Settings that change with scale. Everything not here is the same at both scales."""
 
@@ -37,6 +51,15 @@ class Preset:
     math_source: str
     #: the CookingWorld world (TextWorldExpress game parameters)
     cookingworld: dict = field(default_factory=dict)
+    #: per-game data, training and evaluation settings
+    games: dict = field(default_factory=dict)
+    #: MCTS self-play settings for tic-tac-toe expert data (``SelfPlayConfig`` fields)
+    selfplay: dict = field(default_factory=dict)
+
+    def game(self, name: str) -> GameSettings:
+        if name not in self.games:
+            raise ValueError(f"preset {self.name!r} has no settings for {name!r}; it has {', '.join(self.games)}")
+        return self.games[name]
 
 
 PRESETS: dict[str, Preset] = {
@@ -48,6 +71,21 @@ PRESETS: dict[str, Preset] = {
         mcts_games=50,
         math_source="generated",
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+        games={
+            "tictactoe": GameSettings(
+                dict(opponent="random", agent_mark="alternate"), 300, dict(epochs=20, learning_rate=3e-3)
+            ),
+            # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.
+            "cookingworld": GameSettings(
+                dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
+                150,
+                dict(epochs=8, learning_rate=3e-3, batch_size=8),
+                100,
+            ),
+            "guess_the_number": GameSettings(dict(preset="easy"), 300, dict(epochs=6, learning_rate=3e-3)),
+            "math": GameSettings(dict(source="generated", level=1), 600, dict(epochs=25, learning_rate=3e-3)),
+        },
+        selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
     ),
     "full": Preset(
         name="full",
@@ -57,6 +95,15 @@ PRESETS: dict[str, Preset] = {
         mcts_games=100,
         math_source="gsm8k",
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+        games={
+            "tictactoe": GameSettings(dict(opponent="random", agent_mark="alternate"), 1000, dict(epochs=1)),
+            "cookingworld": GameSettings(
+                dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2), 900, dict(epochs=1), 200
+            ),
+            "guess_the_number": GameSettings(dict(preset="hard"), 1000, dict(epochs=1)),
+            "math": GameSettings(dict(source="gsm8k"), 7473, dict(epochs=1)),
+        },
+        selfplay=dict(episodes=1000, simulations=1000, epsilon=0.1),
     ),
 }
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -100,7 +101,7 @@ def tokenize_examples(tokenizer, examples: Sequence[dict[str, Any]], max_length:
 def train_sft(
     policy: LanguagePolicy,
     examples: Sequence[dict[str, Any]],
-    settings: SFTSettings = SFTSettings(),
+    settings: SFTSettings | None = None,
     *,
     output_dir: str | Path,
     resume: bool = False,
@@ -109,6 +110,7 @@ def train_sft(
     from transformers.utils import logging as hf_logging
     from trl import SFTConfig, SFTTrainer
 
+    settings = settings or SFTSettings()
     output_dir = Path(output_dir)
     dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
     trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])

@@ -28,9 +28,17 @@ from . import envs
 from .prompts import Turn, build_prompt_text
 
 #: bump when the corpus or the tokenizer recipe changes, so old caches are not reused
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 SPECIAL_TOKENS = {"pad": "<|pad|>", "eos": "<|end|>"}
+
+#: Tic-tac-toe moves as whole tokens. Spelled as digits, ``x(1,2)`` is six tokens and choosing a
+#: legal move means matching two digits against the listed moves, which the tiny model had not
+#: learnt after 3,000 SFT steps (invalid-move rate ~45%). As one token per move, choosing a legal
+#: move is copying one of the listed tokens, learnt in ~2,000 steps (invalid rate 3%). Pretrained
+#: models spell moves as digits and have copying skills from pre-training; a model trained from
+#: scratch needs the help. Chapter 4 measures it.
+MOVE_TOKENS = [f"{mark}({row},{col})" for mark in "xo" for row in range(3) for col in range(3)]
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
 
 #: a minimal chat template: ``<|user|>\n...<|end|>\n<|assistant|>\n...<|end|>\n``
@@ -49,10 +57,12 @@ class TinyConfig:
     #: upper bound on the BPE vocabulary (byte alphabet and special tokens included); training stops
     #: earlier when every word of the corpus is a single token (about 1,200 with the defaults)
     vocab_size: int = 2048
-    hidden_size: int = 128
-    num_layers: int = 4
+    # Small on purpose: on a 2-core CPU a model this size takes ~20 optimiser steps a second, and
+    # steps, not width, were what the games' SFT needed (chapter 4).
+    hidden_size: int = 64
+    num_layers: int = 2
     num_heads: int = 4
-    intermediate_size: int = 512
+    intermediate_size: int = 256
     #: longest sequence the model accepts (prompt + completion)
     max_positions: int = 2048
     #: episodes per game played to make the tokenizer's training text
@@ -125,6 +135,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
         additional_special_tokens=ROLE_TOKENS,
         clean_up_tokenization_spaces=False,
     )
+    tokenizer.add_tokens(MOVE_TOKENS)  # ordinary (not special) tokens: they decode as text
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 

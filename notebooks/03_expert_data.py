@@ -1,0 +1,240 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 3. Expert data
+#
+# Before a policy learns from reward it can learn from demonstrations. This chapter makes the
+# demonstrations for all four games and looks at them closely: how many there are, how long their
+# prompts are, how good the expert is, and what its settings cost.
+#
+# **You will learn**
+# - how MCTS self-play produces tic-tac-toe data with the OpenSpiel tutorial's settings, and how
+#   the number of simulations and the exploration rate epsilon trade data quality for time and
+#   coverage -- measured against a perfect (minimax) labeller;
+# - how the 8 symmetries of the board multiply the distinct examples for free;
+# - how CookingWorld's gold paths (train fold only), GuessTheNumber's binary search and the math
+#   generator's worked answers become prompt/completion examples;
+# - how the data is saved (JSON lines), loaded (`datasets`) and cached for the next chapter.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+import time
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from tutorial_lib.expert_data import (
+    SelfPlayConfig,
+    augment_with_symmetries,
+    load_examples,
+    mcts_selfplay,
+    save_examples,
+    tictactoe_examples,
+)
+from tutorial_lib.models import load_policy
+from tutorial_lib.pipeline import expert_data_path, make_expert_data
+from tutorial_lib.presets import describe, get_preset
+
+preset = get_preset()
+print(describe(preset))
+tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else None
+
+# %% [markdown]
+# ## Tic-tac-toe: MCTS self-play
+#
+# Both players are OpenSpiel's `MCTSBot` with the OpenSpiel tutorial's settings: UCT constant
+# $c = 2\sqrt{2}$, 1000 simulations per move, leaves evaluated by one random rollout. With
+# probability $\epsilon = 0.1$ a uniformly random legal move is *played* instead, so that games
+# visit positions MCTS alone would avoid. The record keeps MCTS's move as the label either way: the
+# data never teaches a random move. Every record is also checked against perfect play.
+
+# %%
+config = SelfPlayConfig(**{**preset.selfplay, "episodes": preset.game("tictactoe").expert_episodes})
+print(config)
+start = time.perf_counter()
+records = mcts_selfplay(config)
+selfplay_seconds = time.perf_counter() - start
+frame = pd.DataFrame(records)
+frame[["episode", "turn", "mark", "action_text", "optimal", "explored"]].head(8)
+
+# %%
+positions = frame.drop_duplicates(["board", "mark"])
+summary = {
+    "games": config.episodes,
+    "moves (records)": len(frame),
+    "distinct positions": len(positions),
+    "MCTS move optimal": f"{frame['optimal'].mean():.1%}",
+    "moves played at random (epsilon)": f"{frame['explored'].mean():.1%}",
+    "seconds per MCTS move": f"{frame['seconds'].mean():.4f}",
+    "total time": f"{selfplay_seconds:.0f} s",
+}
+pd.Series(summary).to_frame("self-play")
+
+# %% [markdown]
+# MCTS with 1000 simulations almost always finds an optimal move. Where does it not? The
+# positions below are the ones it got wrong, with the moves perfect play allows:
+
+# %%
+
+mistakes = frame[~frame["optimal"]].head(3)
+print(f"{(~frame['optimal']).sum()} non-optimal moves out of {len(frame)}")
+for _, row in mistakes.iterrows():
+    print(row["board"], f"\nMCTS played {row['action_text']}")
+
+# %% [markdown]
+# ### What the settings cost: simulations and epsilon
+#
+# More simulations make MCTS stronger and slower. Fewer games' worth of time buys a weaker
+# expert. Here are both, over the same number of games, at each budget:
+
+# %%
+rows = []
+for simulations in [10, 30, 100, 300, 1000]:
+    start = time.perf_counter()
+    sweep = mcts_selfplay(SelfPlayConfig(episodes=30, simulations=simulations, epsilon=0.1, seed=1), progress=False)
+    rows.append(
+        {
+            "simulations": simulations,
+            "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep),
+            "ms per move": 1000 * (time.perf_counter() - start) / len(sweep),
+        }
+    )
+by_simulations = pd.DataFrame(rows).set_index("simulations")
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.plot(by_simulations.index, by_simulations["optimal move rate"], "o-", label="optimal move rate")
+ax.set(xscale="log", xlabel="MCTS simulations per move", ylabel="optimal move rate", ylim=(0, 1.02))
+ax2 = ax.twinx()
+ax2.plot(by_simulations.index, by_simulations["ms per move"], "s--", color="gray", label="ms per move")
+ax2.set(ylabel="ms per move")
+fig.legend(loc="lower right", bbox_to_anchor=(0.88, 0.2), frameon=False)
+ax.set_title("Data quality and cost vs. MCTS simulations (30 games each)")
+plt.show()
+by_simulations.round(3)
+
+# %% [markdown]
+# Epsilon buys coverage: the more random moves are played, the more distinct positions the data
+# contains -- positions a policy will meet when its opponent (or itself) plays badly.
+
+# %%
+rows = []
+for epsilon in [0.0, 0.1, 0.3, 0.5]:
+    sweep = mcts_selfplay(SelfPlayConfig(episodes=60, simulations=100, epsilon=epsilon, seed=2), progress=False)
+    distinct = {(r["board"], r["mark"]) for r in sweep}
+    rows.append({"epsilon": epsilon, "distinct positions": len(distinct), "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep)})
+by_epsilon = pd.DataFrame(rows).set_index("epsilon")
+by_epsilon.round(3)
+
+# %% [markdown]
+# ### Symmetries: eight examples for one
+#
+# Rotating or reflecting the board maps a position and its best move to another position and its
+# best move. Augmenting every record with the 8 symmetries of the square multiplies the distinct
+# (position, move) pairs at no cost -- the same trick AlphaGo Zero used for Go:
+
+# %%
+augmented = augment_with_symmetries(records)
+distinct_pairs = len({(r["board"], r["action_text"]) for r in records})
+print(f"distinct (position, move) pairs: {distinct_pairs} from self-play, {len(augmented)} after augmentation")
+examples = tictactoe_examples(augmented)
+print("\nOne example -- the prompt the policy will see, and the expert's completion:\n")
+print(examples[5]["prompt"])
+print("-->", examples[5]["completion"])
+
+# %% [markdown]
+# ## CookingWorld: gold paths
+#
+# TextWorldExpress computes a *gold path* for every game. Playing it and recording the prompt at
+# each step gives one example per step. Only **train-fold** games are used, so the test fold stays
+# unseen (chapter 4 measures the gap). The prompt lists the actions taken so far and keeps the
+# recipe once the cookbook has been read (chapter 2 explains the template).
+
+# %%
+data = {}
+for game in ["cookingworld", "guess_the_number", "math"]:
+    start = time.perf_counter()
+    data[game] = make_expert_data(game, preset)
+    print(f"{game}: {len(data[game])} examples in {time.perf_counter() - start:.1f} s")
+print("\n" + data["cookingworld"][6]["prompt"])
+print("-->", data["cookingworld"][6]["completion"])
+
+# %%
+actions = Counter(e["completion"].split()[0] for e in data["cookingworld"])
+pd.Series(actions).sort_values().plot.barh(figsize=(6, 3), title="CookingWorld gold actions by verb")
+plt.show()
+
+# %% [markdown]
+# ## GuessTheNumber and math
+#
+# Binary search writes one `\boxed{N}` per turn; the math generator's worked answers end with
+# `#### N`. How long are the prompts and completions of each game, in the tokens of the policy's
+# tokenizer?
+
+# %%
+data["tictactoe"] = examples
+if tokenizer is not None:
+    lengths = {}
+    for game, rows in data.items():
+        prompt_tokens = [len(tokenizer(e["prompt"])["input_ids"]) for e in rows]
+        completion_tokens = [len(tokenizer(e["completion"])["input_ids"]) for e in rows]
+        lengths[game] = {
+            "examples": len(rows),
+            "prompt tokens (mean)": sum(prompt_tokens) / len(rows),
+            "prompt tokens (max)": max(prompt_tokens),
+            "completion tokens (mean)": sum(completion_tokens) / len(rows),
+        }
+    display_frame = pd.DataFrame(lengths).T.round(1)
+else:
+    display_frame = pd.DataFrame({g: {"examples": len(r)} for g, r in data.items()}).T
+display_frame
+
+# %% [markdown]
+# ## Saving, loading, caching
+#
+# Examples are JSON lines; `load_examples` returns a `datasets.Dataset`. The chapter's data is
+# also written to the cache under a key made from its settings, where chapter 4 finds it (and
+# remakes it if it is missing, so every chapter runs on its own).
+
+# %%
+for game, rows in data.items():
+    save_examples(rows, expert_data_path(game, preset))
+dataset = load_examples(expert_data_path("guess_the_number", preset))
+print(dataset)
+dataset.to_pandas().head(3)
+
+# %% [markdown]
+# ## Summary
+# - MCTS self-play with the tutorial's settings labels tic-tac-toe moves almost perfectly; fewer
+#   simulations are faster and worse, and epsilon trades nothing in label quality for coverage.
+# - Symmetry augmentation multiplies the distinct tic-tac-toe examples.
+# - Gold paths, binary search and worked answers give the other games' data, from the same prompt
+#   builder the policy uses when it plays.
+#
+# ## Exercises
+# 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.experts.minimax_move`).
+#    How many labels change at 1000 simulations? At 30?
+# 2. Play 200 self-play games with epsilon 0 and with epsilon 0.5. Which covers more of the 4,520
+#    non-terminal positions of tic-tac-toe?
+# 3. CookingWorld's data uses train-fold games only. Build the same data from test-fold games and
+#    compare the action counts. Would mixing them be a leak? Why?

@@ -1,0 +1,82 @@
+"""The command line: data -> sft -> evaluate, as a GPU user would run it (tiny sizes here)."""
+
+import json
+
+import pytest
+
+from tutorial_lib.__main__ import main
+from tutorial_lib.models import load_policy
+
+from .conftest import SMALL
+
+
+@pytest.fixture(scope="module")
+def small_policy_dir(tiny_cache, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("policy")
+    policy = load_policy("tiny", tiny_config=SMALL)
+    policy.model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    "game, extra, keys",
+    [
+        ("tictactoe", ["--opponent", "minimax"], {"win_rate", "draw_rate", "loss_rate", "invalid_rate"}),
+        ("cookingworld", ["--fold", "test"], {"success_rate", "mean_score", "mean_steps", "invalid_rate"}),
+        ("guess_the_number", [], {"success_rate", "mean_turns", "invalid_rate"}),
+        ("math", [], {"accuracy", "format_accuracy"}),
+    ],
+)
+def test_evaluate_prints_one_json_object_with_the_game_keys(capsys, small_policy_dir, game, extra, keys):
+    code, out, _ = run(capsys, "evaluate", "--game", game, "--policy", str(small_policy_dir), "--episodes", "3",
+                       "--preset", "ci", "--json", *extra)
+    assert code == 0
+    metrics = json.loads(out)
+    assert keys <= set(metrics) and metrics["episodes"] == 3
+    assert 0 <= metrics["invalid_rate"] <= 1 if "invalid_rate" in metrics else True
+
+
+def test_data_writes_loadable_json_lines(capsys, tmp_path):
+    code, out, _ = run(capsys, "data", "--game", "guess_the_number", "--preset", "ci", "--out", str(tmp_path), "--quiet")
+    assert code == 0
+    summary = json.loads(out)
+    lines = (tmp_path / "guess_the_number.jsonl").read_text().splitlines()
+    assert summary["examples"] == len(lines) > 300
+    assert {"prompt", "completion"} <= set(json.loads(lines[0]))
+
+
+def test_sft_from_a_data_file_then_evaluate(capsys, tmp_path, tiny_cache):
+    run(capsys, "data", "--game", "guess_the_number", "--preset", "ci", "--out", str(tmp_path), "--quiet")
+    code, out, _ = run(capsys, "sft", "--game", "guess_the_number", "--preset", "ci", "--out", str(tmp_path / "sft"),
+                       "--data", str(tmp_path / "guess_the_number.jsonl"), "--epochs", "0.05")
+    assert code == 0 and json.loads(out)["examples"] > 300
+    code, out, _ = run(capsys, "evaluate", "--game", "guess_the_number", "--policy", str(tmp_path / "sft"),
+                       "--episodes", "2", "--json")
+    assert code == 0 and "success_rate" in json.loads(out)
+
+
+def test_errors_are_clear_and_do_not_crash(capsys, tmp_path):
+    code, _, err = run(capsys, "sft", "--game", "math", "--preset", "ci", "--out", str(tmp_path), "--data",
+                       str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "no expert data" in err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--game", "chess", "--policy", "tiny"])
+
+
+def test_qlora_on_a_machine_without_cuda_is_a_clear_error(capsys, tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setenv("TUTORIAL_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
+    (tmp_path / "d.jsonl").write_text('{"prompt": "p", "completion": "c"}\n')
+    code, _, err = run(capsys, "sft", "--game", "math", "--preset", "ci", "--out", str(tmp_path / "o"),
+                       "--data", str(tmp_path / "d.jsonl"), "--load-in-4bit")
+    assert code == 2 and "CUDA" in err

@@ -1,0 +1,50 @@
+import json
+
+import pytest
+
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.expert_data import expert_examples
+from tutorial_lib.models import load_policy
+from tutorial_lib.sft import SFTSettings, tokenize_examples, train_sft
+from tutorial_lib.tokenization import IGNORE_INDEX
+
+from .conftest import SMALL
+
+
+@pytest.fixture(scope="module")
+def gtn_examples():
+    return expert_examples("guess_the_number", range(40))
+
+
+def test_tokenized_examples_mask_the_prompt(tiny_policy, gtn_examples):
+    dataset = tokenize_examples(tiny_policy.tokenizer, gtn_examples[:3])
+    for row, example in zip(dataset, gtn_examples[:3]):
+        trained = [t for t in row["labels"] if t != IGNORE_INDEX]
+        assert tiny_policy.tokenizer.decode(trained, skip_special_tokens=True) == example["completion"]
+        assert trained[-1] == tiny_policy.tokenizer.eos_token_id
+
+
+def test_sft_learns_the_answer_format_and_reloads(tiny_cache, gtn_examples, tmp_path):
+    policy = load_policy("tiny", tiny_config=SMALL)
+    before = summarize(run_episodes("guess_the_number", policy, range(16), batch_size=16))
+    settings = SFTSettings(epochs=25, learning_rate=1e-2, batch_size=16, logging_steps=2, report_to="none")
+    result = train_sft(policy, gtn_examples, settings, output_dir=tmp_path / "sft")
+    losses = [loss for _, loss in result.losses]
+    assert losses[-1] < losses[0] / 3
+    after = summarize(run_episodes("guess_the_number", policy, range(16), batch_size=16))
+    assert before["invalid_rate"] > 0.9 and after["invalid_rate"] < before["invalid_rate"]
+    reloaded = load_policy(str(tmp_path / "sft"))
+    prompt = ["<|user|>\nGuess.<|end|>\n<|assistant|>\n"]
+    assert reloaded.generate(prompt, max_new_tokens=6) == policy.generate(prompt, max_new_tokens=6)
+    saved = json.loads((tmp_path / "sft" / "sft_result.json").read_text())
+    assert saved["examples"] == len(gtn_examples) and saved["log_history"]
+
+
+def test_lora_sft_trains_only_adapters(tiny_cache, gtn_examples, tmp_path):
+    policy = load_policy("tiny", tiny_config=SMALL, lora={"r": 4, "lora_alpha": 8})
+    frozen = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
+    train_sft(policy, gtn_examples[:32], SFTSettings(epochs=1, batch_size=8, report_to="none"), output_dir=tmp_path / "lora")
+    assert all((p == frozen[n]).all() for n, p in policy.model.named_parameters() if n in frozen)
+    assert (tmp_path / "lora" / "adapter_config.json").exists()
+    reloaded = load_policy(str(tmp_path / "lora"))
+    assert reloaded.generate(["Guess."], max_new_tokens=3) == policy.generate(["Guess."], max_new_tokens=3)

@@ -1,0 +1,122 @@
+"""Command line for runs outside notebooks (chapters 3-4): the way a GPU user runs ``full``.
+
+    python -m tutorial_lib data     --game tictactoe --preset ci --out runs/data
+    python -m tutorial_lib sft      --game tictactoe --preset ci --out runs/sft-ttt [--data FILE]
+    python -m tutorial_lib evaluate --game tictactoe --policy runs/sft-ttt --opponent random \\
+                                    --episodes 200 --json
+
+``evaluate`` prints one JSON object of metrics (``win_rate``, ``draw_rate``, ``loss_rate``,
+``invalid_rate`` for tic-tac-toe; ``success_rate``, ``mean_score``, ``mean_steps``,
+``invalid_rate`` for CookingWorld; ``success_rate``, ``mean_turns``, ``invalid_rate`` for
+GuessTheNumber; ``accuracy``, ``format_accuracy`` for math).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+from . import envs
+from .presets import SCALES, get_preset
+
+
+def _data(args) -> int:
+    from .expert_data import load_examples, save_examples
+    from .pipeline import make_expert_data
+
+    preset = get_preset(args.preset)
+    examples = make_expert_data(args.game, preset, progress=not args.quiet)
+    path = save_examples(examples, Path(args.out) / f"{args.game}.jsonl")
+    dataset = load_examples(path)
+    print(json.dumps({"path": str(path), "examples": len(dataset), "game": args.game, "preset": preset.name}))
+    return 0
+
+
+def _sft(args) -> int:
+    from .expert_data import load_examples
+    from .models import load_policy
+    from .pipeline import make_expert_data, sft_settings
+    from .sft import train_sft
+
+    preset = get_preset(args.preset)
+    examples = load_examples(args.data).to_list() if args.data else make_expert_data(args.game, preset, progress=not args.quiet)
+    settings = sft_settings(args.game, preset)
+    if args.epochs is not None:
+        settings.epochs = args.epochs
+    policy = load_policy(preset.model, lora=None if preset.model == "tiny" else True, load_in_4bit=args.load_in_4bit)
+    if args.load_in_4bit:
+        settings.optim = "paged_adamw_8bit"
+    # Progress and the Trainer's log lines go to stderr: stdout is the one JSON line below.
+    with contextlib.redirect_stdout(sys.stderr):
+        result = train_sft(policy, examples, settings, output_dir=args.out)
+    losses = result.losses
+    print(json.dumps({"output_dir": str(result.output_dir), "examples": result.examples, "seconds": round(result.seconds, 1),
+                      "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None}))
+    return 0
+
+
+def _evaluate(args) -> int:
+    from .evaluate import run_episodes, summarize
+    from .models import load_policy
+
+    preset = get_preset(args.preset)
+    options = dict(preset.game(args.game).env_options) if args.game in preset.games else {}
+    if args.game == "tictactoe":
+        options["opponent"] = args.opponent
+        options.setdefault("agent_mark", "alternate")
+    if args.game == "cookingworld":
+        options["fold"] = args.fold
+    policy = load_policy(args.policy, sampling=args.sampling, seed=args.seed)
+    episodes = args.episodes or preset.game(args.game).eval_episodes
+    # Test-fold and evaluation seeds start at 0; a different --seed gives other games.
+    records = run_episodes(args.game, policy, range(args.seed, args.seed + episodes), env_options=options,
+                           batch_size=args.batch_size, progress=not args.json)
+    metrics = summarize(records)
+    metrics.update(game=args.game, policy=args.policy, sampling=args.sampling, **({"fold": args.fold} if args.game == "cookingworld" else {}),
+                   **({"opponent": args.opponent} if args.game == "tictactoe" else {}))
+    print(json.dumps(metrics) if args.json else "\n".join(f"{k:>16}: {v}" for k, v in metrics.items()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--game", required=True, choices=envs.GAMES)
+        p.add_argument("--preset", choices=SCALES, default=None, help="ci or full (default: from TUTORIAL_SCALE)")
+
+    data = commands.add_parser("data", help="make expert data (JSON lines)")
+    common(data)
+    data.add_argument("--out", required=True)
+    data.add_argument("--quiet", action="store_true")
+    sft = commands.add_parser("sft", help="supervised fine-tuning on expert data")
+    common(sft)
+    sft.add_argument("--out", required=True)
+    sft.add_argument("--data", help="a JSON-lines file from `data` (made now when omitted)")
+    sft.add_argument("--epochs", type=float)
+    sft.add_argument("--load-in-4bit", action="store_true", help="QLoRA: 4-bit base weights (CUDA only)")
+    sft.add_argument("--quiet", action="store_true")
+    ev = commands.add_parser("evaluate", help="play a policy and print its metrics")
+    common(ev)
+    ev.add_argument("--policy", required=True, help="'tiny', a hub id, or a folder written by `sft`")
+    ev.add_argument("--opponent", choices=["random", "mcts", "minimax"], default="random")
+    ev.add_argument("--episodes", type=int)
+    ev.add_argument("--fold", choices=["train", "dev", "test"], default="test")
+    ev.add_argument("--sampling", choices=["greedy", "standard", "liberal"], default="greedy")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        return {"data": _data, "sft": _sft, "evaluate": _evaluate}[args.command](args)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

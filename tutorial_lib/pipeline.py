@@ -1,0 +1,89 @@
+"""Chapter-to-chapter results, cached by configuration (chapters 3-4 and later).
+
+Colab opens one chapter at a time, so a chapter that needs an earlier chapter's result (the expert
+data of chapter 3, the SFT checkpoint of chapter 4) gets it from here: looked up in the cache
+under a key made from every setting that produced it, and recomputed when the cache has none.
+
+    examples = expert_data("tictactoe", preset)       # chapter 3's data, made or loaded
+    policy = sft_policy("tictactoe", preset)          # chapter 4's checkpoint, trained or loaded
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .expert_data import (
+    SelfPlayConfig,
+    augment_with_symmetries,
+    expert_examples,
+    load_examples,
+    mcts_selfplay,
+    save_examples,
+    tictactoe_examples,
+)
+from .presets import Preset
+from .tiny_model import RECIPE_VERSION, TinyConfig, cache_root
+
+#: bump when expert data or SFT recipes change, so stale cache entries are not reused
+PIPELINE_VERSION = 1
+
+
+def _key(*parts: Any) -> str:
+    blob = json.dumps([PIPELINE_VERSION, RECIPE_VERSION, *parts], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[dict[str, Any]]:
+    """Expert examples for ``game`` at ``preset``'s scale (CookingWorld: train fold only)."""
+    settings = preset.game(game)
+    if game == "tictactoe":
+        config = SelfPlayConfig(**{**preset.selfplay, "episodes": settings.expert_episodes})
+        # every self-play position under the 8 symmetries of the board (chapter 3)
+        return tictactoe_examples(augment_with_symmetries(mcts_selfplay(config, progress=progress)))
+    options = dict(settings.env_options)
+    if game == "cookingworld":
+        options["fold"] = "train"  # never learn from test games
+    return expert_examples(game, range(settings.expert_episodes), env_options=options, progress=progress)
+
+
+def expert_data_path(game: str, preset: Preset) -> Path:
+    settings = preset.game(game)
+    key = _key(game, asdict(settings), preset.selfplay if game == "tictactoe" else None)
+    return cache_root() / "expert_data" / f"{game}-{key}.jsonl"
+
+
+def expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[dict[str, Any]]:
+    """Chapter 3's expert examples for ``game``, from the cache or made now (and cached)."""
+    path = expert_data_path(game, preset)
+    if not path.exists():
+        save_examples(make_expert_data(game, preset, progress=progress), path)
+    return load_examples(path).to_list()
+
+
+def sft_settings(game: str, preset: Preset):
+    from .sft import SFTSettings
+
+    base = SFTSettings() if preset.model == "tiny" else SFTSettings.for_pretrained()
+    return SFTSettings(**{**asdict(base), **preset.game(game).sft})
+
+
+def sft_dir(game: str, preset: Preset) -> Path:
+    key = _key(game, str(expert_data_path(game, preset).name), asdict(sft_settings(game, preset)), preset.model,
+               asdict(TinyConfig()) if preset.model == "tiny" else None)
+    return cache_root() / "sft" / f"{game}-{key}"
+
+
+def sft_policy(game: str, preset: Preset, *, progress: bool = False, **policy_options):
+    """Chapter 4's fine-tuned policy for ``game``, from the cache or trained now (and cached)."""
+    from .models import load_policy
+    from .sft import train_sft
+
+    folder = sft_dir(game, preset)
+    if not (folder / "sft_result.json").exists():
+        policy = load_policy(preset.model, lora=None if preset.model == "tiny" else True)
+        train_sft(policy, expert_data(game, preset, progress=progress), sft_settings(game, preset), output_dir=folder)
+    return load_policy(str(folder), **policy_options)
