@@ -57,3 +57,20 @@ def test_bad_arguments():
         run_episodes("math", RandomPolicy(), range(3), batch_size=0)
     with pytest.raises(ValueError, match="no episodes"):
         summarize([])
+
+
+def test_heavy_games_cap_how_many_copies_run_at_once(monkeypatch):
+    from tutorial_lib import envs
+    from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
+
+    made = []
+    original = envs.make
+
+    def counting_make(name, **options):
+        made.append(name)
+        return original(name, **options)
+
+    monkeypatch.setattr(envs, "make", counting_make)
+    monkeypatch.setattr(GuessTheNumberEnv, "max_parallel", 3)
+    records = run_episodes("guess_the_number", ExpertPolicy(), range(10), batch_size=100)
+    assert len(made) == 3 and len(records) == 10 and all(r.success for r in records)

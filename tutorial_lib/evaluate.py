@@ -82,7 +82,8 @@ def run_episodes(
     seeds = list(seeds)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    pool = [envs.make(game, **(env_options or {})) for _ in range(min(batch_size, len(seeds)))]
+    limit = envs.env_class(game).max_parallel or batch_size
+    pool = [envs.make(game, **(env_options or {})) for _ in range(min(batch_size, limit, len(seeds)))]
     pending = list(enumerate(seeds))[::-1]  # a stack: pop() hands out seeds in order
     live: list[tuple[int, EpisodeState, EpisodeRecord]] = []
     records: list[EpisodeRecord | None] = [None] * len(seeds)

@@ -38,6 +38,9 @@ class TextEnv(abc.ABC):
 
     #: registry name, e.g. ``"tictactoe"``
     name: str = ""
+    #: at most this many copies run side by side in :func:`tutorial_lib.evaluate.run_episodes`
+    #: (``None``: no limit). Games with a heavy process behind each copy set it.
+    max_parallel: int | None = None
 
     def __init__(self) -> None:
         self._done = True

@@ -135,6 +135,9 @@ class CookingWorldEnv(TextEnv):
     """
 
     name = "cookingworld"
+    # Each copy runs its own Java VM (~0.5 s to start, ~100 MB): 16 side by side keeps a batched
+    # language-model rollout fast without filling a laptop's memory.
+    max_parallel = 16
 
     def __init__(
         self,
