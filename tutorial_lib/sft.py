@@ -61,6 +61,8 @@ class SFTSettings:
     seed: int = 0
     #: where to write TensorBoard logs: ``"tensorboard"`` or ``"none"``
     report_to: str = "tensorboard"
+    #: show the Trainer's progress bar (a live table in Jupyter)
+    progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -131,7 +133,7 @@ def train_sft(
         seed=settings.seed,
         data_seed=settings.seed,
         report_to=[] if settings.report_to == "none" else [settings.report_to],
-        disable_tqdm=False,
+        disable_tqdm=not settings.progress,
         dataset_num_proc=None,
         # mixed precision where the hardware has it; full float32 on CPU (exact, and as fast there)
         bf16=default_dtype() == torch.bfloat16,
