@@ -15,6 +15,11 @@ Each module's docstring names the chapter that teaches it:
 ``device``         CUDA / TPU / MPS / CPU in one place (chapter 2)
 ``presets``        the ``ci`` and ``full`` scales (all chapters)
 ``plotting``       the book's charts (all chapters)
+``expert_data``    MCTS self-play, symmetries, expert transcripts (chapter 3)
+``sft``            supervised fine-tuning through TRL (chapter 4)
+``pipeline``       chapter results cached by their settings (chapters 3-4)
+``__main__``       the command line: data, sft, evaluate (chapters 3-4)
+``book``           checks of the book's files and pages (not a chapter)
 =================  ==========================================================
 """
 

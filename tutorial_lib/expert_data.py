@@ -27,7 +27,7 @@ import math
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,3 @@ def load_examples(path: str | Path):
     if not rows:
         raise ValueError(f"{path} holds no examples")
     return datasets.Dataset.from_list(rows)
-
-
-def selfplay_config_dict(config: SelfPlayConfig) -> dict[str, Any]:
-    return asdict(config)
