@@ -19,8 +19,15 @@ Each module's docstring names the chapter that teaches it:
 ``sft``            supervised fine-tuning through TRL (chapter 4)
 ``pipeline``       chapter results cached by their settings (chapters 3-4)
 ``__main__``       the command line: data, sft, evaluate (chapters 3-4)
+``progress``       progress bars for terminals and the built book (all chapters)
 ``book``           checks of the book's files and pages (not a chapter)
 =================  ==========================================================
 """
 
+import warnings as _warnings
+
 __version__ = "0.1.0"
+
+# Libraries we use import ``tqdm.auto``, which warns in Jupyter when ipywidgets is missing and then
+# falls back to text bars -- which is what the book wants. The warning says nothing to the reader.
+_warnings.filterwarnings("ignore", message="IProgress not found")

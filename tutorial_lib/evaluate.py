@@ -15,10 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm import tqdm  # text bars: they render in the static book too
-
 from . import envs
 from .policies import EpisodeState, Policy
+from .progress import progress_bar
 from .prompts import Turn, build_prompt_text
 
 
@@ -87,7 +86,7 @@ def run_episodes(
     pending = list(enumerate(seeds))[::-1]  # a stack: pop() hands out seeds in order
     live: list[tuple[int, EpisodeState, EpisodeRecord]] = []
     records: list[EpisodeRecord | None] = [None] * len(seeds)
-    bar = tqdm(total=len(seeds), desc=progress if isinstance(progress, str) else game, disable=not progress)
+    bar = progress_bar(total=len(seeds), desc=progress if isinstance(progress, str) else game, disable=not progress)
 
     def start(env) -> None:
         index, seed = pending.pop()

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from .evaluate import run_episodes
 from .policies import ExpertPolicy
+from .progress import progress_bar
 from .prompts import Turn, build_prompt_text
 
 
@@ -77,7 +76,7 @@ def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool =
         random_state=np_rng,
     )
     records: list[dict[str, Any]] = []
-    for episode in tqdm(range(config.episodes), desc="MCTS self-play", disable=not progress):
+    for episode in progress_bar(range(config.episodes), desc="MCTS self-play", disable=not progress):
         state = game.new_initial_state()
         turn = 0
         while not state.is_terminal():
