@@ -17,6 +17,7 @@ import torch
 
 from .device import can_load_in_4bit, default_dtype, device_kind, get_device
 from .policies import LanguagePolicy
+from .progress import quiet_transformers
 from .tiny_model import TinyConfig, tiny_model_dir
 
 #: LoRA defaults for ``lora=True``: every linear projection of attention and MLP
@@ -94,21 +95,19 @@ def load_policy(
         if name == "tiny":
             raise ValueError("load_in_4bit applies to pretrained models; the tiny model is small enough")
         possible, why = can_load_in_4bit()
-        if not possible or kind != "cuda":
+        if not possible:
             raise RuntimeError(why)
+        if kind != "cuda":
+            raise RuntimeError(f"load_in_4bit needs the CUDA device; device={kind!r} was asked for")
     torch_device = get_device(kind)
     if name == "tiny":
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
         folder = tiny_model_dir(tiny_config or TinyConfig())
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        hf_logging.disable_progress_bar()  # a 1 MB local load needs no progress bar in every chapter
-        try:
+        with quiet_transformers():  # a 1 MB local load needs no progress bar in every chapter
             # float32 for the tiny model everywhere: it is small, and fp32 keeps CPU runs exact.
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
-        finally:
-            hf_logging.enable_progress_bar()
     else:
         if tiny_config is not None:
             raise ValueError("tiny_config only applies to name='tiny'")

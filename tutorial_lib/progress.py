@@ -8,6 +8,7 @@ one line every 15 seconds.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 from tqdm import tqdm
 
@@ -15,3 +16,23 @@ from tqdm import tqdm
 def progress_bar(iterable=None, **kwargs) -> tqdm:
     kwargs.setdefault("mininterval", 0.1 if sys.stderr.isatty() else 15.0)
     return tqdm(iterable, **kwargs)
+
+
+@contextmanager
+def quiet_transformers(progress_bars: bool = False):
+    """Within the block, transformers logs only errors and (by default) draws no progress bars;
+    the previous settings come back afterwards. For steps that are not the chapter's point (saving
+    a 1 MB model, the Trainer's informational lines)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    if not progress_bars:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -32,6 +32,7 @@ import torch
 
 from .device import default_dtype, device_kind
 from .policies import LanguagePolicy
+from .progress import quiet_transformers
 from .prompts import render_chat
 from .tokenization import IGNORE_INDEX, encode_prompt_completion
 
@@ -49,6 +50,9 @@ class SFTSettings:
     #: micro-batches accumulated into one optimiser step
     gradient_accumulation_steps: int = 1
     warmup_ratio: float = 0.05
+    #: learning-rate schedule after warm-up (a ``transformers`` scheduler name: ``cosine``,
+    #: ``constant``, ``linear``...); other optimiser options go in ``extra`` (e.g. ``adam_beta2``)
+    lr_scheduler: str = "cosine"
     weight_decay: float = 0.0
     #: longest example in tokens; longer prompts lose their oldest tokens, never the completion
     max_length: int = 1024
@@ -109,7 +113,6 @@ def train_sft(
     resume: bool = False,
 ) -> SFTResult:
     """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``."""
-    from transformers.utils import logging as hf_logging
     from trl import SFTConfig, SFTTrainer
 
     settings = settings or SFTSettings()
@@ -123,7 +126,7 @@ def train_sft(
         per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
         warmup_steps=settings.warmup_ratio,
-        lr_scheduler_type="cosine",
+        lr_scheduler_type=settings.lr_scheduler,
         weight_decay=settings.weight_decay,
         max_length=settings.max_length,
         optim=settings.optim,
@@ -142,11 +145,9 @@ def train_sft(
     )
     trainer = SFTTrainer(model=policy.model, args=config, train_dataset=dataset, processing_class=policy.tokenizer)
     start = time.perf_counter()
-    hf_logging.set_verbosity_error()  # the Trainer's informational chatter is not the chapter's point
-    try:
+    # The Trainer's informational lines are not the chapter's point; its own progress bar stays.
+    with quiet_transformers(progress_bars=True):
         trainer.train(resume_from_checkpoint=resume or None)
-    finally:
-        hf_logging.set_verbosity_warning()
     seconds = time.perf_counter() - start
     policy.model.eval()
     trainer.save_model(str(output_dir))

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import envs
+from .progress import quiet_transformers
 from .prompts import Turn, build_prompt_text
 
 #: bump when the corpus or the tokenizer recipe changes, so old caches are not reused
@@ -175,13 +176,8 @@ def tiny_model_dir(config: TinyConfig = TinyConfig(), *, rebuild: bool = False) 
     model = build_model(tokenizer, config)
     # Write to a temporary folder and rename, so an interrupted build never leaves half a cache.
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-"))
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    try:
+    with quiet_transformers():
         model.save_pretrained(staging)
-    finally:
-        hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(staging)
     (staging / "tiny_config.json").write_text(json.dumps(asdict(config), indent=2))
     if rebuild and target.exists():
