@@ -52,9 +52,29 @@ def test_unparseable_output_is_counted_never_raised():
         assert metrics["invalid_rate"] == 1.0, game
 
 
+def test_a_turn_budget_stops_new_episodes_and_lets_running_ones_finish():
+    records = run_episodes("guess_the_number", ExpertPolicy(), range(100), batch_size=4, turn_budget=10)
+    turns = sum(r.length for r in records)
+    assert [r.seed for r in records] == list(range(len(records)))
+    assert all(r.terminated or r.truncated for r in records)
+    # at least the budget; beyond it only what the four games running at that point still played
+    assert 10 <= turns < 10 + 4 * 4 and len(records) < 100
+
+
+def test_records_keep_samples_only_from_policies_that_give_them(tiny_policy):
+    records = run_episodes("tictactoe", tiny_policy, range(2))
+    assert all(len(r.samples) == r.length and r.samples[0].action_ids for r in records)
+    assert [r.samples[i].text for r in records for i in range(r.length)] == [
+        t.action for r in records for t in r.turns[:-1]
+    ]
+    assert run_episodes("tictactoe", ExpertPolicy(), range(2))[0].samples == []
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="batch_size"):
         run_episodes("math", RandomPolicy(), range(3), batch_size=0)
+    with pytest.raises(ValueError, match="turn_budget"):
+        run_episodes("math", RandomPolicy(), range(3), turn_budget=0)
     with pytest.raises(ValueError, match="no episodes"):
         summarize([])
 

@@ -5,7 +5,10 @@
 
 Up to ``batch_size`` games run side by side; each turn the policy is asked once for the actions of
 every live game (so a language model makes one batched ``generate`` call per turn), then every
-game steps. Finished games are refilled with the next seed until all seeds are played.
+game steps. Finished games are refilled with the next seed until all seeds are played (or, with a
+``turn_budget``, until enough turns are played). When the policy offers ``act_samples`` (language
+policies do), each record also keeps the sampler's token ids and log-probs of every turn: the
+rollouts of the RL chapters (:mod:`tutorial_lib.rollout`) are these same episodes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import envs
-from .policies import EpisodeState, Policy
+from .policies import EpisodeState, Policy, Sample
 from .progress import progress_bar
 from .prompts import Turn, build_prompt_text
 
@@ -36,6 +39,9 @@ class EpisodeRecord:
     terminated: bool = False
     truncated: bool = False
     final_info: dict[str, Any] = field(default_factory=dict)
+    #: what the sampler produced at each turn (token ids, log-probs), when the policy offers
+    #: ``act_samples``; empty otherwise
+    samples: list[Sample] = field(default_factory=list, repr=False)
 
     @property
     def episode_return(self) -> float:
@@ -75,17 +81,26 @@ def run_episodes(
     *,
     env_options: dict[str, Any] | None = None,
     batch_size: int = 16,
+    turn_budget: int | None = None,
     progress: bool | str = False,
 ) -> list[EpisodeRecord]:
-    """Play one episode per seed with ``policy``; returns the records in seed order."""
+    """Play one episode per seed with ``policy``; returns the records in seed order.
+
+    With ``turn_budget``, no new episode starts once that many turns have been played; the running
+    ones finish (an RL batch wants whole episodes), so the records hold at least that many turns
+    unless the seeds run out, and seeds never started have no record.
+    """
     seeds = list(seeds)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if turn_budget is not None and turn_budget < 1:
+        raise ValueError(f"turn_budget must be at least 1, got {turn_budget}")
     limit = envs.env_class(game).max_parallel or batch_size
     pool = [envs.make(game, **(env_options or {})) for _ in range(min(batch_size, limit, len(seeds)))]
     pending = list(enumerate(seeds))[::-1]  # a stack: pop() hands out seeds in order
     live: list[tuple[int, EpisodeState, EpisodeRecord]] = []
     records: list[EpisodeRecord | None] = [None] * len(seeds)
+    turns_played = 0
     bar = progress_bar(total=len(seeds), desc=progress if isinstance(progress, str) else game, disable=not progress)
 
     def start(env) -> None:
@@ -98,11 +113,14 @@ def run_episodes(
         for env in pool:
             start(env)
         while live:
-            actions = policy.act([state for _, state, _ in live])
+            actions, samples = _act(policy, [state for _, state, _ in live])
             if len(actions) != len(live):
                 raise RuntimeError(f"policy returned {len(actions)} actions for {len(live)} games")
+            turns_played += len(live)
             next_live, free_envs = [], []
-            for (index, state, record), action in zip(live, actions):
+            for (index, state, record), action, sample in zip(live, actions, samples):
+                if sample is not None:
+                    record.samples.append(sample)
                 state.turns[-1].action = action
                 observation, reward, terminated, truncated, info = state.env.step(action)
                 record.rewards.append(reward)
@@ -117,13 +135,22 @@ def run_episodes(
                     next_live.append((index, state, record))
             live = next_live
             for env in free_envs:
-                if pending:
+                if pending and (turn_budget is None or turns_played < turn_budget):
                     start(env)
     finally:
         bar.close()
         for env in pool:
             env.close()
-    return records  # type: ignore[return-value]
+    return [r for r in records if r is not None]  # seeds are started in order: a prefix
+
+
+def _act(policy: Policy, states: list[EpisodeState]) -> tuple[list[str], list[Sample | None]]:
+    """The policy's actions, with the sampler's record of each when the policy can give one."""
+    act_samples = getattr(policy, "act_samples", None)
+    if act_samples is None:
+        return policy.act(states), [None] * len(states)
+    samples = act_samples(states)
+    return [s.text for s in samples], samples
 
 
 def steps_per_second(game: str, *, steps: int = 2000, env_options: dict[str, Any] | None = None, seed: int = 0) -> float:

@@ -51,6 +51,12 @@ class SelfPlayConfig:
     epsilon: float = 0.1
     #: random rollouts per leaf evaluation
     rollouts: int = 1
+    #: who MCTS plays: ``"self"`` (self-play, the tutorial's choice: both sides' moves are records)
+    #: or ``"random"`` (MCTS plays x in even games and o in odd ones against uniformly random
+    #: moves; only MCTS's moves are records). Self-play visits the positions two strong players
+    #: reach, which a weak opponent rarely leads to; games against a random player visit the
+    #: positions an evaluation against it will show (threats to block, wins to take).
+    opponent: str = "self"
     seed: int = 0
 
 
@@ -65,6 +71,8 @@ def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool =
 
     if config.episodes < 1 or config.simulations < 1 or not 0 <= config.epsilon <= 1:
         raise ValueError(f"need episodes >= 1, simulations >= 1 and 0 <= epsilon <= 1; got {config}")
+    if config.opponent not in ("self", "random"):
+        raise ValueError(f"opponent must be 'self' or 'random'; got {config.opponent!r}")
     game = pyspiel.load_game("tic_tac_toe")
     np_rng = np.random.RandomState(config.seed)
     rng = random.Random(config.seed)
@@ -76,12 +84,17 @@ def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool =
         random_state=np_rng,
     )
     records: list[dict[str, Any]] = []
-    for episode in progress_bar(range(config.episodes), desc="MCTS self-play", disable=not progress):
+    desc = "MCTS self-play" if config.opponent == "self" else "MCTS vs random"
+    for episode in progress_bar(range(config.episodes), desc=desc, disable=not progress):
         state = game.new_initial_state()
         turn = 0
         while not state.is_terminal():
             player = state.current_player()
             legal = state.legal_actions()
+            if config.opponent == "random" and player != episode % 2:
+                state.apply_action(rng.choice(legal))  # the random opponent's move: not a record
+                turn += 1
+                continue
             start = time.perf_counter()
             action = bot.step(state)
             seconds = time.perf_counter() - start

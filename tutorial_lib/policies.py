@@ -1,11 +1,14 @@
 """Policies: anything that turns a batch of game states into a batch of action texts (chapters 1-2).
 
     actions = policy.act(episodes)      # one action text per live episode
+    samples = policy.act_samples(episodes)  # language policies: texts with token ids and log-probs
 
 A :class:`LanguagePolicy` builds each episode's prompt, renders it with the tokenizer's chat
 template and makes ONE batched ``generate`` call for the whole batch. The baselines --
-:class:`RandomPolicy` and :class:`ExpertPolicy` -- implement the same method, so the evaluation
-harness treats every policy alike.
+:class:`RandomPolicy` and :class:`ExpertPolicy` -- implement ``act`` too, so the evaluation
+harness treats every policy alike. For RL (chapter 5), :meth:`LanguagePolicy.sample` also returns
+what the sampler saw and drew: the prompt's and the action's token ids, and each action token's
+log-probability under the distribution it was drawn from (see :class:`Sample`).
 """
 
 from __future__ import annotations
@@ -21,11 +24,16 @@ from .envs.base import TextEnv
 from .prompts import Turn, build_messages, render_chat
 from .tokenization import left_padded_batch
 
-#: sampling presets of the GSM8K PPO tutorial
+#: sampling presets of the GSM8K PPO tutorial, and ``rl``: plain sampling from the model, so that
+#: the sampler IS the policy being trained. Every knob is set explicitly because ``generate`` falls
+#: back on the checkpoint's generation config and then on library defaults for what a preset
+#: leaves out: top_k=50 by default, and Qwen2.5-Instruct checkpoints ship top_k=20, top_p=0.8 and a
+#: repetition penalty above 1, each of which would make the sampler differ from the policy.
 SAMPLING: dict[str, dict[str, Any]] = {
     "greedy": dict(do_sample=False),
     "standard": dict(do_sample=True, temperature=0.7, top_k=50, top_p=0.95),
     "liberal": dict(do_sample=True, temperature=0.85, top_k=2000, top_p=1.0),
+    "rl": dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0),
 }
 
 #: how many tokens an action may take, per game (math needs room for its working)
@@ -45,6 +53,36 @@ class EpisodeState:
     def info(self) -> dict[str, Any]:
         """The game's latest ``info`` (valid actions, invalid flag...)."""
         return self.turns[-1].info if self.turns else {}
+
+
+@dataclass
+class Sample:
+    """One completion as the sampler produced it: what an RL update trains on.
+
+    ``logprobs[i]`` is the log-probability of ``action_ids[i]`` under the distribution it was
+    actually drawn from: ``generate``'s *scores*, i.e. the model's logits after every logits
+    processor (temperature, top-k, top-p, repetition penalty...). That is the sampler's
+    probability, the denominator of the importance ratio pi_theta(a) / pi_sampler(a).
+
+    * With the ``rl`` preset no processor changes the logits, so these are exactly
+      ``log_softmax(logits)`` of the model: what the trainer recomputes
+      (:func:`tutorial_lib.rollout.action_logprobs`), equal up to float rounding.
+    * With top-k / top-p the sampler renormalises over the kept tokens, so each recorded
+      log-prob is *higher* than the trainer's ``log_softmax(logits / T)``. We record the sampler's
+      value on purpose: the ratio then sees the truncation as the off-policy effect it is
+      (ratio < 1 at unchanged weights), instead of hiding it.
+    * Greedy decoding draws nothing and applies no temperature, top-k or top-p: the values are the
+      model's log-probs at temperature 1.
+    """
+
+    #: the decoded action, special tokens dropped (what the game receives)
+    text: str
+    #: the prompt's token ids, without padding
+    prompt_ids: list[int]
+    #: the generated ids up to and including the first end-of-sequence token (none after it)
+    action_ids: list[int]
+    #: one log-probability per action token (see above)
+    logprobs: list[float]
 
 
 class Policy(Protocol):
@@ -105,10 +143,10 @@ class LanguagePolicy:
         return render_chat(self.tokenizer, messages)
 
     @torch.no_grad()
-    def generate(
+    def sample(
         self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | None = None
-    ) -> list[str]:
-        """Complete every prompt with ONE batched ``generate`` call; returns the new text only."""
+    ) -> list[Sample]:
+        """Complete every prompt with ONE batched ``generate`` call; token ids and log-probs included."""
         preset = SAMPLING[sampling or self.sampling]
         batch = left_padded_batch(self.tokenizer, prompts, self.device)
         if self.seed is not None and preset["do_sample"]:
@@ -116,21 +154,64 @@ class LanguagePolicy:
             self.seed += 1  # a fresh but reproducible stream for the next call
         was_training = self.model.training
         self.model.eval()
-        output = self.model.generate(
-            **batch,
-            **preset,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.tokenizer.eos_token_id,
-        )
-        self.model.train(was_training)
+        try:
+            # output_scores keeps one (batch, vocab) float32 tensor per new token until generate
+            # returns: 32 x 16 x 150k x 4 B = 300 MB for a Qwen-sized vocabulary. Actions are short.
+            output = self.model.generate(
+                **batch,
+                **preset,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+                return_dict_in_generate=True,
+                output_scores=True,
+            )
+        finally:
+            self.model.train(was_training)
         # With left padding every prompt ends at the same column, so new tokens start there.
-        new_tokens = output[:, batch["input_ids"].shape[1] :]
-        return self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        new_tokens = output.sequences[:, batch["input_ids"].shape[1] :]
+        logprobs = _chosen_logprobs(output.scores, new_tokens)
+        new_tokens, batch = new_tokens.cpu(), batch.to("cpu")  # one transfer, not one per row
+        lengths = _action_lengths(new_tokens, self.tokenizer.eos_token_id)
+        action_ids = [row[:n].tolist() for row, n in zip(new_tokens, lengths)]
+        texts = self.tokenizer.batch_decode(action_ids, skip_special_tokens=True)
+        prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+        return [
+            Sample(text, prompt, action, row[:n].tolist())
+            for text, prompt, action, row, n in zip(texts, prompt_ids, action_ids, logprobs, lengths)
+        ]
 
-    def act(self, episodes: Sequence[EpisodeState]) -> list[str]:
+    def generate(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | None = None
+    ) -> list[str]:
+        """Complete every prompt with ONE batched ``generate`` call; returns the new text only."""
+        return [s.text for s in self.sample(prompts, max_new_tokens=max_new_tokens, sampling=sampling)]
+
+    def act_samples(self, episodes: Sequence[EpisodeState], *, sampling: str | None = None) -> list[Sample]:
+        """One :class:`Sample` per live episode, from one batched ``generate`` call."""
         if not episodes:
             return []
-        games = {e.game for e in episodes}
-        max_new = max(MAX_NEW_TOKENS.get(g, 32) for g in games)
-        return self.generate([self.prompt(e) for e in episodes], max_new_tokens=max_new)
+        max_new = max(MAX_NEW_TOKENS.get(e.game, 32) for e in episodes)
+        return self.sample([self.prompt(e) for e in episodes], max_new_tokens=max_new, sampling=sampling)
+
+    def act(self, episodes: Sequence[EpisodeState]) -> list[str]:
+        return [s.text for s in self.act_samples(episodes)]
+
+
+def _chosen_logprobs(scores: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+    """(batch, new tokens) log-probabilities of ``tokens`` under the per-step ``scores``."""
+    return torch.stack(
+        [step.float().log_softmax(-1).gather(1, tokens[:, i : i + 1])[:, 0] for i, step in enumerate(scores)],
+        dim=1,
+    ).cpu()
+
+
+def _action_lengths(tokens: torch.Tensor, eos_token_id: int) -> list[int]:
+    """Per row: tokens up to and including the first end-of-sequence token (all if there is none).
+
+    After a row's end of sequence ``generate`` pads it (with ``pad_token_id``, which may equal the
+    eos id) while longer rows go on; those pads were never sampled and belong to no action.
+    """
+    is_eos = tokens == eos_token_id
+    first = is_eos.int().argmax(dim=1)  # index of the first eos (0 when there is none)
+    return torch.where(is_eos.any(dim=1), first + 1, tokens.shape[1]).tolist()

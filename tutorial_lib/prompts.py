@@ -61,10 +61,13 @@ class PromptSpec:
     action_history: int = 0
     #: the latest past observation starting with this text is kept in the prompt ("Remembered:")
     remember_prefix: str | None = None
+    #: list the valid actions *before* the current observation, so the observation ends the prompt
+    #: at a fixed distance from the answer (see ``PROMPT_SPECS["tictactoe"]``)
+    actions_first: bool = False
 
 
 PROMPT_SPECS: dict[str, PromptSpec] = {
-    "tictactoe": PromptSpec(0, True, "Answer as <move>mark(row,col)</move>."),
+    "tictactoe": PromptSpec(0, True, "Answer as <move>mark(row,col)</move>.", actions_first=True),
     "cookingworld": PromptSpec(
         history_window=0,
         list_valid_actions=True,
@@ -117,10 +120,10 @@ def build_prompt_text(
             lines.append(turn.observation.strip())
             lines.append(f"> {(turn.action or '').strip()}")
         parts.append("\n".join(lines))
-    parts.append(f"Now:\n{current.observation.strip()}" if recent else current.observation.strip())
+    observation = f"Now:\n{current.observation.strip()}" if recent else current.observation.strip()
     valid = (current.info if info is None else info).get("valid_actions")
-    if spec.list_valid_actions and valid:
-        parts.append("Valid actions: " + " | ".join(valid))
+    listed = ["Valid actions: " + " | ".join(valid)] if spec.list_valid_actions and valid else []
+    parts.extend(listed + [observation] if spec.actions_first else [observation] + listed)
     parts.append(spec.answer_format)
     return "\n\n".join(parts)
 

@@ -54,6 +54,10 @@ class SFTSettings:
     #: ``constant``, ``linear``...); other optimiser options go in ``extra`` (e.g. ``adam_beta2``)
     lr_scheduler: str = "cosine"
     weight_decay: float = 0.0
+    #: recompute activations in the backward pass instead of storing them: saves GPU memory on a
+    #: real model, but on the tiny model it only costs time (TRL turns it on by default; ~30% of a
+    #: CPU step measured at ci)
+    gradient_checkpointing: bool = False
     #: longest example in tokens; longer prompts lose their oldest tokens, never the completion
     max_length: int = 1024
     #: optimiser name understood by ``transformers`` (``paged_adamw_8bit`` for QLoRA on CUDA)
@@ -72,7 +76,8 @@ class SFTSettings:
     @classmethod
     def for_pretrained(cls, **overrides) -> SFTSettings:
         """Settings for LoRA on a pretrained model (the TextWorld and OpenSpiel tutorials' scale)."""
-        return cls(**{"epochs": 1.0, "learning_rate": 2e-4, "batch_size": 8, "gradient_accumulation_steps": 8, **overrides})
+        return cls(**{"epochs": 1.0, "learning_rate": 2e-4, "batch_size": 8, "gradient_accumulation_steps": 8,
+                      "gradient_checkpointing": True, **overrides})
 
 
 @dataclass
@@ -104,6 +109,49 @@ def tokenize_examples(tokenizer, examples: Sequence[dict[str, Any]], max_length:
     return datasets.Dataset.from_list(rows)
 
 
+def completion_logits(model, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token logits at the labelled (completion) positions only, and their target ids.
+
+    A causal LM's forward computes logits for every position, but SFT on an action uses only the
+    few positions of the completion (tic-tac-toe: 4 of ~120). The output layer is then most of the
+    work for a small model (vocabulary x hidden size per position), so the transformer body runs
+    on the whole sequence and the output layer only where there is a label. Same loss, same
+    gradients, ~2x faster steps for the tiny model on a CPU.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under PEFT's wrapper
+    body_inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "position_ids")}
+    hidden = base.model(**body_inputs, use_cache=False).last_hidden_state
+    targets = inputs["labels"][:, 1:]
+    keep = targets != IGNORE_INDEX  # position t predicts token t+1
+    logits = base.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    return logits, targets[keep]
+
+
+def _completion_only_trainer():
+    """``SFTTrainer`` with its loss computed by :func:`completion_logits` (its logging kept)."""
+    from trl import SFTTrainer
+
+    class CompletionOnlySFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            logits, targets = completion_logits(model, inputs)
+            total = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+            count = targets.numel() if num_items_in_batch is None else num_items_in_batch
+            loss = total / torch.as_tensor(count, device=total.device).clamp(min=1)
+            with torch.no_grad():  # the same training metrics SFTTrainer logs
+                mode = "train" if model.training else "eval"
+                logp = torch.log_softmax(logits, dim=-1)
+                n = max(targets.numel(), 1)
+                self._metrics[mode]["entropy"].append(float(-(logp.exp() * logp).sum(-1).sum() / n))
+                self._metrics[mode]["mean_token_accuracy"].append(float((logits.argmax(-1) == targets).sum() / n))
+                if mode == "train":
+                    mask = inputs.get("attention_mask")
+                    self._total_train_tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()
+                    self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return (loss, {"logits": logits}) if return_outputs else loss
+
+    return CompletionOnlySFTTrainer
+
+
 def train_sft(
     policy: LanguagePolicy,
     examples: Sequence[dict[str, Any]],
@@ -113,7 +161,7 @@ def train_sft(
     resume: bool = False,
 ) -> SFTResult:
     """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``."""
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     settings = settings or SFTSettings()
     output_dir = Path(output_dir)
@@ -128,6 +176,7 @@ def train_sft(
         warmup_steps=settings.warmup_ratio,
         lr_scheduler_type=settings.lr_scheduler,
         weight_decay=settings.weight_decay,
+        gradient_checkpointing=settings.gradient_checkpointing,
         max_length=settings.max_length,
         optim=settings.optim,
         logging_steps=settings.logging_steps,
@@ -143,7 +192,7 @@ def train_sft(
         use_cpu=device_kind() == "cpu",
         **settings.extra,
     )
-    trainer = SFTTrainer(model=policy.model, args=config, train_dataset=dataset, processing_class=policy.tokenizer)
+    trainer = _completion_only_trainer()(model=policy.model, args=config, train_dataset=dataset, processing_class=policy.tokenizer)
     start = time.perf_counter()
     # The Trainer's informational lines are not the chapter's point; its own progress bar stays.
     with quiet_transformers(progress_bars=True):

@@ -1,0 +1,108 @@
+"""Rollout throughput: batched collection over N games against one game at a time (chapter 5).
+
+    python benchmarks/rollout_throughput.py [--game tictactoe] [--episodes 96] [--model tiny] [--envs 1 8 32]
+
+The baseline is the TextWorld tutorial's loop: one episode at a time, one ``generate`` call per
+turn with a batch of one. Against it, :func:`tutorial_lib.rollout.collect` with N games side by
+side (one ``generate`` per turn over all live games). Same model, same seeds, same sampling
+preset (``rl``), in the same run, after a warm-up call. The settings take turns for ``--repeats``
+rounds and each keeps its fastest round, so that a burst of load from other jobs on a shared
+machine does not land on one setting only. Prints turns/s and generated tokens/s, their ratios to
+the baseline, and a JSON line with the same numbers.
+"""
+
+import argparse
+import json
+import time
+
+import torch
+
+from tutorial_lib import envs
+from tutorial_lib.models import load_policy
+from tutorial_lib.policies import EpisodeState
+from tutorial_lib.prompts import Turn
+from tutorial_lib.rollout import collect
+
+
+def one_at_a_time(policy, game: str, seeds: range) -> dict[str, float]:
+    """The tutorial's loop: play each episode to its end before starting the next."""
+    env = envs.make(game)
+    turns = tokens = 0
+    start = time.perf_counter()
+    try:
+        for seed in seeds:
+            observation, info = env.reset(seed=seed)
+            state = EpisodeState(game, env, [Turn(observation, info=info)])
+            while not env.done:
+                [sample] = policy.act_samples([state], sampling="rl")
+                state.turns[-1].action = sample.text
+                observation, _, _, _, info = env.step(sample.text)
+                state.turns.append(Turn(observation, info=info))
+                turns, tokens = turns + 1, tokens + len(sample.action_ids)
+    finally:
+        env.close()
+    return _speeds(turns, tokens, time.perf_counter() - start)
+
+
+def batched(policy, game: str, seeds: range, num_envs: int) -> dict[str, float]:
+    rollout = collect(policy, game, seeds, num_envs=num_envs, sampling="rl")
+    summary = rollout.summary()
+    return _speeds(summary["turns"], summary["action_tokens"], rollout.seconds)
+
+
+def _speeds(turns: int, tokens: int, seconds: float) -> dict[str, float]:
+    return {
+        "turns": turns,
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "turns_per_s": round(turns / seconds, 2),
+        "tokens_per_s": round(tokens / seconds, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--game", default="tictactoe", choices=sorted(envs.GAMES))
+    parser.add_argument("--episodes", type=int, default=96)
+    parser.add_argument("--model", default="tiny", help="'tiny' or a Hugging Face Hub id")
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 32], help="games side by side")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; each setting keeps its fastest")
+    parser.add_argument("--device", default=None, help="cuda, xla, mps or cpu (default: the best one present)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads:
+        # on a CPU shared with other jobs, fewer threads than cores avoids stalls that swamp the timings
+        torch.set_num_threads(args.threads)
+
+    policy = load_policy(args.model, device=args.device, seed=0)
+    policy.sample(["warm-up"], max_new_tokens=4, sampling="rl")  # first-call costs out of the timings
+    seeds = range(args.episodes)
+    settings = {"one at a time": lambda: one_at_a_time(policy, args.game, seeds)}
+    for n in args.envs:
+        settings[f"batched N={n}"] = lambda n=n: batched(policy, args.game, seeds, n)
+    rows: dict[str, dict[str, float]] = {}
+    for _ in range(args.repeats):
+        for name, run in settings.items():
+            result = run()
+            if name not in rows or result["turns_per_s"] > rows[name]["turns_per_s"]:
+                rows[name] = result
+    base = rows["one at a time"]
+    for row in rows.values():
+        row["x_turns_per_s"] = round(row["turns_per_s"] / base["turns_per_s"], 2)
+        row["x_tokens_per_s"] = round(row["tokens_per_s"] / base["tokens_per_s"], 2)
+
+    print(f"{args.game}, {args.episodes} episodes, model {args.model} on {policy.device}, "
+          f"{torch.get_num_threads()} CPU threads, best of {args.repeats}")
+    print(f"{'':16} {'turns':>6} {'tokens':>7} {'s':>7} {'turns/s':>8} {'tokens/s':>9} {'x turns/s':>10} {'x tokens/s':>11}")
+    for name, r in rows.items():
+        print(
+            f"{name:16} {r['turns']:6} {r['tokens']:7} {r['seconds']:7.2f} {r['turns_per_s']:8.1f} "
+            f"{r['tokens_per_s']:9.0f} {r['x_turns_per_s']:10.1f} {r['x_tokens_per_s']:11.1f}"
+        )
+    print(json.dumps({"game": args.game, "episodes": args.episodes, "model": args.model,
+                      "device": str(policy.device), "threads": torch.get_num_threads(), "repeats": args.repeats,
+                      "results": rows}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""REINFORCE with ReBN: the update, its metrics, checkpoints and resume (chapter 5)."""
+
+import csv
+
+import pytest
+import torch
+
+from tutorial_lib.advantages import rebn
+from tutorial_lib.models import load_policy
+from tutorial_lib.reinforce import RLSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.rollout import collect
+from tutorial_lib.tracking import MetricsLog, load_checkpoint, save_checkpoint
+
+from .conftest import SMALL
+
+TTT = dict(opponent="random", agent_mark="alternate")
+
+
+def small_settings(**overrides):
+    return RLSettings(**{"iterations": 4, "turns_per_iteration": 12, "num_envs": 4, "minibatch_turns": 5,
+                         "learning_rate": 1e-2, "save_every": 2, "env_options": TTT, **overrides})
+
+
+def fresh_policy(tiny_cache):
+    return load_policy("tiny", tiny_config=SMALL)
+
+
+def weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_settings_reject_bad_values():
+    with pytest.raises(ValueError, match="normalise"):
+        RLSettings(normalise="batch")
+    with pytest.raises(ValueError, match="gamma"):
+        RLSettings(gamma=1.5)
+    with pytest.raises(ValueError, match="iterations"):
+        RLSettings(iterations=0)
+
+
+def test_turn_advantages_are_rebn_of_discounted_returns(tiny_cache):
+    policy = fresh_policy(tiny_cache)
+    rollout = collect(policy, "tictactoe", range(6), num_envs=3)
+    gamma = 0.5
+    expected_returns = []
+    for record in rollout.records:
+        g, returns = 0.0, []
+        for reward in reversed(record.rewards):
+            g = reward + gamma * g
+            returns.append(g)
+        expected_returns.append(returns[::-1])
+    flat = [g for ep in rebn(expected_returns) for g in ep]
+    assert turn_advantages(rollout, gamma, "rebn") == pytest.approx(flat)
+    raw = turn_advantages(rollout, gamma, "none")
+    assert raw == pytest.approx([g for ep in expected_returns for g in ep])
+    assert len(raw) == len(rollout.turns)
+
+
+def test_update_raises_the_log_prob_of_positive_advantage_actions(tiny_cache):
+    policy = fresh_policy(tiny_cache)
+    rollout = collect(policy, "tictactoe", range(4), num_envs=4)
+    turns = rollout.turns[:4]
+    advantages = [1.0, -1.0, 1.0, -1.0]
+    settings = small_settings(learning_rate=1e-2)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2, betas=(0.9, 0.95))
+    from tutorial_lib.rollout import action_logprobs, collate_turns
+
+    def turn_logprob():
+        with torch.no_grad():
+            batch = collate_turns(turns, policy.tokenizer.pad_token_id)
+            return action_logprobs(policy.model, batch).logprobs.sum(-1)
+
+    before = turn_logprob()
+    metrics = reinforce_step(policy.model, optimizer, turns, advantages, settings, policy.tokenizer.pad_token_id)
+    after = turn_logprob()
+    change = after - before
+    assert change[0] > 0 and change[2] > 0
+    assert change[1] < 0 and change[3] < 0
+    # sampling and scoring used the same weights: the ratio is 1 and both KL estimates ~0
+    assert metrics["mean_ratio"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(metrics["kl_k1"]) < 1e-4 and 0 <= metrics["kl_k3"] < 1e-6
+    assert metrics["entropy"] > 0 and metrics["skipped_step"] == 0
+
+
+def test_prompt_tokens_get_no_gradient_through_the_loss(tiny_cache):
+    """Only action tokens carry the advantage: changing a prompt's *labels* cannot matter, but a
+    zero advantage everywhere must give a zero gradient."""
+    policy = fresh_policy(tiny_cache)
+    turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
+    optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)
+    reinforce_step(policy.model, optimizer, turns, [0.0, 0.0], small_settings(), policy.tokenizer.pad_token_id)
+    grads = [p.grad for p in policy.model.parameters() if p.grad is not None]
+    assert all(float(g.abs().max()) == 0.0 for g in grads)
+
+
+def test_a_non_finite_gradient_is_skipped_not_applied(tiny_cache):
+    policy = fresh_policy(tiny_cache)
+    turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
+    before = weights(policy.model)
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
+    metrics = reinforce_step(policy.model, optimizer, turns, [float("inf"), 1.0], small_settings(),
+                             policy.tokenizer.pad_token_id)
+    assert metrics["skipped_step"] == 1.0
+    after = weights(policy.model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_train_logs_every_iteration_to_csv_and_tensorboard(tiny_cache, tmp_path):
+    policy = fresh_policy(tiny_cache)
+    result = train_reinforce(policy, "tictactoe", small_settings(iterations=2), out_dir=tmp_path, progress=False)
+    assert [row["step"] for row in result.history] == [1, 2]
+    for key in ("mean_return", "turns_per_episode", "action_tokens", "entropy", "kl_k1", "kl_k3", "success_rate",
+                "invalid_rate", "sample_seconds", "train_seconds"):
+        assert key in result.history[0], key
+    with (tmp_path / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    assert list((tmp_path / "tensorboard").iterdir())
+    reloaded = load_policy(str(tmp_path / "model"))
+    state = weights(policy.model)
+    assert all(torch.equal(state[k], v) for k, v in weights(reloaded.model).items())
+
+
+def test_stopping_and_resuming_gives_the_uninterrupted_run(tiny_cache, tmp_path):
+    torch.manual_seed(123)
+    straight = fresh_policy(tiny_cache)
+    full = train_reinforce(straight, "tictactoe", small_settings(), out_dir=tmp_path / "a", progress=False)
+
+    torch.manual_seed(999)  # a different global RNG state before the first part: settings.seed rules
+    first = fresh_policy(tiny_cache)
+    train_reinforce(first, "tictactoe", small_settings(iterations=2), out_dir=tmp_path / "b", progress=False)
+    torch.manual_seed(555)  # and anything may happen between the stop and the resume
+    resumed_policy = fresh_policy(tiny_cache)  # a new process: fresh weights, restored from the checkpoint
+    resumed = train_reinforce(resumed_policy, "tictactoe", small_settings(), out_dir=tmp_path / "b",
+                              resume=True, progress=False)
+
+    a, b = weights(straight.model), weights(resumed_policy.model)
+    initial = weights(fresh_policy(tiny_cache).model)
+    assert not all(torch.equal(a[k], initial[k]) for k in a)  # it did learn something...
+    assert all(torch.equal(a[k], b[k]) for k in a)  # ...and the resumed run learnt exactly the same
+    assert [row["mean_return"] for row in resumed.history] == [row["mean_return"] for row in full.history]
+    assert len(resumed.history) == 4
+
+
+def test_resume_without_a_checkpoint_says_so(tiny_cache, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train_reinforce(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path,
+                        resume=True, progress=False)
+
+
+def test_metrics_log_resume_drops_rows_after_the_checkpoint(tmp_path):
+    log = MetricsLog(tmp_path, tensorboard=False)
+    for step in (1, 2, 3):
+        log.write(step, {"x": step * 1.5})
+    log.close()
+    again = MetricsLog(tmp_path, tensorboard=False, resume_from=2)
+    assert [row["step"] for row in again.rows] == [1, 2]
+    again.write(3, {"x": 0.0, "y": 1.0})  # a new column later on keeps the file rectangular
+    with (tmp_path / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["x"] for r in rows] == ["1.5", "3.0", "0.0"] and rows[0]["y"] == ""
+
+
+def test_checkpoint_round_trip_restores_optimizer_and_rng(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    save_checkpoint(tmp_path / "ck", model, optimizer, step=7, state={"next_seed": 42})
+    expected_draw = torch.rand(3)
+    other = torch.nn.Linear(3, 2)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    torch.rand(5)
+    step, state = load_checkpoint(tmp_path / "ck", other, other_opt)
+    assert step == 7 and state == {"next_seed": 42}
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert torch.equal(other.weight, model.weight)
+    assert other_opt.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
+    save_checkpoint(tmp_path / "ck", model, optimizer, step=8)  # replacing an older one
+    assert load_checkpoint(tmp_path / "ck", other, other_opt)[0] == 8

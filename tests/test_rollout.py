@@ -1,0 +1,239 @@
+import copy
+import random
+
+import pytest
+import torch
+
+from tutorial_lib import envs
+from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.rollout import action_logprobs, collate_turns, collect
+
+#: prompts of very different lengths, so the batch is left-padded
+PROMPTS = [
+    "Turn 1 of 4. Make your first guess.",
+    "Board:",
+    "You are playing tic-tac-toe as x. Answer as <move>mark(row,col)</move>. Valid moves: x(1,1) x(2,2)",
+    "Now:",
+    "Your guess 5 is too low: the number is higher. Turn 2 of 4.",
+]
+
+
+def fresh(tiny_policy, model=None, **options) -> LanguagePolicy:
+    """A policy on the shared tiny model with its own preset and seed stream."""
+    return LanguagePolicy(model or tiny_policy.model, tiny_policy.tokenizer, **options)
+
+
+@pytest.fixture(scope="module")
+def sharp_model(tiny_policy):
+    """The tiny model with peaked next-token distributions and a likely end of sequence.
+
+    The untrained model is nearly uniform (every log-prob ~ -log(vocab)), so a mis-aligned
+    recompute could pass by accident, and it almost never stops before ``max_new_tokens``.
+    Scaling its logits and favouring eos fixes both; pad is made impossible, as in a trained model.
+    """
+    model = copy.deepcopy(tiny_policy.model)
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tiny_policy.tokenizer.eos_token_id] = 4.0
+    bias[tiny_policy.tokenizer.pad_token_id] = float("-inf")
+    model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * 10 + bias)
+    return model
+
+
+def count_generate_calls(monkeypatch, model) -> list[int]:
+    calls = []
+    original = model.generate
+
+    def counting_generate(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", counting_generate)
+    return calls
+
+
+def recompute(model, samples, pad_token_id, **options):
+    with torch.no_grad():
+        return action_logprobs(model, collate_turns(samples, pad_token_id), **options)
+
+
+# -- one batched generate per turn ------------------------------------------------------------
+def test_one_generate_call_per_turn_over_all_live_games(tiny_policy, monkeypatch):
+    calls = count_generate_calls(monkeypatch, tiny_policy.model)
+    rollout = collect(fresh(tiny_policy, seed=0), "tictactoe", range(4), num_envs=4)
+    assert calls[0] == 4  # all four games' first turn in one call
+    assert len(calls) == max(rollout.lengths)  # no refill: one call per turn of the longest game
+    assert sum(calls) == len(rollout.turns) == sum(rollout.lengths)
+
+
+def test_finished_games_are_refilled_with_the_next_seed(tiny_policy, monkeypatch):
+    calls = count_generate_calls(monkeypatch, tiny_policy.model)
+    rollout = collect(fresh(tiny_policy, seed=0), "tictactoe", range(10), num_envs=4)
+    assert [r.seed for r in rollout.records] == list(range(10))
+    assert calls[0] == 4 and max(calls) == 4
+    assert sum(calls) == len(rollout.turns)
+    assert len(calls) < len(rollout.turns) / 2  # batched, not one game at a time
+
+
+# -- the sampler's log-probs ------------------------------------------------------------------
+def test_sampled_logprobs_match_a_recompute_of_a_left_padded_batch(tiny_policy, sharp_model):
+    tokenizer = tiny_policy.tokenizer
+    samples = fresh(tiny_policy, sharp_model, sampling="rl", seed=0).sample(PROMPTS, max_new_tokens=12)
+    assert len({len(s.prompt_ids) for s in samples}) == len(PROMPTS)  # really padded
+    assert len({len(s.action_ids) for s in samples}) > 1  # actions of different lengths too
+    scores = recompute(sharp_model, samples, tokenizer.pad_token_id, with_entropy=True)
+    batch = collate_turns(samples, tokenizer.pad_token_id)
+    mask = batch["action_mask"]
+    torch.testing.assert_close(scores.logprobs, batch["sampler_logprobs"], atol=1e-4, rtol=0)
+    assert batch["sampler_logprobs"][mask].std() > 0.5  # a peaked model: not all log-probs alike
+    assert (scores.entropy[mask] >= 0).all() and (scores.entropy[~mask] == 0).all()
+    assert scores.entropy[mask].max() <= torch.log(torch.tensor(float(sharp_model.config.vocab_size)))
+
+
+def test_recompute_carries_gradients_for_the_trainer(tiny_policy):
+    samples = fresh(tiny_policy, sampling="rl", seed=1).sample(PROMPTS[:3], max_new_tokens=4)
+    scores = action_logprobs(tiny_policy.model, collate_turns(samples, tiny_policy.tokenizer.pad_token_id))
+    assert scores.logprobs.requires_grad
+    tiny_policy.model.zero_grad()
+    scores.logprobs.sum().backward()
+    assert tiny_policy.model.lm_head.weight.grad.abs().sum() > 0
+    tiny_policy.model.zero_grad()
+
+
+def test_position_ids_matter_for_absolute_but_not_rotary_positions(tiny_policy):
+    """generate numbers a left-padded row's positions from its first real token. A forward pass
+    without position_ids numbers them from column 0: GPT-2 (absolute position embeddings) then
+    scores padded rows differently; Llama (rotary) does not, as only position *differences* enter
+    its attention scores."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = tiny_policy.tokenizer
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=256, initializer_range=0.2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    gpt2 = GPT2LMHeadModel(config).eval()
+    for model, position_ids_matter in ((gpt2, True), (tiny_policy.model, False)):
+        samples = fresh(tiny_policy, model, sampling="rl", seed=0).sample(PROMPTS, max_new_tokens=6)
+        batch = collate_turns(samples, tokenizer.pad_token_id)
+        with torch.no_grad():
+            right = action_logprobs(model, batch).logprobs
+            output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        targets = batch["input_ids"][:, -6:]
+        shifted = output.logits[:, -7:-1].log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+        shifted = shifted.masked_fill(~batch["action_mask"], 0.0)
+        torch.testing.assert_close(right, batch["sampler_logprobs"], atol=1e-4, rtol=0)
+        gap = (shifted - batch["sampler_logprobs"]).abs().max().item()
+        assert (gap > 0.1) if position_ids_matter else (gap < 1e-4), (type(model).__name__, gap)
+
+
+def test_recorded_logprobs_are_of_the_distribution_sampled_from(tiny_policy, sharp_model):
+    """With top-k / top-p the sampler renormalises over the kept tokens: its log-prob of a kept
+    token is above the full temperature-scaled distribution's, which the trainer recomputes."""
+    samples = fresh(tiny_policy, sharp_model, sampling="standard", seed=0).sample(PROMPTS, max_new_tokens=8)
+    recorded = collate_turns(samples, tiny_policy.tokenizer.pad_token_id)["sampler_logprobs"]
+    full = recompute(sharp_model, samples, tiny_policy.tokenizer.pad_token_id, temperature=0.7).logprobs
+    assert (recorded >= full - 1e-5).all()
+    assert (recorded - full).max() > 1e-3
+
+
+def test_action_ids_stop_at_the_first_eos_and_exclude_padding(tiny_policy, sharp_model):
+    tokenizer = tiny_policy.tokenizer
+    samples = fresh(tiny_policy, sharp_model, sampling="rl", seed=2).sample(PROMPTS * 2, max_new_tokens=12)
+    lengths = [len(s.action_ids) for s in samples]
+    assert min(lengths) < 12 and max(lengths) == 12  # some stopped early, others ran to the limit
+    for prompt, sample in zip(PROMPTS * 2, samples):
+        assert sample.prompt_ids == tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert tokenizer.pad_token_id not in sample.action_ids
+        assert tokenizer.eos_token_id not in sample.action_ids[:-1]
+        assert len(sample.action_ids) == 12 or sample.action_ids[-1] == tokenizer.eos_token_id
+        assert len(sample.logprobs) == len(sample.action_ids)
+        assert sample.text == tokenizer.decode(sample.action_ids, skip_special_tokens=True)
+
+
+# -- episodes ---------------------------------------------------------------------------------
+def test_rollout_turns_agree_with_a_replay_in_the_game(tiny_policy):
+    rollout = collect(fresh(tiny_policy, seed=0), "tictactoe", range(6), num_envs=3)
+    env = envs.make("tictactoe")
+    for index, record in enumerate(rollout.records):
+        turns = [t for t in rollout.turns if t.episode == index]
+        assert [t.turn for t in turns] == list(range(record.length)) and record.length > 1
+        assert [t.last for t in turns] == [False] * (record.length - 1) + [True]
+        env.reset(seed=record.seed)
+        rewards = []
+        for turn, sample in zip(turns, record.samples):
+            _, reward, terminated, truncated, info = env.step(sample.text)
+            assert (turn.reward, turn.invalid) == (reward, info["invalid_action"])
+            assert (turn.terminated, turn.truncated) == (terminated, truncated)
+            rewards.append(reward)
+        assert env.done and rollout.returns[index] == sum(rewards)
+    summary = rollout.summary()
+    assert summary["turns"] == sum(rollout.lengths) == len(rollout.turns)
+    assert summary["action_tokens"] == sum(len(t.action_ids) for t in rollout.turns)
+    assert summary["invalid_rate"] == sum(t.invalid for t in rollout.turns) / len(rollout.turns)
+
+
+class RandomGuesser:
+    """Random well-formed guesses, as samples with placeholder token ids: enough to check the
+    engine's bookkeeping when the tiny model cannot write a parseable answer."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def act_samples(self, episodes, *, sampling=None):
+        return [Sample(e.env.random_action(self.rng), [1], [2], [-1.0]) for e in episodes]
+
+
+def test_truncation_by_the_turn_limit_is_kept_apart_from_termination():
+    rollout = collect(RandomGuesser(0), "guess_the_number", range(40), env_options={"max_turns": 2}, num_envs=8)
+    kinds = set()
+    for index, record in enumerate(rollout.records):
+        last = [t for t in rollout.turns if t.episode == index][-1]
+        assert (last.terminated, last.truncated) == (record.terminated, record.truncated)
+        assert record.terminated != record.truncated
+        if record.truncated:  # turns ran out: partial reward, no success
+            assert record.length == 2 and not record.success and 0 <= last.reward <= 1
+        else:  # a correct guess is the only way an episode of parseable guesses terminates
+            assert record.success and last.reward == 1.0
+        kinds.add("truncated" if record.truncated else "terminated")
+        assert not any(t.terminated or t.truncated for t in rollout.turns if t.episode == index and not t.last)
+    assert kinds == {"truncated", "terminated"}
+    assert 0 < rollout.summary()["truncated_rate"] < 1
+
+
+def test_seeded_policies_reproduce_rollouts(tiny_policy):
+    def play(seed):
+        turns = collect(fresh(tiny_policy, seed=seed), "tictactoe", range(3), num_envs=2).turns
+        return [(t.action_ids, t.logprobs, t.reward) for t in turns]
+
+    assert play(7) == play(7)
+    assert play(7) != play(8)
+
+
+def test_collect_samples_with_its_preset_and_leaves_the_policys_alone(tiny_policy):
+    policy = fresh(tiny_policy, sampling="greedy", seed=0)
+    first = collect(policy, "guess_the_number", range(4), num_envs=4)
+    second = collect(policy, "guess_the_number", range(4), num_envs=4)
+    # one seeded generate per turn; the untrained model never writes \boxed{N}: one turn each
+    assert policy.sampling == "greedy" and policy.seed == 2
+    assert [t.action_ids for t in first.turns] != [t.action_ids for t in second.turns]  # sampled
+    greedy = [collect(policy, "guess_the_number", range(4), sampling=None).turns for _ in range(2)]
+    assert [t.action_ids for t in greedy[0]] == [t.action_ids for t in greedy[1]]
+
+
+def test_collect_needs_a_policy_with_samples():
+    with pytest.raises(TypeError, match="act_samples"):
+        collect(ExpertPolicy(), "math", range(2))
+
+
+def test_collate_lays_out_actions_right_aligned():
+    turns = [Sample("", [5, 6, 7], [8, 9], [-0.5, -0.25]), Sample("", [5], [8], [-1.0])]
+    batch = collate_turns(turns, pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9], [0, 0, 0, 5, 8]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 0, 0, 0, 1]]
+    assert batch["action_mask"].tolist() == [[True, True], [False, True]]
+    assert batch["sampler_logprobs"].tolist() == [[-0.5, -0.25], [0.0, -1.0]]
+    with pytest.raises(ValueError, match="no turns"):
+        collate_turns([], pad_token_id=0)

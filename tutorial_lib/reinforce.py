@@ -1,0 +1,240 @@
+"""REINFORCE with return batch-normalisation for multi-turn text games (chapter 5).
+
+    policy = sft_policy("tictactoe", preset)                 # or load_policy("tiny")
+    result = train_reinforce(policy, "tictactoe", RLSettings(iterations=30), out_dir="runs/rl-ttt")
+    result.history[-1]                                       # the last iteration's metrics
+
+Each iteration:
+
+1. **Collect** episodes with the current policy (:func:`tutorial_lib.rollout.collect`): many games
+   side by side, one batched ``generate`` per turn, sampling from the model itself, until a
+   budget of turns is full (the GEM training script's recipe). The sampler's log-probs are kept.
+2. **Credit** each turn with its discounted return ``G_t = r_t + gamma G_{t+1}`` and normalise the
+   returns over the whole batch of turns (ReBN): the mean is the baseline, the standard deviation
+   sets the step size whatever the game's reward scale.
+3. **Update** once: each turn's advantage multiplies the log-probs of *that turn's action tokens
+   only* (the prompt, and so every observation, is context, never a target), weighted by the
+   importance ratio ``pi_theta(a) / pi_sampler(a)``:
+
+       loss = - sum_tokens ratio_t * A_turn(t) / number of action tokens
+
+   Right after collection the two policies are the same weights, so the ratio is 1 and its gradient
+   is the plain REINFORCE gradient ``A grad log pi``. It is there because in real systems the
+   sampler is another engine (vLLM, a quantised copy, another precision) whose probabilities
+   differ from the trainer's; the ratio corrects for that, and the logged KL(sampler || trainer)
+   says how large the difference is. Here it stays ~0: a check that sampling and scoring agree.
+
+Adam uses betas (0.9, 0.95), as in the GEM script: a shorter memory of squared gradients than the
+default 0.999 suits the non-stationary gradients of RL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .advantages import batch_returns, rebn
+from .progress import progress_bar
+from .rollout import Rollout, TurnSample, action_logprobs, collate_turns, collect
+from .tracking import MetricsLog, load_checkpoint, save_checkpoint
+
+NORMALISATIONS = ("rebn", "none")
+
+
+@dataclass
+class RLSettings:
+    """Settings of an RL run. Defaults suit the tiny model on a CPU (chapter 5)."""
+
+    #: collect-then-update iterations
+    iterations: int = 30
+    #: turns collected per iteration: episodes start until this many turns are played
+    turns_per_iteration: int = 256
+    #: games played side by side while collecting
+    num_envs: int = 32
+    #: discount per turn
+    gamma: float = 0.9
+    #: ``"rebn"`` (normalise returns over the batch of turns) or ``"none"`` (raw returns)
+    normalise: str = "rebn"
+    learning_rate: float = 1e-4
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = 1.0
+    #: turns per forward/backward pass; gradients of all of them add up to ONE optimiser step
+    minibatch_turns: int = 128
+    #: sampling preset while collecting (``rl``: the model's own distribution)
+    sampling: str = "rl"
+    #: options for the game (opponent, world...)
+    env_options: dict[str, Any] = field(default_factory=dict)
+    #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
+    first_seed: int = 100_000
+    #: checkpoint every this many iterations (and at the end)
+    save_every: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.normalise not in NORMALISATIONS:
+            raise ValueError(f"normalise must be one of {', '.join(NORMALISATIONS)}; got {self.normalise!r}")
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
+        for name in ("iterations", "turns_per_iteration", "num_envs", "minibatch_turns", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+
+@dataclass
+class RLResult:
+    out_dir: Path
+    #: one dict of metrics per iteration (also in ``out_dir/metrics.csv`` and TensorBoard)
+    history: list[dict[str, float]]
+    seconds: float
+
+    def curve(self, key: str) -> list[float]:
+        return [row[key] for row in self.history if key in row]
+
+
+def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[float]:
+    """One advantage per turn of ``rollout.turns`` (same order): discounted return, then ReBN."""
+    rewards = [record.rewards for record in rollout.records]
+    returns = batch_returns(rewards, gamma)
+    if normalise == "rebn":
+        returns = rebn(returns)
+    return [g for episode in returns for g in episode]
+
+
+def _advantage_grid(turns: Sequence[TurnSample], advantages: Sequence[float], mask: torch.Tensor) -> torch.Tensor:
+    """Each turn's advantage on every action token of that turn (``mask``'s layout), 0 elsewhere."""
+    per_row = torch.tensor(advantages, dtype=torch.float32, device=mask.device).unsqueeze(1)
+    return per_row * mask
+
+
+def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Sequence[float], settings: RLSettings,
+                   pad_token_id: int) -> dict[str, float]:
+    """One optimiser step of REINFORCE with importance sampling over ``turns``; returns its metrics."""
+    total_tokens = sum(len(t.action_ids) for t in turns)
+    if total_tokens == 0:
+        raise ValueError("no action tokens to train on")
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    sums = {"loss": 0.0, "entropy": 0.0, "kl_k1": 0.0, "kl_k3": 0.0, "ratio": 0.0}
+    for start in range(0, len(turns), settings.minibatch_turns):
+        chunk = turns[start : start + settings.minibatch_turns]
+        batch = collate_turns(chunk, pad_token_id)
+        scores = action_logprobs(model, batch, with_entropy=True)
+        mask = batch["action_mask"].to(scores.logprobs.device)
+        sampler = batch["sampler_logprobs"].to(scores.logprobs.device)
+        log_ratio = (scores.logprobs - sampler).masked_fill(~mask, 0.0)
+        ratio = log_ratio.exp()
+        advantage = _advantage_grid(chunk, advantages[start : start + len(chunk)], mask)
+        loss = -(ratio * advantage * mask).sum() / total_tokens
+        loss.backward()
+        with torch.no_grad():
+            sums["loss"] += float(loss)
+            sums["entropy"] += float(scores.entropy[mask].sum())
+            # Two estimators of KL(sampler || trainer) from the sampler's own tokens (Schulman,
+            # "Approximating KL divergence", 2020): k1 = E[-log r] is unbiased but noisy and can
+            # go negative; k3 = E[r - 1 - log r] is unbiased and never negative.
+            sums["kl_k1"] += float((-log_ratio)[mask].sum())
+            sums["kl_k3"] += float((ratio - 1 - log_ratio)[mask].sum())
+            sums["ratio"] += float(ratio[mask].sum())
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        [p for p in model.parameters() if p.requires_grad], settings.max_grad_norm
+    )
+    if not torch.isfinite(grad_norm):
+        # a non-finite gradient would ruin the weights for good: skip the step, count it
+        optimizer.zero_grad(set_to_none=True)
+        skipped = 1.0
+    else:
+        optimizer.step()
+        skipped = 0.0
+    return {
+        "loss": sums["loss"],
+        "entropy": sums["entropy"] / total_tokens,
+        "kl_k1": sums["kl_k1"] / total_tokens,
+        "kl_k3": sums["kl_k3"] / total_tokens,
+        "mean_ratio": sums["ratio"] / total_tokens,
+        "grad_norm": float(grad_norm),
+        "skipped_step": skipped,
+    }
+
+
+def _rollout_metrics(rollout: Rollout) -> dict[str, float]:
+    summary = rollout.summary()
+    keep = ["episodes", "mean_return", "success_rate", "invalid_rate", "truncated_rate", "turns", "action_tokens",
+            "win_rate", "draw_rate", "loss_rate"]
+    metrics = {key: float(summary[key]) for key in keep if key in summary}
+    metrics["turns_per_episode"] = float(summary["mean_steps"])
+    return metrics
+
+
+def train_reinforce(
+    policy,
+    game: str,
+    settings: RLSettings | None = None,
+    *,
+    out_dir: str | Path,
+    resume: bool = False,
+    progress: bool = True,
+) -> RLResult:
+    """Train ``policy`` in place with REINFORCE (+ ReBN) on ``game``; logs and checkpoints to ``out_dir``.
+
+    ``resume=True`` continues from ``out_dir/checkpoint`` (weights, optimiser, random state,
+    iteration): the result equals that of a run never stopped.
+    """
+    settings = settings or RLSettings()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = policy.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
+    start, next_seed = 0, settings.first_seed
+    if resume:
+        start, state = load_checkpoint(out_dir / "checkpoint", model, optimizer)
+        next_seed = state["next_seed"]
+    else:
+        torch.manual_seed(settings.seed)
+    (out_dir / "rl_settings.json").write_text(json.dumps({"game": game, **asdict(settings)}, indent=1))
+    log = MetricsLog(out_dir, resume_from=start if resume else None)
+    history = list(log.rows)
+    began = time.perf_counter()
+    bar = progress_bar(range(start, settings.iterations), desc=f"REINFORCE {game}", disable=not progress,
+                       initial=start, total=settings.iterations)
+    try:
+        for iteration in bar:
+            tick = time.perf_counter()
+            seeds = range(next_seed, next_seed + settings.turns_per_iteration)  # >= one turn per episode
+            rollout = collect(policy, game, seeds, env_options=settings.env_options, num_envs=settings.num_envs,
+                              turn_budget=settings.turns_per_iteration, sampling=settings.sampling)
+            next_seed += len(rollout.records)
+            sampled = time.perf_counter()
+            advantages = turn_advantages(rollout, settings.gamma, settings.normalise)
+            metrics = _rollout_metrics(rollout)
+            metrics.update(reinforce_step(model, optimizer, rollout.turns, advantages, settings,
+                                          policy.tokenizer.pad_token_id))
+            metrics["sample_seconds"] = sampled - tick
+            metrics["train_seconds"] = time.perf_counter() - sampled
+            log.write(iteration + 1, metrics)
+            history.append({"step": iteration + 1, **metrics})
+            bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}")
+            if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations:
+                save_checkpoint(out_dir / "checkpoint", model, optimizer, step=iteration + 1,
+                                state={"next_seed": next_seed})
+    finally:
+        bar.close()
+        log.close()
+    model.eval()
+    model.save_pretrained(out_dir / "model")
+    policy.tokenizer.save_pretrained(out_dir / "model")
+    return RLResult(out_dir, history, time.perf_counter() - began)
+
+
+def mean_of(history: Sequence[dict[str, float]], key: str, last: int = 5) -> float:
+    """Mean of ``key`` over the last ``last`` iterations (a less noisy end-of-training figure)."""
+    values = [row[key] for row in history[-last:] if key in row and not math.isnan(row[key])]
+    return statistics.fmean(values) if values else float("nan")

@@ -1,0 +1,283 @@
+"""Collecting episodes for RL, and scoring their actions under the current weights (chapter 5 on).
+
+    rollout = collect(policy, "guess_the_number", seeds=range(64), num_envs=32)
+    rollout.summary()        # episodes, turns, action tokens, mean return, success / invalid rate, seconds
+    rollout.turns[0]         # TurnSample: prompt_ids, action_ids, logprobs, reward, terminated, ...
+    batch = collate_turns(rollout.turns, tokenizer.pad_token_id)
+    scores = action_logprobs(policy.model, batch)   # with gradients: the trainer's side
+
+Every RL algorithm in the book (REINFORCE, PPO, GRPO) alternates two phases: *collect* episodes
+with the current policy, then *update* the weights on them. This module is the first phase, and
+the tensor plumbing the second phase needs.
+
+**Why batching.** A language model's cost per generated token is dominated by reading its weights
+(on a GPU) or by Python and kernel-launch overhead (for the tiny CPU model), not by the number of
+rows. So N games advance together: each turn makes ONE ``generate`` call over every live game,
+then every game steps; a finished game is refilled with the next seed. Playing one game at a time
+(as the TextWorld tutorial does) pays the whole per-token cost for a batch of one.
+``benchmarks/rollout_throughput.py`` measures the difference.
+
+**Why left padding.** Prompts differ in length. Padding them on the left makes every prompt end in
+the same column, so the new tokens of all rows are appended in lock-step and the KV cache stays
+one rectangular tensor. The pads are masked out, and ``generate`` numbers the positions from the
+attention mask (``position_ids = cumsum(mask) - 1``), so each row's first real token is position 0
+whatever its padding.
+
+**Why log-probs at sampling time.** A policy-gradient update weighs each action token by the
+importance ratio ``pi_theta(a | s) / pi_sampler(a | s)``. The denominator is the probability under
+the weights *and sampling settings* that drew the token, which only the sampler knows: once the
+first gradient step is taken the weights have moved (PPO reuses a batch for several epochs), and a
+different sampling engine, numeric precision or top-k would give a different number anyway.
+Recomputing the same quantity with :func:`action_logprobs` before any update must give the same
+values (``tests/test_rollout.py`` checks it to 1e-4); measuring the gap, e.g. as
+KL(sampler || trainer), is how a training run notices a sampler that is not the policy.
+
+**Truncation is not termination.** ``terminated`` means the game reached an end state: there is
+no future reward, and a value function must predict 0 after it. ``truncated`` means the episode
+was cut by a turn limit: the game could have gone on, so a critic should bootstrap from the value
+of the last state. :class:`TurnSample` keeps both flags, exactly as the game's ``step`` returned
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from .evaluate import EpisodeRecord, run_episodes, summarize
+
+
+class TokenizedTurn(Protocol):
+    """What :func:`collate_turns` needs of a turn (a :class:`~tutorial_lib.policies.Sample` or a
+    :class:`TurnSample`)."""
+
+    prompt_ids: list[int]
+    action_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class TurnSample:
+    """One acted turn of a rollout, flattened for training."""
+
+    #: index of the episode in :attr:`Rollout.records`, and of the turn within it
+    episode: int
+    turn: int
+    prompt_ids: list[int]
+    action_ids: list[int]
+    #: the sampler's log-probability of each action token
+    logprobs: list[float]
+    reward: float
+    #: the game could not parse the action, or it was illegal
+    invalid: bool
+    #: the game ended at this turn (an end state) ...
+    terminated: bool
+    #: ... or was cut by its turn limit at this turn
+    truncated: bool
+
+    @property
+    def last(self) -> bool:
+        """The episode's final turn (every collected episode is played to its end)."""
+        return self.terminated or self.truncated
+
+
+@dataclass
+class Rollout:
+    """Finished episodes from :func:`collect`, with per-turn views for training."""
+
+    records: list[EpisodeRecord]
+    #: wall-clock time the collection took
+    seconds: float
+
+    @functools.cached_property
+    def turns(self) -> list[TurnSample]:
+        """Every acted turn of every episode, episode by episode."""
+        return [turn for index, record in enumerate(self.records) for turn in _turn_samples(index, record)]
+
+    @property
+    def returns(self) -> list[float]:
+        """Undiscounted return of each episode."""
+        return [r.episode_return for r in self.records]
+
+    @property
+    def lengths(self) -> list[int]:
+        """Turns of each episode."""
+        return [r.length for r in self.records]
+
+    def summary(self) -> dict[str, float]:
+        """The harness's metrics (:func:`~tutorial_lib.evaluate.summarize`) plus sizes and speed."""
+        turns = len(self.turns)
+        tokens = sum(len(t.action_ids) for t in self.turns)
+        return {
+            **summarize(self.records),
+            "turns": turns,
+            "action_tokens": tokens,
+            "mean_action_tokens": tokens / turns,
+            "seconds": self.seconds,
+            "turns_per_second": turns / self.seconds,
+            "tokens_per_second": tokens / self.seconds,
+        }
+
+
+def _turn_samples(index: int, record: EpisodeRecord) -> list[TurnSample]:
+    if len(record.samples) != record.length:
+        raise ValueError(
+            f"episode {index} (seed {record.seed}) has {len(record.samples)} samples for {record.length} "
+            "turns: was it played by a policy without act_samples?"
+        )
+    final = record.length - 1
+    return [
+        TurnSample(
+            episode=index,
+            turn=t,
+            prompt_ids=sample.prompt_ids,
+            action_ids=sample.action_ids,
+            logprobs=sample.logprobs,
+            reward=record.rewards[t],
+            invalid=record.invalid[t],
+            terminated=record.terminated and t == final,
+            truncated=record.truncated and t == final,
+        )
+        for t, sample in enumerate(record.samples)
+    ]
+
+
+def collect(
+    policy,
+    game: str,
+    seeds: Iterable[int],
+    *,
+    env_options: dict[str, Any] | None = None,
+    num_envs: int = 32,
+    turn_budget: int | None = None,
+    sampling: str | None = "rl",
+    progress: bool | str = False,
+) -> Rollout:
+    """Play episodes with ``num_envs`` games side by side, one batched ``generate`` per turn.
+
+    One episode per seed; with ``turn_budget``, new episodes stop starting once that many turns are
+    played (the GEM recipe: "collect until a batch of turns is full"), so pass more seeds than you
+    expect to need. ``sampling`` names the preset of :data:`~tutorial_lib.policies.SAMPLING` to
+    sample with (``None``: the policy's own); the default ``rl`` samples from the model itself, so
+    that the sampler is the policy being trained. ``policy`` must offer ``act_samples`` (a
+    :class:`~tutorial_lib.policies.LanguagePolicy` does).
+    """
+    if not hasattr(policy, "act_samples"):
+        raise TypeError(f"{type(policy).__name__} has no act_samples: RL needs token ids and log-probs")
+    # Bind the preset for this call only: the caller's policy keeps its own preset and seed stream.
+    sampler = policy if sampling is None else _WithPreset(policy, sampling)
+    start = time.perf_counter()
+    records = run_episodes(
+        game,
+        sampler,
+        seeds,
+        env_options=env_options,
+        batch_size=num_envs,
+        turn_budget=turn_budget,
+        progress=progress,
+    )
+    return Rollout(records, time.perf_counter() - start)
+
+
+@dataclass
+class _WithPreset:
+    """``policy``, sampling with another preset."""
+
+    policy: Any
+    sampling: str
+
+    def act_samples(self, episodes):
+        return self.policy.act_samples(episodes, sampling=self.sampling)
+
+
+# -- the trainer's side: scoring actions under the current weights ------------------------------
+def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Batch ``prompt + action`` sequences for a forward pass, laid out as ``generate`` saw them.
+
+    Rows are *left*-padded, so every action ends in the last column and all action tokens lie in
+    the last ``A`` columns (``A`` = longest action): the model then needs logits for those columns
+    only (``logits_to_keep``), not a (batch, length, vocab) tensor that for a large vocabulary
+    would not fit in memory.
+
+    Returns ``input_ids``, ``attention_mask`` and ``position_ids`` (batch, length), with positions
+    counted from each row's first real token as ``generate`` counts them; and, right-aligned on the
+    last ``A`` columns, ``action_mask`` (bool) and ``sampler_logprobs`` (0 outside the mask).
+    """
+    if not turns:
+        raise ValueError("no turns to collate")
+    width = max(len(t.prompt_ids) + len(t.action_ids) for t in turns)
+    actions = max(len(t.action_ids) for t in turns)
+    if actions == 0:
+        raise ValueError("no action tokens to score")
+    input_ids = torch.full((len(turns), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(turns), width), dtype=torch.long)
+    action_mask = torch.zeros((len(turns), actions), dtype=torch.bool)
+    sampler_logprobs = torch.zeros((len(turns), actions), dtype=torch.float32)
+    for row, turn in enumerate(turns):
+        ids = turn.prompt_ids + turn.action_ids
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention_mask[row, width - len(ids) :] = 1
+        n = len(turn.action_ids)
+        if n:
+            action_mask[row, actions - n :] = True
+            sampler_logprobs[row, actions - n :] = torch.tensor(turn.logprobs)
+    # The same numbering as generate: pads get 0, the first real token 0, then 1, 2, ... Without
+    # it, models with *absolute* position embeddings (GPT-2) read each left-padded row at shifted
+    # positions and score it differently. Rotary models (Llama, Qwen, Gemma) happen not to care:
+    # a uniform shift leaves their attention scores unchanged (tests/test_rollout.py shows both).
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "action_mask": action_mask,
+        "sampler_logprobs": sampler_logprobs,
+    }
+
+
+@dataclass
+class ActionScores:
+    """Per action token, right-aligned like ``action_mask``; 0 outside the mask."""
+
+    #: log pi(a_t | prompt, a_<t) under the current weights (carries gradients)
+    logprobs: torch.Tensor
+    #: entropy of the next-token distribution at each action token (``None`` unless asked)
+    entropy: torch.Tensor | None = None
+
+
+def action_logprobs(
+    model, batch: dict[str, torch.Tensor], *, temperature: float = 1.0, with_entropy: bool = False
+) -> ActionScores:
+    """Log-probs of the action tokens of a :func:`collate_turns` batch under ``model``'s weights.
+
+    Runs with gradients unless the caller disables them, so REINFORCE / PPO can backpropagate
+    through the result. ``temperature`` divides the logits first, as sampling did; with top-k /
+    top-p the sampler renormalised over fewer tokens, which this (the policy's full distribution)
+    does not (see :class:`~tutorial_lib.policies.Sample`). Dropout makes a model in training mode
+    score differently from the sampler, which ran in eval mode.
+    """
+    device = next(model.parameters()).device
+    mask = batch["action_mask"].to(device)
+    actions = mask.shape[1]
+    output = model(
+        input_ids=batch["input_ids"].to(device),
+        attention_mask=batch["attention_mask"].to(device),
+        position_ids=batch["position_ids"].to(device),
+        # the logit at column c predicts the token at c + 1: the last `actions` tokens need the
+        # logits of the `actions + 1` last columns but the final one
+        logits_to_keep=actions + 1,
+    )
+    logits = output.logits[:, :-1].float() / temperature
+    log_probs = logits.log_softmax(-1)
+    targets = batch["input_ids"][:, -actions:].to(device)
+    chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        # entr(p) = -p log p, taken as 0 at p = 0 (a token masked to -inf would give 0 * -inf)
+        entropy = torch.special.entr(log_probs.exp()).sum(-1).masked_fill(~mask, 0.0)
+    return ActionScores(chosen.masked_fill(~mask, 0.0), entropy)

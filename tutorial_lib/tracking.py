@@ -1,0 +1,148 @@
+"""Metrics logs and resumable checkpoints for training runs (chapter 5 on).
+
+    log = MetricsLog(out_dir)                  # metrics.csv + TensorBoard events under out_dir
+    log.write(step, {"mean_return": 0.4, ...})
+    save_checkpoint(out_dir / "checkpoint", model, optimizer, step=10, state={...})
+    step, state = load_checkpoint(out_dir / "checkpoint", model, optimizer)
+
+An RL run on a laptop or a preemptible Colab GPU gets interrupted. Resuming it must give the run
+it would have been: the same weights, optimiser moments, and random streams. So a checkpoint holds
+everything the next iteration reads: the trainable weights (the LoRA adapters only, under PEFT),
+the optimiser's state, the iteration counter, the caller's own state (a sampler seed...) and the
+random-number generators of Python, NumPy and PyTorch. ``tests/test_reinforce.py`` checks that a
+run stopped and resumed ends with exactly the weights of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class MetricsLog:
+    """One row of metrics per step, to ``metrics.csv`` and to TensorBoard (``tensorboard --logdir``).
+
+    With ``resume_from`` (the step of the checkpoint a run resumes from), the existing
+    ``metrics.csv`` keeps its rows up to that step and drops later ones, which the resumed run
+    writes again. Without it, the file starts afresh.
+    """
+
+    def __init__(self, out_dir: str | Path, *, tensorboard: bool = True, resume_from: int | None = None):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / "metrics.csv"
+        self.rows: list[dict[str, Any]] = []
+        if resume_from is not None and self.path.exists():
+            with self.path.open() as f:
+                self.rows = [_numbers(row) for row in csv.DictReader(f) if int(row["step"]) <= resume_from]
+        self._rewrite()
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **metrics}
+        self.rows.append(row)
+        self._rewrite()
+        if self.writer is not None:
+            for key, value in metrics.items():
+                self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+
+    def _rewrite(self) -> None:
+        # The whole file each time: a few hundred rows at most, and a new metric in a later row
+        # (or a crash mid-write of the previous version) can never leave a ragged CSV.
+        keys = list(dict.fromkeys(k for row in self.rows for k in row)) or ["step"]
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(tmp, self.path)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _numbers(row: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if value in ("", None):
+            continue
+        number = float(value)
+        out[key] = int(number) if key == "step" else number
+    return out
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _trainable_state(model) -> dict[str, torch.Tensor]:
+    """The weights that training changes: all of them, or only the adapters under PEFT."""
+    if hasattr(model, "peft_config"):
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(model)
+    return model.state_dict()
+
+
+def save_checkpoint(folder: str | Path, model, optimizer, *, step: int, state: dict[str, Any] | None = None) -> Path:
+    """Write a resumable checkpoint to ``folder`` (replacing an older one atomically)."""
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "step": step,
+            "weights": _trainable_state(model),
+            "optimizer": optimizer.state_dict(),
+            "rng": rng_state(),
+            "state": state or {},
+        },
+        tmp / "training_state.pt",
+    )
+    (tmp / "step.json").write_text(json.dumps({"step": step}))
+    if folder.exists():
+        old = folder.with_name(folder.name + ".old")
+        os.replace(folder, old)
+        os.replace(tmp, folder)
+        for path in old.iterdir():
+            path.unlink()
+        old.rmdir()
+    else:
+        os.replace(tmp, folder)
+    return folder
+
+
+def load_checkpoint(folder: str | Path, model, optimizer) -> tuple[int, dict[str, Any]]:
+    """Restore weights, optimiser and random state from ``folder``; returns (step, caller's state)."""
+    path = Path(folder) / "training_state.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {folder} (expected {path.name}); start without --resume")
+    saved = torch.load(path, weights_only=False)
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, saved["weights"])
+    else:
+        model.load_state_dict(saved["weights"])
+    optimizer.load_state_dict(saved["optimizer"])
+    set_rng_state(saved["rng"])
+    return int(saved["step"]), saved["state"]
