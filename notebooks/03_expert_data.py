@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -54,7 +56,7 @@ from tutorial_lib.expert_data import (
     tictactoe_examples,
 )
 from tutorial_lib.models import load_policy
-from tutorial_lib.pipeline import expert_data_path, make_expert_data
+from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
 from tutorial_lib.presets import describe, get_preset
 
 preset = get_preset()
@@ -71,7 +73,7 @@ tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else N
 # data never teaches a random move. Every record is also checked against perfect play.
 
 # %%
-config = SelfPlayConfig(**{**preset.selfplay, "episodes": preset.game("tictactoe").expert_episodes})
+config, versus_config = selfplay_configs(preset)
 print(config)
 start = time.perf_counter()
 records = mcts_selfplay(config)
@@ -147,6 +149,29 @@ by_epsilon = pd.DataFrame(rows).set_index("epsilon")
 by_epsilon.round(3)
 
 # %% [markdown]
+# ### Games against a random player
+#
+# Self-play shows the positions two strong players reach. A policy evaluated against a *random*
+# opponent meets others: a line of two left open, a fork set up by accident. Data should cover the
+# positions the policy will be tested on, so it also holds games of MCTS against uniformly random
+# moves (MCTS plays x in even games, o in odd ones; only its own moves are records, never the
+# random player's). How many of their positions self-play never reached:
+
+# %%
+print(versus_config)
+versus = mcts_selfplay(versus_config)
+versus_frame = pd.DataFrame(versus)
+selfplay_positions = set(zip(frame["board"], frame["mark"]))
+versus_positions = set(zip(versus_frame["board"], versus_frame["mark"]))
+pd.Series({
+    "games": versus_config.episodes,
+    "MCTS moves (records)": len(versus_frame),
+    "distinct positions": len(versus_positions),
+    "of which not in self-play": len(versus_positions - selfplay_positions),
+    "MCTS move optimal": f"{versus_frame['optimal'].mean():.1%}",
+}).to_frame("MCTS vs random")
+
+# %% [markdown]
 # ### Symmetries: eight examples for one
 #
 # Rotating or reflecting the board maps a position and its best move to another position and its
@@ -154,9 +179,10 @@ by_epsilon.round(3)
 # (position, move) pairs at no cost -- the same trick AlphaGo Zero used for Go:
 
 # %%
-augmented = augment_with_symmetries(records)
-distinct_pairs = len({(r["board"], r["action_text"]) for r in records})
-print(f"distinct (position, move) pairs: {distinct_pairs} from self-play, {len(augmented)} after augmentation")
+all_records = records + versus
+augmented = augment_with_symmetries(all_records)
+distinct_pairs = len({(r["board"], r["action_text"]) for r in all_records})
+print(f"distinct (position, move) pairs: {distinct_pairs} from both kinds of games, {len(augmented)} after augmentation")
 examples = tictactoe_examples(augmented)
 print("\nOne example -- the prompt the policy will see, and the expert's completion:\n")
 print(examples[5]["prompt"])

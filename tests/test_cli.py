@@ -80,3 +80,34 @@ def test_qlora_on_a_machine_without_cuda_is_a_clear_error(capsys, tmp_path, monk
     code, _, err = run(capsys, "sft", "--game", "math", "--preset", "ci", "--out", str(tmp_path / "o"),
                        "--data", str(tmp_path / "d.jsonl"), "--load-in-4bit")
     assert code == 2 and "CUDA" in err
+
+
+def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_policy_dir, monkeypatch):
+    from tutorial_lib import pipeline
+
+    original = pipeline.rl_settings
+
+    def tiny_settings(game, preset):  # the preset's settings, only smaller
+        settings = original(game, preset)
+        settings.turns_per_iteration, settings.num_envs, settings.save_every = 8, 4, 1
+        return settings
+
+    monkeypatch.setattr(pipeline, "rl_settings", tiny_settings)
+    out = tmp_path / "rl"
+    common = ["rl", "--game", "tictactoe", "--preset", "ci", "--init", str(small_policy_dir), "--out", str(out), "--quiet"]
+    code, stdout, _ = run(capsys, *common, "--iterations", "1")
+    assert code == 0
+    first = json.loads(stdout)
+    assert first["iterations"] == 1 and set(first["last"]) == {"mean_return", "success_rate", "invalid_rate"}
+    code, stdout, _ = run(capsys, *common, "--iterations", "2", "--resume")
+    assert code == 0 and json.loads(stdout)["iterations"] == 2
+    assert (out / "metrics.csv").read_text().count("\n") == 3  # header + one row per iteration
+    code, stdout, _ = run(capsys, "evaluate", "--game", "tictactoe", "--policy", str(out / "model"), "--episodes", "2",
+                          "--preset", "ci", "--json")
+    assert code == 0 and "loss_rate" in json.loads(stdout)
+
+
+def test_rl_resume_without_checkpoint_is_a_clear_error(capsys, tmp_path, small_policy_dir):
+    code, _, err = run(capsys, "rl", "--game", "guess_the_number", "--preset", "ci", "--init", str(small_policy_dir),
+                       "--out", str(tmp_path), "--resume", "--quiet")
+    assert code == 2 and "no checkpoint" in err

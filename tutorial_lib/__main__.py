@@ -1,9 +1,15 @@
-"""Command line for runs outside notebooks (chapters 3-4): the way a GPU user runs ``full``.
+"""Command line for runs outside notebooks (chapters 3-5): the way a GPU user runs ``full``.
 
     python -m tutorial_lib data     --game tictactoe --preset ci --out runs/data
     python -m tutorial_lib sft      --game tictactoe --preset ci --out runs/sft-ttt [--data FILE]
     python -m tutorial_lib evaluate --game tictactoe --policy runs/sft-ttt --opponent random \\
                                     --episodes 200 --json
+    python -m tutorial_lib rl       --algo reinforce --game tictactoe --preset ci \\
+                                    [--init runs/sft-ttt] --out runs/rl-ttt [--resume]
+
+``rl`` starts from ``--init`` (a folder written by ``sft``, or ``tiny``), by default from the
+chapter-4 checkpoint of the game (trained now if the cache has none); it writes ``metrics.csv``,
+TensorBoard logs, a resumable ``checkpoint/`` and the final ``model/``, and prints one JSON line.
 
 ``evaluate`` prints one JSON object of metrics (``win_rate``, ``draw_rate``, ``loss_rate``,
 ``invalid_rate`` for tic-tac-toe; ``success_rate``, ``mean_score``, ``mean_steps``,
@@ -81,6 +87,29 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _rl(args) -> int:
+    from .models import load_policy
+    from .pipeline import rl_settings, sft_policy
+    from .reinforce import train_reinforce
+
+    preset = get_preset(args.preset)
+    settings = rl_settings(args.game, preset)
+    if args.iterations is not None:
+        settings.iterations = args.iterations
+    with contextlib.redirect_stdout(sys.stderr):
+        if args.init:
+            policy = load_policy(args.init, lora=None if preset.model == "tiny" else True)
+        else:
+            policy = sft_policy(args.game, preset, progress=not args.quiet)
+        result = train_reinforce(policy, args.game, settings, out_dir=args.out, resume=args.resume,
+                                 progress=not args.quiet)
+    last = result.history[-1] if result.history else {}
+    print(json.dumps({"output_dir": str(result.out_dir), "model": str(result.out_dir / "model"), "algo": args.algo,
+                      "iterations": len(result.history), "seconds": round(result.seconds, 1),
+                      "last": {k: last[k] for k in ("mean_return", "success_rate", "invalid_rate") if k in last}}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -110,9 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--batch-size", type=int, default=64)
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    rl = commands.add_parser("rl", help="reinforcement learning from a policy")
+    common(rl)
+    rl.add_argument("--algo", choices=["reinforce"], default="reinforce")
+    rl.add_argument("--init", help="starting policy: 'tiny' or a folder (default: the chapter-4 SFT checkpoint)")
+    rl.add_argument("--out", required=True)
+    rl.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    rl.add_argument("--iterations", type=int)
+    rl.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:
-        return {"data": _data, "sft": _sft, "evaluate": _evaluate}[args.command](args)
+        return {"data": _data, "sft": _sft, "evaluate": _evaluate, "rl": _rl}[args.command](args)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,24 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def selfplay_configs(preset: Preset) -> list[SelfPlayConfig]:
+    """Tic-tac-toe's MCTS data at ``preset``: self-play, then (if any) games against a random player."""
+    selfplay = SelfPlayConfig(**{**preset.selfplay, "episodes": preset.game("tictactoe").expert_episodes})
+    configs = [selfplay]
+    if preset.mcts_vs_random_games:
+        # positions a weak opponent leads to, which self-play rarely visits (chapter 3)
+        configs.append(replace(selfplay, opponent="random", episodes=preset.mcts_vs_random_games, epsilon=0.0,
+                               seed=selfplay.seed + 1))
+    return configs
+
+
 def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[dict[str, Any]]:
     """Expert examples for ``game`` at ``preset``'s scale (CookingWorld: train fold only)."""
     settings = preset.game(game)
     if game == "tictactoe":
-        config = SelfPlayConfig(**{**preset.selfplay, "episodes": settings.expert_episodes})
-        # every self-play position under the 8 symmetries of the board (chapter 3)
-        return tictactoe_examples(augment_with_symmetries(mcts_selfplay(config, progress=progress)))
+        records = [r for config in selfplay_configs(preset) for r in mcts_selfplay(config, progress=progress)]
+        # every position under the 8 symmetries of the board (chapter 3)
+        return tictactoe_examples(augment_with_symmetries(records))
     options = dict(settings.env_options)
     if game == "cookingworld":
         options["fold"] = "train"  # never learn from test games
@@ -52,7 +63,8 @@ def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> li
 
 def expert_data_path(game: str, preset: Preset) -> Path:
     settings = preset.game(game)
-    key = _key(game, asdict(settings), preset.selfplay if game == "tictactoe" else None)
+    tictactoe = (preset.selfplay, preset.mcts_vs_random_games) if game == "tictactoe" else None
+    key = _key(game, {k: v for k, v in asdict(settings).items() if k != "rl"}, tictactoe)
     return cache_root() / "expert_data" / f"{game}-{key}.jsonl"
 
 
@@ -75,6 +87,15 @@ def sft_dir(game: str, preset: Preset) -> Path:
     key = _key(game, str(expert_data_path(game, preset).name), asdict(sft_settings(game, preset)), preset.model,
                asdict(TinyConfig()) if preset.model == "tiny" else None)
     return cache_root() / "sft" / f"{game}-{key}"
+
+
+def rl_settings(game: str, preset: Preset):
+    """Chapter 5's RL settings for ``game``: the preset's overrides, the game's options merged in."""
+    from .reinforce import RLSettings
+
+    overrides = dict(preset.game(game).rl)
+    env_options = {**preset.game(game).env_options, **overrides.pop("env_options", {})}
+    return RLSettings(**{**overrides, "env_options": env_options})
 
 
 def sft_policy(game: str, preset: Preset, *, progress: bool = False, **policy_options):

@@ -71,3 +71,29 @@ def token_strip(tokens: Sequence[str], trained: Sequence[bool], *, title: str, a
     ax.set(xlim=(0, per_row), ylim=(-rows + 0.8, 0.9), title=title)
     ax.axis("off")
     return ax
+
+
+def learning_curves(
+    runs: Mapping[str, Sequence[Mapping[str, float]]], keys: Sequence[str], *, title: str, smooth: int = 3
+):
+    """One panel per metric in ``keys``, one line per run; ``runs[name]`` is a list of per-iteration
+    metric dicts (``RLResult.history``). Lines are a running mean over ``smooth`` iterations, the
+    raw values faint behind them: one iteration's batch is noisy."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for name, history in runs.items():
+            steps = [row["step"] for row in history if key in row]
+            values = [row[key] for row in history if key in row]
+            smoothed = [sum(values[max(0, i - smooth + 1) : i + 1]) / len(values[max(0, i - smooth + 1) : i + 1])
+                        for i in range(len(values))]
+            (line,) = ax.plot(steps, smoothed, label=name)
+            ax.plot(steps, values, color=line.get_color(), alpha=0.25, linewidth=0.8)
+        ax.set_title(key.replace("_", " "))
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

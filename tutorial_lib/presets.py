@@ -32,6 +32,8 @@ class GameSettings:
     sft: dict = field(default_factory=dict)
     #: episodes per evaluation
     eval_episodes: int = 200
+    #: overrides of :class:`tutorial_lib.reinforce.RLSettings` (chapter 5)
+    rl: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Preset:
     games: dict = field(default_factory=dict)
     #: MCTS self-play settings for tic-tac-toe expert data (``SelfPlayConfig`` fields)
     selfplay: dict = field(default_factory=dict)
+    #: further games of MCTS against a random player, added to the self-play data (chapter 3)
+    mcts_vs_random_games: int = 0
 
     def game(self, name: str) -> GameSettings:
         if name not in self.games:
@@ -72,8 +76,13 @@ PRESETS: dict[str, Preset] = {
         math_source="generated",
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
         games={
+            # constant lr and Adam beta2 0.95: with a decaying lr the tiny model stopped before it
+            # learnt to copy a legal move (chapter 4)
             "tictactoe": GameSettings(
-                dict(opponent="random", agent_mark="alternate"), 300, dict(epochs=20, learning_rate=3e-3)
+                dict(opponent="random", agent_mark="alternate"),
+                300,
+                dict(epochs=20, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
+                rl=dict(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
             ),
             # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.
             "cookingworld": GameSettings(
@@ -82,10 +91,16 @@ PRESETS: dict[str, Preset] = {
                 dict(epochs=8, learning_rate=3e-3, batch_size=8),
                 100,
             ),
-            "guess_the_number": GameSettings(dict(preset="easy"), 300, dict(epochs=6, learning_rate=3e-3)),
+            "guess_the_number": GameSettings(
+                dict(preset="easy"),
+                300,
+                dict(epochs=20, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
+                rl=dict(iterations=30, learning_rate=1e-3),
+            ),
             "math": GameSettings(dict(source="generated", level=1), 600, dict(epochs=25, learning_rate=3e-3)),
         },
         selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
+        mcts_vs_random_games=300,
     ),
     "full": Preset(
         name="full",
@@ -96,14 +111,19 @@ PRESETS: dict[str, Preset] = {
         math_source="gsm8k",
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
         games={
-            "tictactoe": GameSettings(dict(opponent="random", agent_mark="alternate"), 1000, dict(epochs=1)),
+            "tictactoe": GameSettings(
+                dict(opponent="random", agent_mark="alternate"), 1000, dict(epochs=1),
+                rl=dict(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
+            ),
             "cookingworld": GameSettings(
                 dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2), 900, dict(epochs=1), 200
             ),
-            "guess_the_number": GameSettings(dict(preset="hard"), 1000, dict(epochs=1)),
+            "guess_the_number": GameSettings(dict(preset="hard"), 1000, dict(epochs=1),
+                                             rl=dict(iterations=100, learning_rate=4e-5)),
             "math": GameSettings(dict(source="gsm8k"), 7473, dict(epochs=1)),
         },
         selfplay=dict(episodes=1000, simulations=1000, epsilon=0.1),
+        mcts_vs_random_games=1000,
     ),
 }
 

@@ -176,7 +176,7 @@ def train_sft(
         warmup_steps=settings.warmup_ratio,
         lr_scheduler_type=settings.lr_scheduler,
         weight_decay=settings.weight_decay,
-        gradient_checkpointing=settings.gradient_checkpointing,
+        activation_checkpointing=settings.gradient_checkpointing,  # the new name of gradient checkpointing
         max_length=settings.max_length,
         optim=settings.optim,
         logging_steps=settings.logging_steps,

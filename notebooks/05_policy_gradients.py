@@ -1,0 +1,271 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 5. Policy gradients for multi-turn text games
+#
+# Chapter 4's policies imitate an expert. Here they learn from the game's reward instead: play,
+# see which turns led to good outcomes, make those actions more likely. This is REINFORCE
+# {cite}`williams1992reinforce`, in the form the GEM training script uses for multi-turn games
+# {cite}`gem2025`: discounted returns per turn, normalised over the whole batch of turns (ReBN),
+# each turn's advantage applied to that turn's action tokens only.
+#
+# **You will learn**
+# - how a batch of games is collected with one `generate` call per turn, and why the sampler's
+#   log-probabilities are stored with every action token;
+# - how per-turn returns become advantages (discount γ, return batch-normalisation);
+# - the REINFORCE loss with an importance ratio, and the metrics that tell a healthy run (entropy,
+#   KL between sampler and trainer);
+# - what RL adds on top of SFT in GuessTheNumber and tic-tac-toe, measured; and what γ and ReBN
+#   change.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+import time
+from dataclasses import replace
+
+import pandas as pd
+import torch
+
+from tutorial_lib.advantages import batch_returns, rebn
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.plotting import learning_curves
+from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.rollout import action_logprobs, collate_turns, collect
+from tutorial_lib.tiny_model import cache_root
+
+preset = get_preset()
+print(describe(preset))
+runs_dir = cache_root() / "runs" / preset.name
+
+
+def evaluate(game, policy, episodes=200, **options):
+    """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up)."""
+    settings = preset.game(game)
+    env_options = {**settings.env_options, **options}
+    return summarize(run_episodes(game, policy, range(episodes), env_options=env_options, batch_size=100))
+
+
+# %% [markdown]
+# ## Collecting a batch of games
+#
+# We start from chapter 4's GuessTheNumber policy (fine-tuned on binary-search transcripts; trained
+# now if the cache has none). `collect` plays many games side by side: each turn, one batched
+# `generate` over every live game (prompts left-padded so they all end in the same column), then
+# every game steps, and a finished game is replaced by the next seed. It samples from the model's
+# own distribution (temperature 1, no top-k or top-p), so the sampler *is* the policy being
+# trained.
+
+# %%
+gtn = sft_policy("guess_the_number", preset)
+gtn_options = rl_settings("guess_the_number", preset).env_options
+
+batched = collect(gtn, "guess_the_number", range(1000, 1128), env_options=gtn_options, num_envs=32)
+one_at_a_time = collect(gtn, "guess_the_number", range(1000, 1128), env_options=gtn_options, num_envs=1)
+speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games side by side": batched.summary()})
+speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second", "tokens_per_second"]].round(1)
+
+# %%
+ratio = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_per_second"]
+print(f"batched collection: {ratio:.1f}x the turns per second of one game at a time")
+
+# %% [markdown]
+# (`benchmarks/rollout_throughput.py` measures this for 1, 8 and 32 games in one run.) Every turn
+# keeps what training needs: the prompt's and the action's token ids, the sampler's log-probability
+# of each action token, the reward, and whether the episode *terminated* (the game ended) or was
+# *truncated* (it ran out of turns: a critic would bootstrap there, chapter 6).
+
+# %%
+turn = batched.turns[1]
+print("prompt tokens:", len(turn.prompt_ids), "| action:", gtn.tokenizer.convert_ids_to_tokens(turn.action_ids))
+print("sampler log-probs:", [round(x, 3) for x in turn.logprobs])
+print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", turn.truncated)
+
+# %% [markdown]
+# The trainer recomputes those log-probabilities with gradients. Before any update the two must
+# agree, or the importance ratio below would be wrong from the start. A left-padded batch needs
+# the same position numbering `generate` used; `collate_turns` builds it.
+
+# %%
+with torch.no_grad():
+    batch = collate_turns(batched.turns[:64], gtn.tokenizer.pad_token_id)
+    recomputed = action_logprobs(gtn.model, batch).logprobs
+gap = (recomputed - batch["sampler_logprobs"]).abs()[batch["action_mask"]].max()
+print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].sum())} action tokens: {gap:.2e}")
+
+# %% [markdown]
+# ## From rewards to advantages
+#
+# A turn's *return* is its reward plus the discounted rewards after it,
+# $G_t = r_t + \gamma G_{t+1}$. GuessTheNumber pays +1 for the right guess, so with γ = 0.9 a
+# guess that wins two turns later is worth 0.81, one that wins next turn 0.9: the discount is what
+# rewards winning *sooner*. REINFORCE then needs a baseline (subtracting the mean return keeps
+# the gradient unbiased and far less noisy) and a scale. ReBN does both over the whole batch of
+# turns: $A = (G - \text{mean}) / \text{std}$. Three episodes by hand:
+
+# %%
+episodes = [[0.0, 0.0, 1.0], [0.0, 1.0], [0.0, 0.0, 0.0, 0.4]]  # won in 3, won in 2, ran out of turns
+returns = batch_returns(episodes, gamma=0.9)
+pd.DataFrame({
+    "rewards": [str(e) for e in episodes],
+    "returns (γ=0.9)": [str([round(g, 3) for g in ep]) for ep in returns],
+    "ReBN advantages": [str([round(a, 2) for a in ep]) for ep in rebn(returns)],
+})
+
+# %% [markdown]
+# Every turn of the two won games gets a positive advantage, and the faster win the larger one;
+# the unfinished game's turns are below the batch mean. Each turn's advantage multiplies the
+# log-probabilities of *that turn's action tokens only*: the prompt, and so every observation, is
+# context, never a target.
+#
+# ## The update
+#
+# `train_reinforce` repeats: collect a batch of turns (256 here, as many games as it takes), compute
+# advantages, take one optimiser step on
+#
+# $$\mathcal{L} = -\frac{1}{N_\text{tokens}} \sum_{\text{action tokens}} \frac{\pi_\theta(a)}{\pi_\text{sampler}(a)}\, A_{\text{turn}}$$
+#
+# The ratio is 1 right after collection (same weights), and its gradient is then the REINFORCE
+# gradient $A\,\nabla \log \pi_\theta(a)$. It matters when the sampler is another engine (vLLM, a
+# quantised copy): the logged `kl_k1` and `kl_k3` estimate KL(sampler ‖ trainer) two ways and
+# should stay near zero. Adam uses β = (0.9, 0.95). Every iteration's metrics go to `metrics.csv`
+# and TensorBoard; a checkpoint (weights, optimiser, random state) lets `resume=True` continue a
+# stopped run exactly. The settings:
+
+# %%
+pd.Series({k: v for k, v in rl_settings("guess_the_number", preset).__dict__.items() if k != "env_options"})
+
+# %% [markdown]
+# ## GuessTheNumber
+#
+# The SFT policy before RL, greedy, on 200 evaluation games:
+
+# %%
+before = {"guess_the_number": evaluate("guess_the_number", gtn)}
+pd.Series(before["guess_the_number"]).round(3)
+
+# %%
+start = time.perf_counter()
+gtn_run = train_reinforce(gtn, "guess_the_number", rl_settings("guess_the_number", preset),
+                          out_dir=runs_dir / "reinforce-gtn", progress=True)
+after = {"guess_the_number": evaluate("guess_the_number", gtn)}
+print(f"RL: {gtn_run.seconds:.0f} s for {len(gtn_run.history)} iterations")
+pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
+    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].round(3)
+
+# %%
+fig = learning_curves({"γ=0.9, ReBN": gtn_run.history},
+                      ["mean_return", "success_rate", "turns_per_episode", "entropy"],
+                      title="REINFORCE on GuessTheNumber (training batches, sampled)")
+
+# %% [markdown]
+# The curves are measured on the training batches, which are *sampled*; the table above is greedy
+# play on held-out seeds. The two differ (chapter 8 is about that gap).
+#
+# ## What γ and ReBN change
+#
+# Three short runs from the same SFT checkpoint, same seeds, same number of iterations: the
+# chapter's setting (γ = 0.9 with ReBN), no discount (γ = 1: a win is worth as much in four turns
+# as in two), and raw returns without normalisation (no baseline: every action of a game with any
+# reward is pushed up).
+
+# %%
+variants = {"γ=0.9, ReBN": dict(), "γ=1.0, ReBN": dict(gamma=1.0), "γ=0.9, raw returns": dict(normalise="none")}
+short = 15
+ablation, ablation_eval = {}, {}
+for name, change in variants.items():
+    policy = sft_policy("guess_the_number", preset)  # a fresh copy of the SFT checkpoint
+    settings = replace(rl_settings("guess_the_number", preset), iterations=short, **change)
+    ablation[name] = train_reinforce(policy, "guess_the_number", settings, out_dir=runs_dir / f"ablation-{name}",
+                                     progress=False).history
+    ablation_eval[name] = evaluate("guess_the_number", policy)
+fig = learning_curves(ablation, ["success_rate", "turns_per_episode"], title=f"GuessTheNumber, {short} iterations")
+pd.DataFrame(ablation_eval).T[["success_rate", "mean_turns", "mean_return"]].round(3)
+
+# %% [markdown]
+# ## Tic-tac-toe against the random opponent
+#
+# Chapter 4's tic-tac-toe policy learnt to write legal moves, not to win. Here it plays the random
+# opponent and is rewarded +1 for a win, −1 for a loss. During training an illegal move forfeits
+# the game (`invalid_move="forfeit"`): with the default fallback (a random legal move is played for
+# it) an illegal move costs nothing, and RL has no reason to stop writing them. Evaluation keeps the
+# default rules, as in chapter 4.
+
+# %%
+ttt = sft_policy("tictactoe", preset)
+before["tictactoe"] = evaluate("tictactoe", ttt)
+ttt_run = train_reinforce(ttt, "tictactoe", rl_settings("tictactoe", preset), out_dir=runs_dir / "reinforce-ttt",
+                          progress=True)
+after["tictactoe"] = evaluate("tictactoe", ttt)
+print(f"RL: {ttt_run.seconds:.0f} s for {len(ttt_run.history)} iterations")
+pd.DataFrame({"SFT": before["tictactoe"], "SFT + REINFORCE": after["tictactoe"]}).T[
+    ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]].round(3)
+
+# %%
+fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_rate", "invalid_rate", "entropy"],
+                      title="REINFORCE on tic-tac-toe vs random (training batches, illegal move = forfeit)")
+
+# %% [markdown]
+# ## Summary
+#
+# The numbers above, side by side (greedy play, 200 evaluation games each):
+
+# %%
+summary = []
+for game, keys in {"guess_the_number": ["success_rate", "mean_turns", "invalid_rate"],
+                   "tictactoe": ["win_rate", "loss_rate", "invalid_rate"]}.items():
+    for key in keys:
+        summary.append({"game": game, "metric": key, "SFT": before[game][key], "SFT + REINFORCE": after[game][key]})
+pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
+
+# %% [markdown]
+# What to take away:
+#
+# - Batched collection is what makes RL on a CPU possible at all: one `generate` per turn for 32
+#   games instead of 32 (the ratio printed above).
+# - The sampler's log-probs and the trainer's recompute agree to float precision; the logged KL
+#   estimates stay at ~0 in every iteration. A run where they grow has a sampler that is not the
+#   policy (a different precision, top-k sampling, dropout left on).
+# - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
+#   nothing, so training forfeits it.
+#
+# The same run from a terminal, resumable after an interruption:
+#
+# ```bash
+# python -m tutorial_lib rl --algo reinforce --game tictactoe --preset ci --out runs/rl-ttt
+# python -m tutorial_lib rl --algo reinforce --game tictactoe --preset ci --out runs/rl-ttt --resume
+# tensorboard --logdir runs/rl-ttt/tensorboard
+# ```
+#
+# ## Exercises
+#
+# 1. Train tic-tac-toe with the default `invalid_move="random"` and compare the invalid rate after
+#    RL with this chapter's.
+# 2. Start GuessTheNumber RL from the *untrained* tiny model (`load_policy("tiny")`). What is the
+#    reward of every early episode, what does ReBN make of it, and why does nothing change?
+# 3. Set `sampling="standard"` (temperature 0.7, top-k 50) for collection. What do `mean_ratio` and
+#    the KL estimates show now, and why?
