@@ -28,8 +28,8 @@
 # - how per-turn returns become advantages (discount γ, return batch-normalisation);
 # - the REINFORCE loss with an importance ratio, and the metrics that tell a healthy run (entropy,
 #   KL between sampler and trainer);
-# - what RL adds on top of SFT in GuessTheNumber and tic-tac-toe, measured; and what γ and ReBN
-#   change.
+# - what RL adds on top of SFT in GuessTheNumber and tic-tac-toe, measured (and why it can add
+#   nothing); and what γ and ReBN change.
 
 # %% tags=["colab-setup", "hide-output"]
 # Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
@@ -184,28 +184,26 @@ fig = learning_curves({"γ=0.9, ReBN": gtn_run.history},
 
 # %% [markdown]
 # The curves are measured on the training batches, which are *sampled*; the table above is greedy
-# play on held-out seeds. The two differ (chapter 8 is about that gap).
-#
-# ## What γ and ReBN change
-#
-# Three short runs from the same SFT checkpoint, same seeds, same number of iterations: the
-# chapter's setting (γ = 0.9 with ReBN), no discount (γ = 1: a win is worth as much in four turns
-# as in two), and raw returns without normalisation (no baseline: every action of a game with any
-# reward is pushed up).
+# play on held-out seeds (chapter 8 is about the gap between the two). Compare the two tables and
+# look at the entropy curve. How sure of itself was the policy when it sampled?
 
 # %%
-variants = {"γ=0.9, ReBN": dict(), "γ=1.0, ReBN": dict(gamma=1.0), "γ=0.9, raw returns": dict(normalise="none")}
-short = 15
-ablation, ablation_eval = {}, {}
-for name, change in variants.items():
-    policy = sft_policy("guess_the_number", preset)  # a fresh copy of the SFT checkpoint
-    settings = replace(rl_settings("guess_the_number", preset), iterations=short, **change)
-    ablation[name] = train_reinforce(policy, "guess_the_number", settings, out_dir=runs_dir / f"ablation-{name}",
-                                     progress=False).history
-    ablation_eval[name] = evaluate("guess_the_number", policy)
-fig = learning_curves(ablation, ["success_rate", "turns_per_episode"], title=f"GuessTheNumber, {short} iterations")
-pd.DataFrame(ablation_eval).T[["success_rate", "mean_turns", "mean_return"]].round(3)
+sampled = [p for t in collect(gtn, "guess_the_number", range(2000, 2128), env_options=gtn_options).turns
+           for p in t.logprobs]
+confident = sum(p > -0.01 for p in sampled) / len(sampled)
+print(f"mean token entropy over the run: {sum(gtn_run.curve('entropy')) / len(gtn_run.history):.4f} nats")
+print(f"action tokens sampled with probability > 0.99: {confident:.1%}")
 
+# %% [markdown]
+# REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
+# deterministic samples, game after game, the very moves it would play greedily: every episode of
+# a given secret number is the same episode, the gradient $A\,\nabla\log\pi$ of a token with
+# probability ~1 is ~0, and nothing changes however good the advantages are. The fix is upstream:
+# keep entropy in the SFT policy (fewer epochs, a final learning rate that decays), sample with a
+# higher temperature (the importance ratio then corrects for the sampler, since its log-probs
+# are recorded), or add an entropy bonus to the loss (chapter 6). Tic-tac-toe's SFT policy is less
+# certain, and there RL has something to work with.
+#
 # %% [markdown]
 # ## Tic-tac-toe against the random opponent
 #
@@ -230,6 +228,28 @@ fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_ra
                       title="REINFORCE on tic-tac-toe vs random (training batches, illegal move = forfeit)")
 
 # %% [markdown]
+# ## What γ and ReBN change
+#
+# Three short runs from the same SFT checkpoint, same seeds, same number of iterations: the
+# chapter's setting (γ = 0.9 with ReBN), no discount (γ = 1: a win is worth as much late as early),
+# and raw returns without normalisation (no baseline: in a game where most returns are −1 or +1,
+# every action of a won game is pushed up and every action of a lost one down, with no reference
+# to how the batch did on average).
+
+# %%
+variants = {"γ=0.9, ReBN": dict(), "γ=1.0, ReBN": dict(gamma=1.0), "γ=0.9, raw returns": dict(normalise="none")}
+short = 20
+ablation, ablation_eval = {}, {}
+for name, change in variants.items():
+    policy = sft_policy("tictactoe", preset)  # a fresh copy of the SFT checkpoint
+    settings = replace(rl_settings("tictactoe", preset), iterations=short, **change)
+    ablation[name] = train_reinforce(policy, "tictactoe", settings, out_dir=runs_dir / f"ablation-{name}",
+                                     progress=False).history
+    ablation_eval[name] = evaluate("tictactoe", policy)
+fig = learning_curves(ablation, ["mean_return", "invalid_rate"], title=f"tic-tac-toe, {short} iterations each")
+pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3)
+
+# %% [markdown]
 # ## Summary
 #
 # The numbers above, side by side (greedy play, 200 evaluation games each):
@@ -252,6 +272,8 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   policy (a different precision, top-k sampling, dropout left on).
 # - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
 #   nothing, so training forfeits it.
+# - RL needs a policy that still explores: a nearly deterministic SFT policy (GuessTheNumber here)
+#   gives REINFORCE nothing to compare.
 #
 # The same run from a terminal, resumable after an interruption:
 #
