@@ -43,7 +43,6 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
 
 # %%
-import time
 from dataclasses import replace
 
 import pandas as pd
@@ -169,7 +168,6 @@ before = {"guess_the_number": evaluate("guess_the_number", gtn)}
 pd.Series(before["guess_the_number"]).round(3)
 
 # %%
-start = time.perf_counter()
 gtn_run = train_reinforce(gtn, "guess_the_number", rl_settings("guess_the_number", preset),
                           out_dir=runs_dir / "reinforce-gtn", progress=True)
 after = {"guess_the_number": evaluate("guess_the_number", gtn)}

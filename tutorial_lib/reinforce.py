@@ -31,8 +31,6 @@ default 0.999 suits the non-stationary gradients of RL.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -108,7 +106,7 @@ def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[floa
     return [g for episode in returns for g in episode]
 
 
-def _advantage_grid(turns: Sequence[TurnSample], advantages: Sequence[float], mask: torch.Tensor) -> torch.Tensor:
+def _advantage_grid(advantages: Sequence[float], mask: torch.Tensor) -> torch.Tensor:
     """Each turn's advantage on every action token of that turn (``mask``'s layout), 0 elsewhere."""
     per_row = torch.tensor(advantages, dtype=torch.float32, device=mask.device).unsqueeze(1)
     return per_row * mask
@@ -131,7 +129,7 @@ def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Se
         sampler = batch["sampler_logprobs"].to(scores.logprobs.device)
         log_ratio = (scores.logprobs - sampler).masked_fill(~mask, 0.0)
         ratio = log_ratio.exp()
-        advantage = _advantage_grid(chunk, advantages[start : start + len(chunk)], mask)
+        advantage = _advantage_grid(advantages[start : start + len(chunk)], mask)
         loss = -(ratio * advantage * mask).sum() / total_tokens
         loss.backward()
         with torch.no_grad():
@@ -233,8 +231,3 @@ def train_reinforce(
     policy.tokenizer.save_pretrained(out_dir / "model")
     return RLResult(out_dir, history, time.perf_counter() - began)
 
-
-def mean_of(history: Sequence[dict[str, float]], key: str, last: int = 5) -> float:
-    """Mean of ``key`` over the last ``last`` iterations (a less noisy end-of-training figure)."""
-    values = [row[key] for row in history[-last:] if key in row and not math.isnan(row[key])]
-    return statistics.fmean(values) if values else float("nan")
