@@ -219,7 +219,8 @@ def train_reinforce(
             metrics["train_seconds"] = time.perf_counter() - sampled
             log.write(iteration + 1, metrics)
             history.append({"step": iteration + 1, **metrics})
-            bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}")
+            # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
+            bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
             if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations:
                 save_checkpoint(out_dir / "checkpoint", model, optimizer, step=iteration + 1,
                                 state={"next_seed": next_seed})
