@@ -5,8 +5,8 @@ import pytest
 from tutorial_lib.evaluate import run_episodes, summarize
 from tutorial_lib.expert_data import expert_examples
 from tutorial_lib.models import load_policy
-from tutorial_lib.sft import SFTSettings, tokenize_examples, train_sft
-from tutorial_lib.tokenization import IGNORE_INDEX
+from tutorial_lib.sft import SFTSettings, completion_logits, tokenize_examples, train_sft
+from tutorial_lib.tokenization import IGNORE_INDEX, collate_examples
 
 from .conftest import SMALL
 
@@ -48,3 +48,19 @@ def test_lora_sft_trains_only_adapters(tiny_cache, gtn_examples, tmp_path):
     assert (tmp_path / "lora" / "adapter_config.json").exists()
     reloaded = load_policy(str(tmp_path / "lora"))
     assert reloaded.generate(["Guess."], max_new_tokens=3) == policy.generate(["Guess."], max_new_tokens=3)
+
+
+def test_completion_only_loss_equals_the_full_forward_loss(tiny_policy, gtn_examples):
+    """The output layer at the labelled positions only gives exactly the model's own loss."""
+    import torch
+
+    dataset = tokenize_examples(tiny_policy.tokenizer, gtn_examples[:6])
+    rows = [{"input_ids": r["input_ids"], "attention_mask": [1] * len(r["input_ids"]), "labels": r["labels"]}
+            for r in dataset]
+    batch = collate_examples(rows, tiny_policy.tokenizer.pad_token_id)
+    with torch.no_grad():
+        full = tiny_policy.model(**batch).loss
+        logits, targets = completion_logits(tiny_policy.model, batch)
+        ours = torch.nn.functional.cross_entropy(logits, targets)
+    assert targets.numel() == int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+    assert float(ours) == pytest.approx(float(full), rel=1e-5)
