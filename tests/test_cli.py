@@ -87,8 +87,8 @@ def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_po
 
     original = pipeline.rl_settings
 
-    def tiny_settings(game, preset):  # the preset's settings, only smaller
-        settings = original(game, preset)
+    def tiny_settings(game, preset, algo="reinforce"):  # the preset's settings, only smaller
+        settings = original(game, preset, algo)
         settings.turns_per_iteration, settings.num_envs, settings.save_every = 8, 4, 1
         return settings
 
@@ -105,6 +105,28 @@ def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_po
     code, stdout, _ = run(capsys, "evaluate", "--game", "tictactoe", "--policy", str(out / "model"), "--episodes", "2",
                           "--preset", "ci", "--json")
     assert code == 0 and "loss_rate" in json.loads(stdout)
+
+
+def test_rl_ppo_runs_and_saves_its_value_model(capsys, tmp_path, small_policy_dir, monkeypatch):
+    from tutorial_lib import pipeline
+
+    original = pipeline.rl_settings
+    seen = []
+
+    def tiny_settings(game, preset, algo="reinforce"):
+        seen.append(algo)
+        settings = original(game, preset, algo)
+        settings.turns_per_iteration, settings.num_envs, settings.minibatch_turns = 4, 4, 4
+        return settings
+
+    monkeypatch.setattr(pipeline, "rl_settings", tiny_settings)
+    out = tmp_path / "ppo"
+    code, stdout, _ = run(capsys, "rl", "--algo", "ppo", "--game", "math", "--preset", "ci", "--init",
+                          str(small_policy_dir), "--out", str(out), "--iterations", "1", "--quiet")
+    assert code == 0 and seen == ["ppo"]
+    assert json.loads(stdout)["algo"] == "ppo"
+    assert (out / "model" / "value_model.pt").exists()
+    assert "policy_loss" in (out / "metrics.csv").read_text().splitlines()[0]
 
 
 def test_rl_resume_without_checkpoint_is_a_clear_error(capsys, tmp_path, small_policy_dir):

@@ -17,7 +17,7 @@ TTT = dict(opponent="random", agent_mark="alternate")
 
 
 def small_settings(**overrides):
-    return RLSettings(**{"iterations": 4, "turns_per_iteration": 12, "num_envs": 4, "minibatch_turns": 5,
+    return RLSettings(**{"iterations": 4, "turns_per_iteration": 12, "num_envs": 4, "microbatch_turns": 5,
                          "learning_rate": 1e-2, "save_every": 2, "env_options": TTT, **overrides})
 
 

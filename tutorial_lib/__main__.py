@@ -1,4 +1,4 @@
-"""Command line for runs outside notebooks (chapters 3-5): the way a GPU user runs ``full``.
+"""Command line for runs outside notebooks (chapters 3-6): the way a GPU user runs ``full``.
 
     python -m tutorial_lib data     --game tictactoe --preset ci --out runs/data
     python -m tutorial_lib sft      --game tictactoe --preset ci --out runs/sft-ttt [--data FILE]
@@ -6,10 +6,12 @@
                                     --episodes 200 --json
     python -m tutorial_lib rl       --algo reinforce --game tictactoe --preset ci \\
                                     [--init runs/sft-ttt] --out runs/rl-ttt [--resume]
+    python -m tutorial_lib rl       --algo ppo --game cookingworld --preset ci --out runs/ppo-cw
 
 ``rl`` starts from ``--init`` (a folder written by ``sft``, or ``tiny``), by default from the
 chapter-4 checkpoint of the game (trained now if the cache has none); it writes ``metrics.csv``,
-TensorBoard logs, a resumable ``checkpoint/`` and the final ``model/``, and prints one JSON line.
+TensorBoard logs, a resumable ``checkpoint/`` and the final ``model/`` (PPO adds ``value_model.pt``
+to it), and prints one JSON line.
 
 ``evaluate`` prints one JSON object of metrics (``win_rate``, ``draw_rate``, ``loss_rate``,
 ``invalid_rate`` for tic-tac-toe; ``success_rate``, ``mean_score``, ``mean_steps``,
@@ -90,10 +92,12 @@ def _evaluate(args) -> int:
 def _rl(args) -> int:
     from .models import load_policy
     from .pipeline import rl_settings, sft_policy
+    from .ppo import train_ppo
     from .reinforce import train_reinforce
 
     preset = get_preset(args.preset)
-    settings = rl_settings(args.game, preset)
+    settings = rl_settings(args.game, preset, args.algo)
+    train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
     if args.iterations is not None:
         settings.iterations = args.iterations
     with contextlib.redirect_stdout(sys.stderr):
@@ -101,8 +105,7 @@ def _rl(args) -> int:
             policy = load_policy(args.init, lora=None if preset.model == "tiny" else True)
         else:
             policy = sft_policy(args.game, preset, progress=not args.quiet)
-        result = train_reinforce(policy, args.game, settings, out_dir=args.out, resume=args.resume,
-                                 progress=not args.quiet)
+        result = train(policy, args.game, settings, out_dir=args.out, resume=args.resume, progress=not args.quiet)
     last = result.history[-1] if result.history else {}
     print(json.dumps({"output_dir": str(result.out_dir), "model": str(result.out_dir / "model"), "algo": args.algo,
                       "iterations": len(result.history), "seconds": round(result.seconds, 1),
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     rl = commands.add_parser("rl", help="reinforcement learning from a policy")
     common(rl)
-    rl.add_argument("--algo", choices=["reinforce"], default="reinforce")
+    rl.add_argument("--algo", choices=["reinforce", "ppo"], default="reinforce",
+                    help="REINFORCE with ReBN (chapter 5) or PPO with a value head (chapter 6)")
     rl.add_argument("--init", help="starting policy: 'tiny' or a folder (default: the chapter-4 SFT checkpoint)")
     rl.add_argument("--out", required=True)
     rl.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")

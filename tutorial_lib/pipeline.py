@@ -31,6 +31,9 @@ from .tiny_model import RECIPE_VERSION, TinyConfig, cache_root
 #: bump when expert data or SFT recipes change, so stale cache entries are not reused
 PIPELINE_VERSION = 1
 
+#: the preset field (``GameSettings``) holding each RL algorithm's settings
+RL_ALGORITHMS = {"rl": "reinforce", "ppo": "ppo"}
+
 
 def _key(*parts: Any) -> str:
     blob = json.dumps([PIPELINE_VERSION, RECIPE_VERSION, *parts], sort_keys=True, default=str)
@@ -64,7 +67,8 @@ def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> li
 def expert_data_path(game: str, preset: Preset) -> Path:
     settings = preset.game(game)
     tictactoe = (preset.selfplay, preset.mcts_vs_random_games) if game == "tictactoe" else None
-    key = _key(game, {k: v for k, v in asdict(settings).items() if k != "rl"}, tictactoe)
+    # only what makes the data and the SFT run; RL settings must not invalidate the SFT checkpoint
+    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in RL_ALGORITHMS}, tictactoe)
     return cache_root() / "expert_data" / f"{game}-{key}.jsonl"
 
 
@@ -89,13 +93,19 @@ def sft_dir(game: str, preset: Preset) -> Path:
     return cache_root() / "sft" / f"{game}-{key}"
 
 
-def rl_settings(game: str, preset: Preset):
-    """Chapter 5's RL settings for ``game``: the preset's overrides, the game's options merged in."""
-    from .reinforce import RLSettings
-
-    overrides = dict(preset.game(game).rl)
+def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
+    """RL settings for ``game``: chapter 5's REINFORCE (``algo="rl"`` in the preset) or chapter 6's
+    PPO (``ppo``); the preset's overrides, the game's options merged in."""
+    if algo not in RL_ALGORITHMS.values():
+        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join(RL_ALGORITHMS.values())}")
+    if algo == "ppo":
+        from .ppo import PPOSettings as settings_class
+    else:
+        from .reinforce import RLSettings as settings_class
+    field_name = next(name for name, value in RL_ALGORITHMS.items() if value == algo)
+    overrides = dict(getattr(preset.game(game), field_name))
     env_options = {**preset.game(game).env_options, **overrides.pop("env_options", {})}
-    return RLSettings(**{**overrides, "env_options": env_options})
+    return settings_class(**{**overrides, "env_options": env_options})
 
 
 def sft_policy(game: str, preset: Preset, *, progress: bool = False, **policy_options):

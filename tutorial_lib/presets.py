@@ -34,6 +34,8 @@ class GameSettings:
     eval_episodes: int = 200
     #: overrides of :class:`tutorial_lib.reinforce.RLSettings` (chapter 5)
     rl: dict = field(default_factory=dict)
+    #: overrides of :class:`tutorial_lib.ppo.PPOSettings` (chapter 6)
+    ppo: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,16 @@ default 0.999 suits the non-stationary gradients of RL.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .advantages import batch_returns, rebn
-from .progress import progress_bar
-from .rollout import Rollout, TurnSample, action_logprobs, collate_turns, collect
-from .tracking import MetricsLog, load_checkpoint, save_checkpoint
+from .rl_loop import Algorithm, RLResult, run_rl
+from .rollout import Rollout, TurnSample, action_logprobs, collate_turns
 
 NORMALISATIONS = ("rebn", "none")
 
@@ -64,8 +61,9 @@ class RLSettings:
     learning_rate: float = 1e-4
     adam_betas: tuple[float, float] = (0.9, 0.95)
     max_grad_norm: float = 1.0
-    #: turns per forward/backward pass; gradients of all of them add up to ONE optimiser step
-    minibatch_turns: int = 128
+    #: turns per forward/backward pass (a micro-batch): memory, not maths; REINFORCE adds the
+    #: gradients of all of them up to ONE optimiser step
+    microbatch_turns: int = 128
     #: sampling preset while collecting (``rl``: the model's own distribution)
     sampling: str = "rl"
     #: options for the game (opponent, world...)
@@ -81,20 +79,9 @@ class RLSettings:
             raise ValueError(f"normalise must be one of {', '.join(NORMALISATIONS)}; got {self.normalise!r}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
-        for name in ("iterations", "turns_per_iteration", "num_envs", "minibatch_turns", "save_every"):
+        for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
-
-
-@dataclass
-class RLResult:
-    out_dir: Path
-    #: one dict of metrics per iteration (also in ``out_dir/metrics.csv`` and TensorBoard)
-    history: list[dict[str, float]]
-    seconds: float
-
-    def curve(self, key: str) -> list[float]:
-        return [row[key] for row in self.history if key in row]
 
 
 def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[float]:
@@ -121,8 +108,8 @@ def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Se
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums = {"loss": 0.0, "entropy": 0.0, "kl_k1": 0.0, "kl_k3": 0.0, "ratio": 0.0}
-    for start in range(0, len(turns), settings.minibatch_turns):
-        chunk = turns[start : start + settings.minibatch_turns]
+    for start in range(0, len(turns), settings.microbatch_turns):
+        chunk = turns[start : start + settings.microbatch_turns]
         batch = collate_turns(chunk, pad_token_id)
         scores = action_logprobs(model, batch, with_entropy=True)
         mask = batch["action_mask"].to(scores.logprobs.device)
@@ -162,13 +149,21 @@ def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Se
     }
 
 
-def _rollout_metrics(rollout: Rollout) -> dict[str, float]:
-    summary = rollout.summary()
-    keep = ["episodes", "mean_return", "success_rate", "invalid_rate", "truncated_rate", "turns", "action_tokens",
-            "win_rate", "draw_rate", "loss_rate"]
-    metrics = {key: float(summary[key]) for key in keep if key in summary}
-    metrics["turns_per_episode"] = float(summary["mean_steps"])
-    return metrics
+class Reinforce(Algorithm):
+    """REINFORCE with ReBN as an :class:`~tutorial_lib.rl_loop.Algorithm`: one step per batch."""
+
+    name = "REINFORCE"
+
+    def __init__(self, policy, settings: RLSettings):
+        self.policy, self.settings = policy, settings
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, betas=settings.adam_betas,
+                                           weight_decay=0.0)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        advantages = turn_advantages(rollout, self.settings.gamma, self.settings.normalise)
+        return reinforce_step(self.policy.model, self.optimizer, rollout.turns, advantages, self.settings,
+                              self.policy.tokenizer.pad_token_id)
 
 
 def train_reinforce(
@@ -186,49 +181,5 @@ def train_reinforce(
     iteration): the result equals that of a run never stopped.
     """
     settings = settings or RLSettings()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = policy.model
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
-    start, next_seed = 0, settings.first_seed
-    if resume:
-        start, state = load_checkpoint(out_dir / "checkpoint", model, optimizer)
-        next_seed = state["next_seed"]
-    else:
-        torch.manual_seed(settings.seed)
-    (out_dir / "rl_settings.json").write_text(json.dumps({"game": game, **asdict(settings)}, indent=1))
-    log = MetricsLog(out_dir, resume_from=start if resume else None)
-    history = list(log.rows)
-    began = time.perf_counter()
-    bar = progress_bar(range(start, settings.iterations), desc=f"REINFORCE {game}", disable=not progress,
-                       initial=start, total=settings.iterations)
-    try:
-        for iteration in bar:
-            tick = time.perf_counter()
-            seeds = range(next_seed, next_seed + settings.turns_per_iteration)  # >= one turn per episode
-            rollout = collect(policy, game, seeds, env_options=settings.env_options, num_envs=settings.num_envs,
-                              turn_budget=settings.turns_per_iteration, sampling=settings.sampling)
-            next_seed += len(rollout.records)
-            sampled = time.perf_counter()
-            advantages = turn_advantages(rollout, settings.gamma, settings.normalise)
-            metrics = _rollout_metrics(rollout)
-            metrics.update(reinforce_step(model, optimizer, rollout.turns, advantages, settings,
-                                          policy.tokenizer.pad_token_id))
-            metrics["sample_seconds"] = sampled - tick
-            metrics["train_seconds"] = time.perf_counter() - sampled
-            log.write(iteration + 1, metrics)
-            history.append({"step": iteration + 1, **metrics})
-            # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
-            bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
-            if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations:
-                save_checkpoint(out_dir / "checkpoint", model, optimizer, step=iteration + 1,
-                                state={"next_seed": next_seed})
-    finally:
-        bar.close()
-        log.close()
-    model.eval()
-    model.save_pretrained(out_dir / "model")
-    policy.tokenizer.save_pretrained(out_dir / "model")
-    return RLResult(out_dir, history, time.perf_counter() - began)
-
+    return run_rl(policy, game, settings, lambda: Reinforce(policy, settings), out_dir=out_dir, resume=resume,
+                  progress=progress)

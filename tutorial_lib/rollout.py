@@ -248,10 +248,39 @@ class ActionScores:
     logprobs: torch.Tensor
     #: entropy of the next-token distribution at each action token (``None`` unless asked)
     entropy: torch.Tensor | None = None
+    #: (batch, hidden) last-layer hidden state at each row's last prompt token: the state in which
+    #: the action was chosen, what a value head reads (``None`` unless asked)
+    state_hidden: torch.Tensor | None = None
+
+
+def body_and_head(model):
+    """A causal LM split into its transformer body and its output layer (PEFT's wrapper seen
+    through: the adapters stay active, since they live inside the body's layers)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.base_model, base.get_output_embeddings(), getattr(base.config, "final_logit_softcapping", None)
+
+
+def last_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(batch, length, hidden) output of ``model``'s body on a :func:`collate_turns` batch."""
+    body, _, _ = body_and_head(model)
+    device = next(model.parameters()).device
+    inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
+    return body(**inputs, use_cache=False).last_hidden_state
+
+
+def state_positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Column of each row's last prompt token in a :func:`collate_turns` batch (actions are
+    right-aligned, so it is ``length - 1 - action length``)."""
+    return batch["input_ids"].shape[1] - 1 - batch["action_mask"].sum(1)
 
 
 def action_logprobs(
-    model, batch: dict[str, torch.Tensor], *, temperature: float = 1.0, with_entropy: bool = False
+    model,
+    batch: dict[str, torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    with_state_hidden: bool = False,
 ) -> ActionScores:
     """Log-probs of the action tokens of a :func:`collate_turns` batch under ``model``'s weights.
 
@@ -260,24 +289,29 @@ def action_logprobs(
     top-p the sampler renormalised over fewer tokens, which this (the policy's full distribution)
     does not (see :class:`~tutorial_lib.policies.Sample`). Dropout makes a model in training mode
     score differently from the sampler, which ran in eval mode.
+
+    The body runs over every column, the output layer only over the action columns: a
+    (batch, length, vocab) logits tensor would not fit in memory for a large vocabulary.
+    ``with_state_hidden`` also returns the hidden state a value head reads (PPO, chapter 6).
     """
-    device = next(model.parameters()).device
-    mask = batch["action_mask"].to(device)
+    _, head, softcap = body_and_head(model)
+    hidden = last_hidden_states(model, batch)
+    mask = batch["action_mask"].to(hidden.device)
     actions = mask.shape[1]
-    output = model(
-        input_ids=batch["input_ids"].to(device),
-        attention_mask=batch["attention_mask"].to(device),
-        position_ids=batch["position_ids"].to(device),
-        # the logit at column c predicts the token at c + 1: the last `actions` tokens need the
-        # logits of the `actions + 1` last columns but the final one
-        logits_to_keep=actions + 1,
-    )
-    logits = output.logits[:, :-1].float() / temperature
-    log_probs = logits.log_softmax(-1)
-    targets = batch["input_ids"][:, -actions:].to(device)
+    # the logit at column c predicts the token at c + 1: the last `actions` tokens need the
+    # logits of the `actions + 1` last columns but the final one
+    logits = head(hidden[:, -actions - 1 : -1]).float()
+    if softcap:  # Gemma 2's final-logit soft-capping, which the model's own forward applies
+        logits = softcap * torch.tanh(logits / softcap)
+    log_probs = (logits / temperature).log_softmax(-1)
+    targets = batch["input_ids"][:, -actions:].to(hidden.device)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy:
         # entr(p) = -p log p, taken as 0 at p = 0 (a token masked to -inf would give 0 * -inf)
         entropy = torch.special.entr(log_probs.exp()).sum(-1).masked_fill(~mask, 0.0)
-    return ActionScores(chosen.masked_fill(~mask, 0.0), entropy)
+    state_hidden = None
+    if with_state_hidden:
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        state_hidden = hidden[rows, state_positions(batch).to(hidden.device)]
+    return ActionScores(chosen.masked_fill(~mask, 0.0), entropy, state_hidden)

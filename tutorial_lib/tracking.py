@@ -103,8 +103,28 @@ def _trainable_state(model) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
-def save_checkpoint(folder: str | Path, model, optimizer, *, step: int, state: dict[str, Any] | None = None) -> Path:
-    """Write a resumable checkpoint to ``folder`` (replacing an older one atomically)."""
+def _load_trainable_state(model, weights: dict[str, torch.Tensor]) -> None:
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, weights)
+    else:
+        model.load_state_dict(weights)
+
+
+def save_checkpoint(
+    folder: str | Path,
+    model,
+    optimizer,
+    *,
+    step: int,
+    state: dict[str, Any] | None = None,
+    modules: dict[str, torch.nn.Module] | None = None,
+) -> Path:
+    """Write a resumable checkpoint to ``folder`` (replacing an older one atomically).
+
+    ``modules`` are trained modules besides ``model`` (PPO's value head or critic), saved by name.
+    """
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
@@ -115,6 +135,7 @@ def save_checkpoint(folder: str | Path, model, optimizer, *, step: int, state: d
             "optimizer": optimizer.state_dict(),
             "rng": rng_state(),
             "state": state or {},
+            "modules": {name: _trainable_state(module) for name, module in (modules or {}).items()},
         },
         tmp / "training_state.pt",
     )
@@ -131,18 +152,24 @@ def save_checkpoint(folder: str | Path, model, optimizer, *, step: int, state: d
     return folder
 
 
-def load_checkpoint(folder: str | Path, model, optimizer) -> tuple[int, dict[str, Any]]:
-    """Restore weights, optimiser and random state from ``folder``; returns (step, caller's state)."""
+def load_checkpoint(
+    folder: str | Path, model, optimizer, *, modules: dict[str, torch.nn.Module] | None = None
+) -> tuple[int, dict[str, Any]]:
+    """Restore weights, optimiser and random state from ``folder``; returns (step, caller's state).
+
+    ``modules`` must name the same extra modules :func:`save_checkpoint` was given.
+    """
     path = Path(folder) / "training_state.pt"
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {folder} (expected {path.name}); start without --resume")
     saved = torch.load(path, weights_only=False)
-    if hasattr(model, "peft_config"):
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, saved["weights"])
-    else:
-        model.load_state_dict(saved["weights"])
+    _load_trainable_state(model, saved["weights"])
+    stored = saved.get("modules", {})
+    if set(stored) != set(modules or {}):
+        raise ValueError(f"the checkpoint at {folder} holds modules {sorted(stored)}, not {sorted(modules or {})}: "
+                         "was it written by another algorithm?")
+    for name, module in (modules or {}).items():
+        _load_trainable_state(module, stored[name])
     optimizer.load_state_dict(saved["optimizer"])
     set_rng_state(saved["rng"])
     return int(saved["step"]), saved["state"]

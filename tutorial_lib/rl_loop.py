@@ -1,0 +1,150 @@
+"""The collect-then-update loop that every RL algorithm of the book shares (chapters 5-7).
+
+    result = run_rl(policy, "tictactoe", settings, lambda: Reinforce(policy, settings), out_dir="runs/rl-ttt")
+    result.history[-1]        # the last iteration's metrics
+    result.curve("success_rate")
+
+REINFORCE (chapter 5) and PPO (chapter 6) differ in one thing: how a batch of episodes becomes a
+weight update. That part is an :class:`Algorithm`. Everything around it is the same and lives here:
+
+1. collect ``turns_per_iteration`` turns with the current policy (:func:`tutorial_lib.rollout.collect`),
+   from fresh seeds each iteration (training seeds start at ``first_seed``, far from the evaluation
+   seeds 0, 1, 2...);
+2. hand the rollout to the algorithm, which updates the weights and returns its metrics;
+3. log the rollout's and the update's metrics (``metrics.csv`` and TensorBoard), with the time
+   spent sampling and training;
+4. every ``save_every`` iterations, checkpoint everything the next iteration reads -- the policy's
+   trainable weights, the algorithm's optimiser, extra modules (a value head) and state (a
+   learning-rate schedule), the random generators, the next seed -- so that ``resume=True``
+   continues exactly the run that was stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .progress import progress_bar
+from .rollout import Rollout, collect
+from .tracking import MetricsLog, load_checkpoint, save_checkpoint
+
+
+class Algorithm:
+    """How a rollout becomes an update. Subclasses set ``name`` and ``optimizer`` and define
+    :meth:`update`; those with more state than the policy and the optimiser (a value head, a
+    learning-rate schedule) also override :meth:`modules` and :meth:`state_dict`."""
+
+    #: shown on the progress bar and written to ``rl_settings.json``
+    name: str = ""
+    optimizer: torch.optim.Optimizer
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """Train on ``rollout``; return this update's metrics."""
+        raise NotImplementedError
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        """Trained modules besides the policy (checkpointed, and saved beside the final model)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Further state a resumed run needs (e.g. a learning-rate scheduler's)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore what :meth:`state_dict` returned."""
+
+
+@dataclass
+class RLResult:
+    out_dir: Path
+    #: one dict of metrics per iteration (also in ``out_dir/metrics.csv`` and TensorBoard)
+    history: list[dict[str, float]]
+    seconds: float
+    #: the algorithm that trained (its optimiser, and modules such as PPO's value model)
+    algorithm: Algorithm | None = None
+
+    def curve(self, key: str) -> list[float]:
+        return [row[key] for row in self.history if key in row]
+
+
+def rollout_metrics(rollout: Rollout) -> dict[str, float]:
+    """What every algorithm logs about its batch: returns, outcomes, sizes."""
+    summary = rollout.summary()
+    keep = ["episodes", "mean_return", "success_rate", "invalid_rate", "truncated_rate", "turns", "action_tokens",
+            "win_rate", "draw_rate", "loss_rate", "accuracy", "format_accuracy", "mean_score"]
+    metrics = {key: float(summary[key]) for key in keep if key in summary}
+    metrics["turns_per_episode"] = float(summary["mean_steps"])
+    return metrics
+
+
+def run_rl(
+    policy,
+    game: str,
+    settings,
+    make_algorithm: Callable[[], Algorithm],
+    *,
+    out_dir: str | Path,
+    resume: bool = False,
+    progress: bool = True,
+) -> RLResult:
+    """Train ``policy`` in place on ``game``; logs, checkpoints and the final model go to ``out_dir``.
+
+    ``settings`` is a :class:`~tutorial_lib.reinforce.RLSettings` (or a subclass); it supplies the
+    collection settings (``iterations``, ``turns_per_iteration``, ``num_envs``, ``sampling``,
+    ``env_options``, ``first_seed``, ``save_every``, ``seed``). ``make_algorithm`` is called once,
+    after the random generators are seeded, so a freshly initialised module (a value head) is the
+    same in every run with the same seed.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = policy.model
+    torch.manual_seed(settings.seed)
+    algorithm = make_algorithm()
+    start, next_seed = 0, settings.first_seed
+    if resume:
+        start, state = load_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, modules=algorithm.modules())
+        next_seed = state["next_seed"]
+        algorithm.load_state_dict(state.get("algorithm", {}))
+    (out_dir / "rl_settings.json").write_text(
+        json.dumps({"game": game, "algo": algorithm.name, **asdict(settings)}, indent=1, default=str)
+    )
+    log = MetricsLog(out_dir, resume_from=start if resume else None)
+    history = list(log.rows)
+    began = time.perf_counter()
+    bar = progress_bar(range(start, settings.iterations), desc=f"{algorithm.name} {game}", disable=not progress,
+                       initial=start, total=settings.iterations)
+    try:
+        for iteration in bar:
+            tick = time.perf_counter()
+            seeds = range(next_seed, next_seed + settings.turns_per_iteration)  # >= one turn per episode
+            rollout = collect(policy, game, seeds, env_options=settings.env_options, num_envs=settings.num_envs,
+                              turn_budget=settings.turns_per_iteration, sampling=settings.sampling)
+            next_seed += len(rollout.records)
+            sampled = time.perf_counter()
+            metrics = rollout_metrics(rollout)
+            metrics.update(algorithm.update(rollout))
+            metrics["sample_seconds"] = sampled - tick
+            metrics["train_seconds"] = time.perf_counter() - sampled
+            log.write(iteration + 1, metrics)
+            history.append({"step": iteration + 1, **metrics})
+            # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
+            bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
+            if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations:
+                save_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, step=iteration + 1,
+                                state={"next_seed": next_seed, "algorithm": algorithm.state_dict()},
+                                modules=algorithm.modules())
+    finally:
+        bar.close()
+        log.close()
+    model.eval()
+    model.save_pretrained(out_dir / "model")
+    policy.tokenizer.save_pretrained(out_dir / "model")
+    for name, module in algorithm.modules().items():
+        torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
+    return RLResult(out_dir, history, time.perf_counter() - began, algorithm)
