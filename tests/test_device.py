@@ -21,3 +21,18 @@ def test_four_bit_is_refused_off_cuda_with_a_reason(monkeypatch):
         assert not possible and "CUDA" in why
     finally:
         device.device_kind.cache_clear()
+
+
+def test_peak_memory_sees_a_large_temporary_allocation():
+    with device.PeakMemory(interval=0.001) as memory:
+        block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        block += 1
+        import time
+
+        time.sleep(0.05)  # let the sampler see it
+        del block
+    assert 48 <= memory.mib < 512
+    assert "CPU" in memory.what
+    with device.PeakMemory() as idle:
+        pass
+    assert idle.mib < 48

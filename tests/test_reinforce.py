@@ -178,3 +178,13 @@ def test_checkpoint_round_trip_restores_optimizer_and_rng(tmp_path):
     assert other_opt.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
     save_checkpoint(tmp_path / "ck", model, optimizer, step=8)  # replacing an older one
     assert load_checkpoint(tmp_path / "ck", other, other_opt)[0] == 8
+
+
+def test_a_token_budget_stops_the_run_once_spent(tiny_cache, tmp_path):
+    policy = fresh_policy(tiny_cache)
+    result = train_reinforce(policy, "tictactoe", small_settings(iterations=10, token_budget=300), out_dir=tmp_path,
+                             progress=False)
+    spent = [row["action_tokens"] for row in result.history]
+    assert len(spent) < 10
+    assert sum(spent) >= 300 > sum(spent[:-1])  # stopped at the first iteration that reached it
+    assert (tmp_path / "checkpoint").exists()

@@ -78,3 +78,61 @@ def can_load_in_4bit() -> tuple[bool, str]:
     if importlib.util.find_spec("bitsandbytes") is None:
         return False, "bitsandbytes is not installed: pip install 'tutorial_lib[gpu]'"
     return True, ""
+
+
+class PeakMemory:
+    """Peak memory used inside a ``with`` block, in MiB above what was in use when it began
+    (chapter 7 compares algorithms with it).
+
+        with PeakMemory() as memory:
+            train(...)
+        memory.mib, memory.what     # e.g. 412.0, "CPU resident memory (sampled every 20 ms)"
+
+    On CUDA it is the allocator's own peak (``torch.cuda.max_memory_allocated``): exact, and only
+    tensors. On a CPU there is no such counter, so a thread samples the process's resident memory
+    (RSS) every ``interval`` seconds: everything the process touches (Python objects, the JVMs of
+    CookingWorld are other processes and not counted), and a peak shorter than the interval can be
+    missed.
+    """
+
+    def __init__(self, interval: float = 0.02):
+        self.interval = interval
+        self.mib = 0.0
+        self.what = ""
+
+    def __enter__(self):
+        import threading
+
+        self._cuda = device_kind() == "cuda"
+        if self._cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._start = torch.cuda.memory_allocated()
+            self.what = "CUDA memory allocated by tensors"
+            return self
+        import psutil
+
+        process = psutil.Process()
+        self._start = self._peak = process.memory_info().rss
+        self._stop = threading.Event()
+
+        def sample() -> None:
+            while not self._stop.wait(self.interval):
+                self._peak = max(self._peak, process.memory_info().rss)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        self.what = f"CPU resident memory (sampled every {self.interval * 1000:.0f} ms)"
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            self._stop.set()
+            self._thread.join()
+            import psutil
+
+            peak = max(self._peak, psutil.Process().memory_info().rss)
+        self.mib = (peak - self._start) / 2**20

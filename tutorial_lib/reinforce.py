@@ -70,6 +70,9 @@ class RLSettings:
     env_options: dict[str, Any] = field(default_factory=dict)
     #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
     first_seed: int = 100_000
+    #: stop early once this many action tokens have been sampled (``None``: run every iteration);
+    #: how chapter 7 gives each algorithm the same budget
+    token_budget: int | None = None
     #: checkpoint every this many iterations (and at the end)
     save_every: int = 5
     seed: int = 0

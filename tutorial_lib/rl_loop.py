@@ -9,7 +9,7 @@ weight update. That part is an :class:`Algorithm`. Everything around it is the s
 
 1. collect ``turns_per_iteration`` turns with the current policy (:func:`tutorial_lib.rollout.collect`),
    from fresh seeds each iteration (training seeds start at ``first_seed``, far from the evaluation
-   seeds 0, 1, 2...);
+   seeds 0, 1, 2...), until ``iterations`` are done or ``token_budget`` action tokens sampled;
 2. hand the rollout to the algorithm, which updates the weights and returns its metrics;
 3. log the rollout's and the update's metrics (``metrics.csv`` and TensorBoard), with the time
    spent sampling and training;
@@ -135,10 +135,14 @@ def run_rl(
             history.append({"step": iteration + 1, **metrics})
             # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
             bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
-            if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations:
+            spent = sum(row.get("action_tokens", 0) for row in history)
+            over_budget = settings.token_budget is not None and spent >= settings.token_budget
+            if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations or over_budget:
                 save_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, step=iteration + 1,
                                 state={"next_seed": next_seed, "algorithm": algorithm.state_dict()},
                                 modules=algorithm.modules())
+            if over_budget:
+                break
     finally:
         bar.close()
         log.close()
