@@ -246,3 +246,14 @@ def test_resuming_a_reinforce_checkpoint_with_ppo_says_why_not(tiny_cache, tmp_p
     with pytest.raises(ValueError, match="another algorithm"):
         train_ppo(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path, resume=True,
                   progress=False)
+
+
+def test_a_tempered_sampler_is_scored_at_its_own_temperature(tiny_cache):
+    policy = fresh_policy(tiny_cache)
+    rollout = collect(policy, "tictactoe", range(8), env_options=TTT, num_envs=8, temperature=0.5)
+    tempered = PPO(policy, small_settings(temperature=0.5))._score(rollout.turns)
+    plain = PPO(policy, small_settings())._score(rollout.turns)
+    assert abs(tempered.kl_k3) < 1e-5  # the sampler is the tempered policy
+    assert plain.kl_k3 > 1e-3  # scored at temperature 1, the same tokens look off-policy
+    with pytest.raises(ValueError, match="temperature"):
+        collect(policy, "tictactoe", range(2), env_options=TTT, sampling="greedy", temperature=0.5)

@@ -26,3 +26,25 @@ def test_bad_scale_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TUTORIAL_SCALE", "huge")
     with pytest.raises(ValueError, match="use one of ci, full"):
         presets.get_preset()
+
+
+@pytest.mark.parametrize("scale", presets.SCALES)
+def test_every_rl_setting_of_every_preset_is_valid(scale):
+    from tutorial_lib.pipeline import rl_settings, sft_dir
+
+    preset = presets.PRESETS[scale]
+    for game, settings in preset.games.items():
+        if settings.rl:
+            assert rl_settings(game, preset).iterations >= 1
+        if settings.ppo:
+            ppo = rl_settings(game, preset, "ppo")
+            assert ppo.env_options == {**settings.env_options, **settings.ppo.get("env_options", {})}
+        if settings.grpo:
+            from tutorial_lib.grpo import GRPOSettings
+
+            GRPOSettings(**{k: v for k, v in settings.grpo.items()})
+    with pytest.raises(ValueError, match="unknown RL algorithm"):
+        rl_settings("math", preset, "a2c")
+    # RL settings are not part of the SFT cache key: changing them keeps chapter 4's checkpoint
+    changed = presets.replace(preset, games={**preset.games, "math": presets.replace(preset.games["math"], ppo={})})
+    assert sft_dir("math", changed) == sft_dir("math", preset)

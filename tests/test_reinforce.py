@@ -188,3 +188,20 @@ def test_a_token_budget_stops_the_run_once_spent(tiny_cache, tmp_path):
     assert len(spent) < 10
     assert sum(spent) >= 300 > sum(spent[:-1])  # stopped at the first iteration that reached it
     assert (tmp_path / "checkpoint").exists()
+
+
+def test_a_fixed_training_split_is_cycled_through(tiny_cache, tmp_path, monkeypatch):
+    import tutorial_lib.rl_loop as rl_loop
+
+    seen = []
+    real_collect = rl_loop.collect
+
+    def spy(policy, game, seeds, **kwargs):
+        seen.append(list(seeds))
+        return real_collect(policy, game, seeds, **kwargs)
+
+    monkeypatch.setattr(rl_loop, "collect", spy)
+    settings = small_settings(iterations=2, first_seed=7, train_seeds=5, env_options={"source": "generated"})
+    train_reinforce(fresh_policy(tiny_cache), "math", settings, out_dir=tmp_path, progress=False)
+    assert seen[0][:7] == [7, 8, 9, 10, 11, 7, 8]  # one-turn episodes: the split repeats
+    assert all(7 <= s < 12 for batch in seen for s in batch)

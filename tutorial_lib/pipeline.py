@@ -68,7 +68,7 @@ def expert_data_path(game: str, preset: Preset) -> Path:
     settings = preset.game(game)
     tictactoe = (preset.selfplay, preset.mcts_vs_random_games) if game == "tictactoe" else None
     # only what makes the data and the SFT run; RL settings must not invalidate the SFT checkpoint
-    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in RL_ALGORITHMS}, tictactoe)
+    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in (*RL_ALGORITHMS, "grpo")}, tictactoe)
     return cache_root() / "expert_data" / f"{game}-{key}.jsonl"
 
 

@@ -252,7 +252,8 @@ class PPO(Algorithm):
     def _forward(self, batch) -> tuple[Any, torch.Tensor]:
         """Action log-probs (with entropy) and turn values of a collated batch."""
         shared = self.value_model.backbone is None
-        scores = action_logprobs(self.policy.model, batch, with_entropy=True, with_state_hidden=shared)
+        scores = action_logprobs(self.policy.model, batch, with_entropy=True, with_state_hidden=shared,
+                                 temperature=self.settings.temperature)
         values = self.value_model.from_hidden(scores.state_hidden) if shared else self.value_model(batch)
         return scores, values
 
@@ -273,7 +274,7 @@ class PPO(Algorithm):
             k1 += float((-log_ratio)[mask].sum())
             k3 += float((log_ratio.exp() - 1 - log_ratio)[mask].sum())
             if self.reference is not None:
-                ref = action_logprobs(self.reference, batch).logprobs
+                ref = action_logprobs(self.reference, batch, temperature=self.settings.temperature).logprobs
                 ref_kl.extend(((scores.logprobs - ref) * mask).sum(1).tolist())
             else:
                 ref_kl.extend([0.0] * len(chunk))

@@ -36,6 +36,8 @@ class GameSettings:
     rl: dict = field(default_factory=dict)
     #: overrides of :class:`tutorial_lib.ppo.PPOSettings` (chapter 6)
     ppo: dict = field(default_factory=dict)
+    #: overrides of :class:`tutorial_lib.grpo.GRPOSettings` (chapter 7; math only)
+    grpo: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,11 @@ PRESETS: dict[str, Preset] = {
                 500,
                 dict(epochs=10, learning_rate=3e-3, batch_size=16, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 100,
+                # PPO trains on the train fold only; a CookingWorld update costs ~10x a math one
+                # (prompts of ~300 tokens, episodes of ~15 turns), so few, small iterations at ci
+                ppo=dict(iterations=4, turns_per_iteration=128, num_envs=16, learning_rate=3e-4, gamma=0.99,
+                         gae_lambda=0.95, minibatch_turns=64, microbatch_turns=32, save_every=2,
+                         env_options={"fold": "train"}),
             ),
             "guess_the_number": GameSettings(
                 dict(preset="easy"),
@@ -101,7 +108,12 @@ PRESETS: dict[str, Preset] = {
                 dict(epochs=20, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 rl=dict(iterations=30, learning_rate=1e-3),
             ),
-            "math": GameSettings(dict(source="generated", level=1), 600, dict(epochs=25, learning_rate=3e-3)),
+            # PPO: the training split is chapter 4's 600 problems (seeds 0-599); sampling at T=0.5
+            # (scored at 0.5) puts ~3x more right answers in a batch than T=1 (chapter 6)
+            "math": GameSettings(dict(source="generated", level=1), 600, dict(epochs=25, learning_rate=3e-3),
+                                 ppo=dict(iterations=12, turns_per_iteration=256, num_envs=64, learning_rate=3e-4,
+                                          temperature=0.5, first_seed=0, train_seeds=600, gamma=1.0,
+                                          gae_lambda=1.0, minibatch_turns=64, microbatch_turns=64)),
         },
         selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=300,
@@ -120,11 +132,20 @@ PRESETS: dict[str, Preset] = {
                 rl=dict(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
             ),
             "cookingworld": GameSettings(
-                dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2), 900, dict(epochs=1), 200
+                dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2), 900, dict(epochs=1), 200,
+                # the TextWorld tutorial's PPO: GAE lambda 0.95, KL to the SFT policy 0.2
+                ppo=dict(iterations=50, learning_rate=1e-5, critic_learning_rate=1e-4, gamma=0.99, gae_lambda=0.95,
+                         kl_coef=0.2, microbatch_turns=8, env_options={"fold": "train"}),
             ),
             "guess_the_number": GameSettings(dict(preset="hard"), 1000, dict(epochs=1),
                                              rl=dict(iterations=100, learning_rate=4e-5)),
-            "math": GameSettings(dict(source="gsm8k"), 7473, dict(epochs=1)),
+            # the GSM8K PPO tutorial: rollout batch 16, minibatch 8, 2 epochs, clip 0.2 / value clip 0.5,
+            # actor lr 1e-6, critic lr 1e-5, separate critic, no reference; GSM8K's train split
+            "math": GameSettings(dict(source="gsm8k"), 7473, dict(epochs=1),
+                                 ppo=dict(iterations=400, turns_per_iteration=16, num_envs=16, minibatch_turns=8,
+                                          microbatch_turns=8, learning_rate=1e-6, critic_learning_rate=1e-5,
+                                          critic="separate", gamma=1.0, gae_lambda=1.0, temperature=0.9,
+                                          first_seed=0, train_seeds=7473, warmup_iterations=10)),
         },
         selfplay=dict(episodes=1000, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=1000,

@@ -66,10 +66,17 @@ class RLSettings:
     microbatch_turns: int = 128
     #: sampling preset while collecting (``rl``: the model's own distribution)
     sampling: str = "rl"
+    #: sampling temperature; the trainer scores with the same one, so the policy being trained is
+    #: the tempered one, softmax(logits / T), and the sampler is still exactly that policy. Below 1
+    #: a policy that rarely succeeds samples its best answers more often (chapter 6)
+    temperature: float = 1.0
     #: options for the game (opponent, world...)
     env_options: dict[str, Any] = field(default_factory=dict)
     #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
     first_seed: int = 100_000
+    #: cycle through a fixed set of this many seeds from ``first_seed`` (a training split, like
+    #: GSM8K's) instead of a fresh game every episode (``None``)
+    train_seeds: int | None = None
     #: stop early once this many action tokens have been sampled (``None``: run every iteration);
     #: how chapter 7 gives each algorithm the same budget
     token_budget: int | None = None
@@ -82,6 +89,10 @@ class RLSettings:
             raise ValueError(f"normalise must be one of {', '.join(NORMALISATIONS)}; got {self.normalise!r}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive; got {self.temperature}")
+        if self.train_seeds is not None and self.train_seeds < 1:
+            raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
         for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
@@ -114,7 +125,7 @@ def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Se
     for start in range(0, len(turns), settings.microbatch_turns):
         chunk = turns[start : start + settings.microbatch_turns]
         batch = collate_turns(chunk, pad_token_id)
-        scores = action_logprobs(model, batch, with_entropy=True)
+        scores = action_logprobs(model, batch, with_entropy=True, temperature=settings.temperature)
         mask = batch["action_mask"].to(scores.logprobs.device)
         sampler = batch["sampler_logprobs"].to(scores.logprobs.device)
         log_ratio = (scores.logprobs - sampler).masked_fill(~mask, 0.0)

@@ -9,7 +9,7 @@ weight update. That part is an :class:`Algorithm`. Everything around it is the s
 
 1. collect ``turns_per_iteration`` turns with the current policy (:func:`tutorial_lib.rollout.collect`),
    from fresh seeds each iteration (training seeds start at ``first_seed``, far from the evaluation
-   seeds 0, 1, 2...), until ``iterations`` are done or ``token_budget`` action tokens sampled;
+   seeds 0, 1, 2...; or cycle through a fixed split of ``train_seeds``), until ``iterations`` are done or ``token_budget`` action tokens sampled;
 2. hand the rollout to the algorithm, which updates the weights and returns its metrics;
 3. log the rollout's and the update's metrics (``metrics.csv`` and TensorBoard), with the time
    spent sampling and training;
@@ -123,8 +123,11 @@ def run_rl(
         for iteration in bar:
             tick = time.perf_counter()
             seeds = range(next_seed, next_seed + settings.turns_per_iteration)  # >= one turn per episode
+            if settings.train_seeds is not None:  # a fixed training split, cycled through
+                seeds = [settings.first_seed + (s - settings.first_seed) % settings.train_seeds for s in seeds]
             rollout = collect(policy, game, seeds, env_options=settings.env_options, num_envs=settings.num_envs,
-                              turn_budget=settings.turns_per_iteration, sampling=settings.sampling)
+                              turn_budget=settings.turns_per_iteration, sampling=settings.sampling,
+                              temperature=None if settings.temperature == 1 else settings.temperature)
             next_seed += len(rollout.records)
             sampled = time.perf_counter()
             metrics = rollout_metrics(rollout)

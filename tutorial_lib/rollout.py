@@ -156,13 +156,15 @@ def collect(
     num_envs: int = 32,
     turn_budget: int | None = None,
     sampling: str | None = "rl",
+    temperature: float | None = None,
     progress: bool | str = False,
 ) -> Rollout:
     """Play episodes with ``num_envs`` games side by side, one batched ``generate`` per turn.
 
     One episode per seed; with ``turn_budget``, new episodes stop starting once that many turns are
     played (the GEM recipe: "collect until a batch of turns is full"), so pass more seeds than you
-    expect to need. ``sampling`` names the preset of :data:`~tutorial_lib.policies.SAMPLING` to
+    expect to need. ``temperature`` overrides the preset's (the trainer must then score with the
+    same temperature, :func:`action_logprobs`). ``sampling`` names the preset of :data:`~tutorial_lib.policies.SAMPLING` to
     sample with (``None``: the policy's own); the default ``rl`` samples from the model itself, so
     that the sampler is the policy being trained. ``policy`` must offer ``act_samples`` (a
     :class:`~tutorial_lib.policies.LanguagePolicy` does).
@@ -170,6 +172,12 @@ def collect(
     if not hasattr(policy, "act_samples"):
         raise TypeError(f"{type(policy).__name__} has no act_samples: RL needs token ids and log-probs")
     # Bind the preset for this call only: the caller's policy keeps its own preset and seed stream.
+    if temperature is not None:
+        from .policies import SAMPLING
+
+        if sampling is None or not SAMPLING[sampling].get("do_sample"):
+            raise ValueError("temperature needs a sampling preset that samples (e.g. 'rl')")
+        sampling = {**SAMPLING[sampling], "temperature": temperature}
     sampler = policy if sampling is None else _WithPreset(policy, sampling)
     start = time.perf_counter()
     records = run_episodes(
@@ -189,7 +197,7 @@ class _WithPreset:
     """``policy``, sampling with another preset."""
 
     policy: Any
-    sampling: str
+    sampling: str | dict
 
     def act_samples(self, episodes):
         return self.policy.act_samples(episodes, sampling=self.sampling)

@@ -1,0 +1,289 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 6. PPO with a value head
+#
+# REINFORCE (chapter 5) compares each turn's return with the batch's mean return. A return is one
+# noisy sample, and the batch mean is the same baseline for a turn at the start of a hopeless game
+# and a turn one step from winning. PPO {cite}`schulman2017ppo` learns a *critic* V(s) that
+# predicts the return from each state, credits an action with how much better things went than
+# predicted (GAE {cite}`schulman2016gae`), and reuses each batch for several gradient steps, with a
+# clip that stops any step from moving the policy far from the one that sampled it.
+#
+# **You will learn**
+# - where a value head sits on a language model, and why this book's values are per *turn*;
+# - GAE over turns, and why a truncated episode is bootstrapped and a finished one is not;
+# - the clipped surrogate and the clipped value loss, drawn and checked against the library;
+# - PPO on math answers and on CookingWorld, from the chapter-4 checkpoints, before and after;
+# - the diagnostics that tell a healthy PPO run: approx-KL, clip fraction, explained variance.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from tutorial_lib.advantages import gae
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.plotting import learning_curves
+from tutorial_lib.ppo import PPO, clipped_surrogate, train_ppo
+from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.rollout import collate_turns, collect
+from tutorial_lib.tiny_model import cache_root
+
+preset = get_preset()
+print(describe(preset))
+runs_dir = cache_root() / "runs" / preset.name
+
+
+def evaluate(game, policy, episodes=None, **options):
+    """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up)."""
+    settings = preset.game(game)
+    env_options = {**settings.env_options, **options}
+    records = run_episodes(game, policy, range(episodes or settings.eval_episodes), env_options=env_options,
+                           batch_size=100)
+    return summarize(records)
+
+
+# %% [markdown]
+# ## A value head on the policy
+#
+# The critic needs a number for each state. A state here is a prompt, and the policy already reads
+# it: its last layer's hidden state at the prompt's last token summarises everything the model
+# will condition its action on. A linear layer on that vector is the value head. It can share the
+# policy's body (`critic="shared"`, this chapter's default: one forward pass gives both the
+# action's log-probabilities and the value, and the value loss also trains the body) or sit on a
+# separate copy of the initial model (`critic="separate"`, the GSM8K PPO tutorial's choice: twice
+# the memory, no tug-of-war between the two losses).
+#
+# Why one value per *turn*, not per token? Rewards arrive once per turn, and the game's state
+# changes only between turns; the tokens of one action are one decision. So the turn is the RL
+# time step, GAE runs over turns, and each turn's advantage is shared by its action tokens, as in
+# chapter 5. We start from chapter 4's math policy:
+
+# %%
+math_policy = sft_policy("math", preset)
+math_settings = rl_settings("math", preset, "ppo")
+ppo = PPO(math_policy, math_settings)
+rollout = collect(math_policy, "math", range(100_000, 100_004), env_options=math_settings.env_options, num_envs=4)
+with torch.no_grad():
+    batch = collate_turns(rollout.turns, math_policy.tokenizer.pad_token_id)
+    scores, values = ppo._forward(batch)
+print("hidden state per turn:", tuple(scores.state_hidden.shape), "-> values:", [round(v, 3) for v in values.tolist()])
+print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameters()),
+      "| policy parameters:", math_policy.num_parameters())
+
+# %% [markdown]
+# The head starts at zero, so every value is 0 until it has learnt something: the first
+# advantages are plain returns.
+#
+# ## GAE over turns, and truncation
+#
+# With a critic, a turn's advantage can look one step ahead: the TD error
+# $\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t)$ says whether the turn did better than predicted.
+# GAE mixes these errors with weights $(\gamma\lambda)^k$:
+# $A_t = \delta_t + \gamma\lambda A_{t+1}$. λ = 0 trusts the critic completely (one TD error);
+# λ = 1 ignores it except as a baseline (return minus V). After the last turn, $V = 0$ if the game
+# *ended*, but if the episode was *cut* by the step limit the game could have gone on, and the
+# value of the state it stopped in stands for the rest. Here is the recursion by hand, for a
+# four-turn CookingWorld-like episode that ran out of turns, checked against the library:
+
+# %%
+rewards, values_ = [0.0, 0.25, 0.0, 0.25], [0.3, 0.35, 0.5, 0.55]
+gamma, lam, last_value = 0.99, 0.95, 0.6  # V of the state after the 4th turn
+by_hand, next_value, running = [], last_value, 0.0
+for r, v in zip(reversed(rewards), reversed(values_)):
+    delta = r + gamma * next_value - v
+    running = delta + gamma * lam * running
+    by_hand.insert(0, running)
+    next_value = v
+truncated, _ = gae(rewards, values_, gamma, lam, last_value=last_value, terminated=False)
+terminated, _ = gae(rewards, values_, gamma, lam, terminated=True)
+torch.testing.assert_close(torch.tensor(by_hand), torch.tensor(truncated))
+pd.DataFrame({"reward": rewards, "V(s)": values_, "A (truncated: bootstrap)": truncated,
+              "A (if it had ended)": terminated}).round(3)
+
+# %% [markdown]
+# Treating the cut as an ending would tell the policy that the last turns led nowhere, when they
+# led to a state the critic values at 0.6. `PPO.advantages` bootstraps every truncated episode from
+# the value of the prompt the policy would have read next.
+#
+# ## The clipped objective
+#
+# PPO takes several gradient steps per batch, so after the first step the policy being trained
+# is no longer the one that sampled. The ratio $r = \pi_\theta(a)/\pi_\text{old}(a)$ corrects for
+# that, and the clip bounds how far one batch can push: per token the loss is
+# $\max(-A\,r,\; -A\,\mathrm{clip}(r, 1-\epsilon, 1+\epsilon))$, the *pessimistic* of the two.
+# Once an action with a positive advantage has become $1+\epsilon$ times as likely, its gradient
+# is zero; an action with a negative advantage stops being pushed down at $1-\epsilon$. The same
+# function the trainer uses, drawn:
+
+# %%
+log_ratios = torch.linspace(-0.7, 0.7, 141)
+fig, axes = plt.subplots(1, 2, figsize=(8.4, 3), sharey=True)
+for ax, advantage in zip(axes, (1.0, -1.0)):
+    losses = []
+    for log_ratio in log_ratios:
+        loss, _ = clipped_surrogate(log_ratio.view(1, 1), torch.zeros(1, 1), torch.tensor([[advantage]]),
+                                    torch.ones(1, 1, dtype=torch.bool), 0.2, num_tokens=1)
+        losses.append(float(loss))
+    ax.plot(log_ratios.exp(), losses, label="clipped (PPO)")
+    ax.plot(log_ratios.exp(), -advantage * log_ratios.exp(), "--", label="unclipped  -A r")
+    ax.axvspan(0.8, 1.2, color="grey", alpha=0.15)
+    ax.set(title=f"advantage {advantage:+.0f}", xlabel="ratio r = π/π_old")
+axes[0].set_ylabel("loss per token")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+
+# %% [markdown]
+# Where the clipped curve is flat the gradient is zero: those tokens have moved as far as this
+# batch allows. The fraction of tokens there, the *clip fraction*, is logged every iteration. The
+# value loss is clipped the same way around the value before the update (±`value_clip_range`), as
+# in the GSM8K PPO tutorial and Huang et al.'s list {cite}`huang2022ppodetails`.
+#
+# ## Math answers
+#
+# The GSM8K PPO tutorial's recipe, scaled to the tiny model: reward 1.0 for the right number, 0.1
+# for the right format with a wrong number, 0 otherwise; γ = λ = 1 (an answer is one turn, so the
+# advantage is the reward minus the critic's prediction); no reference model (β = 0); two PPO epochs
+# per batch; clip 0.2, value clip 0.5. Like GSM8K's, training draws from a fixed *training split*
+# of problems: here the very problems chapter 4 fine-tuned on (`train_seeds`). Evaluation looks at
+# two sets: 200 of those training problems, and 400 problems the model has never seen.
+#
+# One more setting matters for a policy that is rarely right: the sampling **temperature**. At
+# T = 1 the tiny model's sampled answers are right far less often than its greedy ones, so almost
+# every sample in a batch is a failure and the gradient mostly pushes wrong answers down, which
+# spreads probability over other wrong answers. Sampling at T < 1 and *scoring at the same T*
+# (the policy being trained is then $\mathrm{softmax}(\text{logits}/T)$, exactly what the sampler
+# drew from, so the logged KL between the two stays at 0) puts more successes in each batch.
+# Greedy evaluation does not depend on T. The settings at this preset:
+
+# %%
+pd.Series({k: v for k, v in math_settings.__dict__.items() if k not in ("env_options", "normalise")}).to_frame("value").T
+
+
+# %%
+def evaluate_math(policy):
+    """Greedy accuracy on training-split problems (seeds 0-199) and on new ones (seeds 50,000+)."""
+    options = math_settings.env_options
+    seen = summarize(run_episodes("math", policy, range(200), env_options=options, batch_size=100))
+    new = summarize(run_episodes("math", policy, range(50_000, 50_400), env_options=options, batch_size=100))
+    return {"accuracy (training problems)": seen["accuracy"], "accuracy (new problems)": new["accuracy"],
+            "format_accuracy": new["format_accuracy"]}
+
+
+before = {"math": evaluate_math(math_policy)}
+math_run = train_ppo(math_policy, "math", math_settings, out_dir=runs_dir / "ppo-math", progress=True)
+after = {"math": evaluate_math(math_policy)}
+print(f"PPO: {math_run.seconds:.0f} s for {len(math_run.history)} iterations")
+pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).T.round(3)
+
+# %%
+fig = learning_curves({"math": math_run.history},
+                      ["mean_return", "accuracy", "explained_variance", "approx_kl", "clipfrac"],
+                      title=f"PPO on math (training batches, sampled at T = {math_settings.temperature})")
+
+# %% [markdown]
+# Read the diagnostics together. *Explained variance* rises above 0 as the critic learns which
+# problems the policy gets right (a negative value means the critic is worse than predicting the
+# mean). *Approx-KL* (the k3 estimate of KL between the policy before and after the update) and the
+# *clip fraction* say how far each update moved: values near 0 mean the learning rate could go up;
+# a clip fraction above ~0.3 means most tokens hit the clip and the extra epochs are wasted.
+#
+# ## CookingWorld
+#
+# Now a long multi-turn game: chapter 4's CookingWorld policy, in the ci world, with the TextWorld
+# tutorial's GAE λ = 0.95 and γ slightly below 1, so that finishing sooner is worth a little more.
+# Rewards are the game's score increments (they sum to 1 for a finished recipe), and an episode
+# cut by the 32-step limit is bootstrapped as above. Before and after, on the training games'
+# fold and on held-out test games:
+
+# %%
+cw_policy = sft_policy("cookingworld", preset)
+cw_settings = rl_settings("cookingworld", preset, "ppo")
+for fold in ("train", "test"):
+    before[f"cookingworld {fold}"] = evaluate("cookingworld", cw_policy, fold=fold)
+cw_run = train_ppo(cw_policy, "cookingworld", cw_settings, out_dir=runs_dir / "ppo-cookingworld", progress=True)
+for fold in ("train", "test"):
+    after[f"cookingworld {fold}"] = evaluate("cookingworld", cw_policy, fold=fold)
+print(f"PPO: {cw_run.seconds:.0f} s for {len(cw_run.history)} iterations")
+pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
+              for name in ("cookingworld train", "cookingworld test")}).T[
+    ["success_rate", "mean_score", "mean_steps", "invalid_rate"]].round(3)
+
+# %%
+fig = learning_curves({"cookingworld": cw_run.history},
+                      ["mean_return", "invalid_rate", "value_loss", "explained_variance", "approx_kl"],
+                      title="PPO on CookingWorld (training batches, sampled, train fold)")
+
+# %% [markdown]
+# ## Summary
+#
+# Greedy evaluation, before and after PPO:
+
+# %%
+keys = {"math": list(before["math"]), "cookingworld train": ["success_rate", "invalid_rate"],
+        "cookingworld test": ["success_rate", "invalid_rate"]}
+pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT + PPO": after[name][key]}
+              for name, metrics in keys.items() for key in metrics]).set_index(["workload", "metric"]).round(3)
+
+# %% [markdown]
+# The implementation, detail by detail (the numbers match `tutorial_lib/ppo.py`'s docstring; the
+# PPO details follow Huang et al. {cite}`huang2022ppodetails` and CleanRL's `ppo.py`):
+#
+# | # | detail | why | source |
+# |---|---|---|---|
+# | 1 | one value per turn, at the last prompt token | the turn is the time step; rewards come per turn | this book; chapter 5 |
+# | 2 | value head on the shared body, or a separate critic | memory vs interference | GSM8K PPO tutorial (separate) |
+# | 3 | KL penalty to a frozen reference in the reward, β | stay near the SFT policy | {cite}`ziegler2019finetuning`; TextWorld tutorial β = 0.2 |
+# | 4 | optional reward whitening (scale only) | reward scale independence | TRL's old `PPOTrainer` |
+# | 5 | GAE(γ, λ) over turns, bootstrap on truncation | bias/variance; cut ≠ ended | {cite}`schulman2016gae` |
+# | 6 | advantages normalised over the batch | step size independent of reward scale | Huang et al. #7 |
+# | 7 | clipped surrogate per action token | bounded policy change per batch | {cite}`schulman2017ppo` |
+# | 8 | clipped value loss | bounded critic change per batch | Huang et al. #9 |
+# | 9 | entropy bonus | keeps exploration | {cite}`schulman2017ppo` |
+# | 10 | epochs × shuffled minibatches, gradient accumulation, global grad-norm clip 1.0 | sample reuse; memory; stability | Huang et al. #5, #11 |
+# | 11 | separate actor and critic learning rates, warm-up + cosine | the critic must learn faster | GSM8K PPO tutorial |
+# | 12 | skip a step whose loss or gradient is not finite | one NaN would ruin the weights | this book |
+# | 13 | approx-KL (k3), clip fraction, explained variance | is the run healthy? | Schulman, *Approximating KL divergence* (2020) |
+#
+# From a terminal, resumable like chapter 5's runs:
+#
+# ```bash
+# python -m tutorial_lib rl --algo ppo --game cookingworld --preset ci --out runs/ppo-cw
+# python -m tutorial_lib rl --algo ppo --game cookingworld --preset ci --out runs/ppo-cw --resume
+# python -m tutorial_lib evaluate --game cookingworld --policy runs/ppo-cw/model --fold test --json
+# ```
+#
+# ## Exercises
+#
+# 1. Run math PPO with `gae_lambda=0` (pure TD) and with `critic="separate"`. What happens to
+#    explained variance in the first iterations, and to the final accuracy?
+# 2. Set `kl_coef=0.2` (the TextWorld tutorial's β) for CookingWorld. How does `kl_ref` evolve, and
+#    what does the penalty cost in training return?
+# 3. Raise `ppo_epochs` to 8. Watch the clip fraction and approx-KL: when do the extra epochs stop
+#    helping?
