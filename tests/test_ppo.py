@@ -69,7 +69,7 @@ def test_clipped_surrogate_matches_a_token_by_token_reference():
                 r = math.exp(float(logprobs[i, j].detach() - old[i, j]))
                 a = float(adv[i, 0])
                 expected += max(-a * r, -a * min(max(r, 0.8), 1.2))
-    assert float(loss) == pytest.approx(expected / 9, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(expected / 9, rel=1e-5)
 
 
 def test_clipping_stops_the_gradient_once_the_ratio_has_moved_far_enough():
@@ -148,9 +148,12 @@ def test_gae_bootstraps_truncated_episodes_from_the_value_of_their_last_state(ti
 
 
 def test_an_update_makes_positive_advantage_actions_more_likely(tiny_cache):
+    torch.manual_seed(0)
     policy = fresh_policy(tiny_cache)
-    rollout = collect(policy, "tictactoe", range(16), env_options=TTT, num_envs=8)
-    ppo = PPO(policy, small_settings(ppo_epochs=4, minibatch_turns=64, lr_schedule="constant"))
+    # an illegal move is replaced by a random legal one, so games are won and lost: returns differ
+    options = {**TTT, "invalid_move": "random"}
+    rollout = collect(policy, "tictactoe", range(16), env_options=options, num_envs=8)
+    ppo = PPO(policy, small_settings(ppo_epochs=4, minibatch_turns=64, lr_schedule="constant", env_options=options))
     before = ppo._score(rollout.turns)
     advantages, _, _ = ppo.advantages(rollout, before)
     metrics = ppo.update(rollout)

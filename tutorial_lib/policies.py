@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from .envs.base import TextEnv
-from .prompts import Turn, build_messages, render_chat
+from .prompts import PromptSpec, Turn, build_messages, render_chat
 from .tokenization import left_padded_batch
 
 #: sampling presets of the GSM8K PPO tutorial, and ``rl``: plain sampling from the model, so that
@@ -110,7 +110,9 @@ class LanguagePolicy:
     """A causal language model and its tokenizer, acting through prompts.
 
     ``sampling`` names a preset of :data:`SAMPLING`; ``history_window`` overrides the game's
-    default (see :mod:`tutorial_lib.prompts`).
+    default (see :mod:`tutorial_lib.prompts`). ``prompt_spec`` replaces the game's whole
+    :class:`~tutorial_lib.prompts.PromptSpec`: a policy then reads prompts laid out differently from
+    its training data, which chapter 8 measures (leave it ``None`` otherwise).
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class LanguagePolicy:
         name: str = "",
         sampling: str = "greedy",
         history_window: int | None = None,
+        prompt_spec: PromptSpec | None = None,
         seed: int | None = None,
     ) -> None:
         if sampling not in SAMPLING:
@@ -129,6 +132,7 @@ class LanguagePolicy:
             tokenizer.pad_token = tokenizer.eos_token  # needed for batched (padded) generation
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.sampling, self.history_window, self.seed = sampling, history_window, seed
+        self.prompt_spec = prompt_spec
 
     @property
     def device(self) -> torch.device:
@@ -139,15 +143,18 @@ class LanguagePolicy:
 
     def prompt(self, episode: EpisodeState) -> str:
         """The exact text the model reads for ``episode``'s current turn."""
-        messages = build_messages(episode.game, episode.env.task, episode.turns, history_window=self.history_window)
+        messages = build_messages(
+            episode.game, episode.env.task, episode.turns, history_window=self.history_window, spec=self.prompt_spec
+        )
         return render_chat(self.tokenizer, messages)
 
     @torch.no_grad()
     def sample(
-        self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | None = None
+        self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | dict | None = None
     ) -> list[Sample]:
         """Complete every prompt with ONE batched ``generate`` call; token ids and log-probs included."""
-        preset = SAMPLING[sampling or self.sampling]
+        # a preset's name, or its generate settings themselves (RL at another temperature, chapter 6)
+        preset = sampling if isinstance(sampling, dict) else SAMPLING[sampling or self.sampling]
         batch = left_padded_batch(self.tokenizer, prompts, self.device)
         if self.seed is not None and preset["do_sample"]:
             torch.manual_seed(self.seed)
@@ -187,7 +194,7 @@ class LanguagePolicy:
         """Complete every prompt with ONE batched ``generate`` call; returns the new text only."""
         return [s.text for s in self.sample(prompts, max_new_tokens=max_new_tokens, sampling=sampling)]
 
-    def act_samples(self, episodes: Sequence[EpisodeState], *, sampling: str | None = None) -> list[Sample]:
+    def act_samples(self, episodes: Sequence[EpisodeState], *, sampling: str | dict | None = None) -> list[Sample]:
         """One :class:`Sample` per live episode, from one batched ``generate`` call."""
         if not episodes:
             return []

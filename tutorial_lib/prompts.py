@@ -27,7 +27,9 @@ tokens, while the observations that carry them run to hundreds; a window long en
 cookbook in view would make every prompt several times longer. Chapter 4 measures the difference.
 
 Data collection, training and evaluation must all build prompts with the same function and the same
-window, or the model is evaluated on text it never saw (chapter 8 measures that mismatch).
+window, or the model is evaluated on text it never saw (chapter 8 measures that mismatch). For
+that measurement, ``spec=`` builds a prompt with another :class:`PromptSpec` than the game's
+(``LanguagePolicy(prompt_spec=...)`` plays with it).
 """
 
 from __future__ import annotations
@@ -93,14 +95,17 @@ def build_prompt_text(
     info: dict[str, Any] | None = None,
     *,
     history_window: int | None = None,
+    spec: PromptSpec | None = None,
 ) -> str:
     """The user-message text for the *last* turn of ``turns`` (whose action is still to be chosen).
 
-    ``info`` defaults to that turn's own ``info`` (where the valid actions come from).
+    ``info`` defaults to that turn's own ``info`` (where the valid actions come from). ``spec``
+    replaces the game's :class:`PromptSpec` (chapter 8 evaluates a policy on prompts built
+    differently from its training data); ``history_window``, if given, overrides the spec's window.
     """
     if not turns:
         raise ValueError("turns is empty: a prompt needs at least the current observation")
-    spec = prompt_spec(game)
+    spec = prompt_spec(game) if spec is None else spec
     window = spec.history_window if history_window is None else history_window
     if window < 0:
         raise ValueError(f"history_window must be >= 0, got {window}")
@@ -135,9 +140,10 @@ def build_messages(
     info: dict[str, Any] | None = None,
     *,
     history_window: int | None = None,
+    spec: PromptSpec | None = None,
 ) -> list[dict[str, str]]:
     """The prompt as chat messages, ready for ``tokenizer.apply_chat_template``."""
-    text = build_prompt_text(game, task, turns, info, history_window=history_window)
+    text = build_prompt_text(game, task, turns, info, history_window=history_window, spec=spec)
     return [{"role": "user", "content": text}]
 
 

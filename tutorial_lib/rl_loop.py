@@ -117,10 +117,14 @@ def run_rl(
     log = MetricsLog(out_dir, resume_from=start if resume else None)
     history = list(log.rows)
     began = time.perf_counter()
-    bar = progress_bar(range(start, settings.iterations), desc=f"{algorithm.name} {game}", disable=not progress,
-                       initial=start, total=settings.iterations)
+    # with a token budget the bar counts sampled tokens (the number of iterations is not known)
+    budgeted = settings.token_budget is not None
+    spent = sum(row.get("action_tokens", 0) for row in history)
+    bar = progress_bar(desc=f"{algorithm.name} {game}", disable=not progress, unit=" tokens" if budgeted else "it",
+                       total=settings.token_budget if budgeted else settings.iterations,
+                       initial=min(spent, settings.token_budget) if budgeted else start)
     try:
-        for iteration in bar:
+        for iteration in range(start, settings.iterations):
             tick = time.perf_counter()
             seeds = range(next_seed, next_seed + settings.turns_per_iteration)  # >= one turn per episode
             if settings.train_seeds is not None:  # a fixed training split, cycled through
@@ -138,8 +142,9 @@ def run_rl(
             history.append({"step": iteration + 1, **metrics})
             # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
             bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
-            spent = sum(row.get("action_tokens", 0) for row in history)
-            over_budget = settings.token_budget is not None and spent >= settings.token_budget
+            spent += metrics["action_tokens"]
+            bar.update(min(metrics["action_tokens"], settings.token_budget - bar.n) if budgeted else 1)
+            over_budget = budgeted and spent >= settings.token_budget
             if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations or over_budget:
                 save_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, step=iteration + 1,
                                 state={"next_seed": next_seed, "algorithm": algorithm.state_dict()},

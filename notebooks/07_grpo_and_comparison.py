@@ -1,0 +1,219 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 7. GRPO, and three algorithms compared
+#
+# PPO's critic is a second network to train, and for a single-turn task with one reward at the
+# end it has little to do but predict how likely this problem is to be solved. GRPO
+# {cite}`shao2024deepseekmath` replaces it with a comparison: sample several answers to the same
+# problem, and credit each with how much better it scored than its siblings. This chapter runs
+# GRPO through TRL's `GRPOTrainer` with our game's reward, says why TRL's multi-turn hook does not
+# fit this book's games, and then compares REINFORCE with ReBN (chapter 5), PPO (chapter 6) and
+# GRPO on the same task with the same budget of sampled tokens.
+#
+# **You will learn**
+# - group-relative advantages, and when they are zero;
+# - how to plug a game's own reward and prompts into `GRPOTrainer`;
+# - what TRL's `environment_factory` expects of a multi-turn environment, and what did not fit;
+# - how the three algorithms compare in final accuracy, sample efficiency, wall time and memory.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+from dataclasses import replace
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from tutorial_lib.advantages import group_normalise
+from tutorial_lib.device import PeakMemory
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.grpo import GRPOSettings, math_prompt_dataset, math_reward, train_grpo
+from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.plotting import learning_curves
+from tutorial_lib.ppo import train_ppo
+from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.tiny_model import cache_root
+
+preset = get_preset()
+print(describe(preset))
+runs_dir = cache_root() / "runs" / preset.name
+ppo_settings = rl_settings("math", preset, "ppo")  # chapter 6's math settings: the common ground
+options = ppo_settings.env_options
+
+
+def evaluate_math(policy):
+    """Greedy accuracy on training-split problems (seeds 0-199) and on new ones (seeds 50,000+)."""
+    seen = summarize(run_episodes("math", policy, range(200), env_options=options, batch_size=100))
+    new = summarize(run_episodes("math", policy, range(50_000, 50_400), env_options=options, batch_size=100))
+    return {"accuracy (training problems)": seen["accuracy"], "accuracy (new problems)": new["accuracy"],
+            "format_accuracy": new["format_accuracy"]}
+
+
+# %% [markdown]
+# ## Groups instead of a critic
+#
+# For each problem GRPO samples a group of G answers and scores them. An answer's advantage is its
+# reward minus the group's mean, divided by the group's standard deviation; every token of the
+# answer shares it. Four problems, four answers each, with our reward (1 right, 0.1 right format
+# but wrong number, 0 no answer):
+
+# %%
+groups = {"mixed": [1.0, 0.1, 0.1, 0.0], "one right": [1.0, 0.1, 0.1, 0.1],
+          "all wrong": [0.1, 0.1, 0.1, 0.1], "all right": [1.0, 1.0, 1.0, 1.0]}
+flat = [r for group in groups.values() for r in group]
+advantages = group_normalise(flat, group_size=4)
+pd.DataFrame({"rewards": [str(g) for g in groups.values()],
+              "advantages": [str([round(a, 2) for a in advantages[i * 4:(i + 1) * 4]]) for i in range(4)]},
+             index=list(groups))
+
+# %% [markdown]
+# A group whose answers all score the same teaches nothing: the problem was too hard (or too easy)
+# for the policy *as it samples now*. TRL logs the share of such groups as `frac_reward_zero_std`,
+# the first number to read when GRPO does not learn. The baseline is free (no value network), and
+# unbiased for each problem separately, where PPO's critic must learn it across problems.
+#
+# ## GRPO through TRL
+#
+# `tutorial_lib.grpo` hands `GRPOTrainer` three things of ours: the prompts, built by the same
+# function the policies use (so the model trains on the token sequence it is evaluated on), the
+# reward, computed by playing each answer in the math game itself, and sampling settings that make
+# the sampler the policy. A reward call on four answers to one problem:
+
+# %%
+problem = math_prompt_dataset([0], env_options=options)[0]
+print(problem["prompt"][0]["content"][:300], "...\n")
+answers = [f"#### {problem['answer']}", "The total is 12.\n#### 12", "I think it is twelve.", "#### #### 3 apples"]
+pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem["answer"]] * 4)})
+
+# %% [markdown]
+# The settings, chapter 6's where they mean the same: the training split of chapter 4's problems
+# and the sampling temperature (TRL, like our PPO, scores at the temperature it samples at):
+
+# %%
+grpo_settings = GRPOSettings(**{**preset.game("math").grpo, "temperature": ppo_settings.temperature,
+                                "env_options": options})
+pd.Series({k: v for k, v in grpo_settings.__dict__.items() if k not in ("env_options", "extra")}).to_frame("value").T
+
+# %% [markdown]
+# ## Three algorithms, one budget
+#
+# Each algorithm starts from chapter 4's math checkpoint, trains on the same split of problems at
+# the same temperature and learning rate (constant, for all three), and stops once it has
+# *sampled* the same number of answer tokens: the budget is what an RL run pays for (generation is most of the time on a GPU, too). Each run is
+# timed, and its peak memory measured (on a CPU, resident memory sampled every 20 ms; on a GPU, the
+# allocator's peak).
+
+# %%
+budget = grpo_settings.token_budget  # answer tokens each algorithm may sample
+cap = 1000 if budget else ppo_settings.iterations  # with a budget, the budget decides when to stop
+split = list(range(ppo_settings.train_seeds))
+runs, final, costs = {}, {}, {}
+start = sft_policy("math", preset)
+final["SFT (start)"] = evaluate_math(start)
+for name in ("REINFORCE + ReBN", "PPO", "GRPO (TRL)"):
+    policy = sft_policy("math", preset)  # a fresh copy of the same checkpoint for each
+    with PeakMemory() as memory:
+        if name == "GRPO (TRL)":
+            dataset = math_prompt_dataset([split[i % len(split)] for i in range(grpo_settings.prompts_per_step
+                                                                               * grpo_settings.steps)],
+                                          env_options=options)
+            result = train_grpo(policy, grpo_settings, out_dir=runs_dir / "compare-grpo", dataset=dataset)
+        elif name == "PPO":
+            settings = replace(ppo_settings, iterations=cap, token_budget=budget, lr_schedule="constant")
+            result = train_ppo(policy, "math", settings, out_dir=runs_dir / "compare-ppo")
+        else:
+            reinforce = replace(rl_settings("math", preset), **{k: getattr(ppo_settings, k) for k in (
+                "turns_per_iteration", "num_envs", "learning_rate", "temperature", "first_seed", "train_seeds",
+                "env_options")})
+            result = train_reinforce(policy, "math", replace(reinforce, iterations=cap, gamma=1.0,
+                                                             token_budget=budget), out_dir=runs_dir / "compare-reinforce")
+    runs[name] = result.history
+    final[name] = evaluate_math(policy)
+    costs[name] = {"sampled tokens": sum(r["action_tokens"] for r in result.history),
+                   "updates": len(result.history), "wall seconds": result.seconds, "peak memory (MiB)": memory.mib}
+print(memory.what)
+pd.DataFrame(costs).T.round(1)
+
+# %%
+comparison = pd.DataFrame(final).T
+comparison.round(3)
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+for name, history in runs.items():
+    tokens = pd.Series([r["action_tokens"] for r in history]).cumsum()
+    accuracy = pd.Series([r["accuracy"] for r in history]).rolling(3, min_periods=1).mean()
+    axes[0].plot(tokens / 1000, accuracy, label=name)
+    seconds = pd.Series([r.get("seconds", r.get("sample_seconds", 0) + r.get("train_seconds", 0)) for r in history])
+    axes[1].plot(seconds.cumsum(), accuracy, label=name)
+axes[0].set(title="sampled accuracy vs tokens sampled", xlabel="thousands of answer tokens", ylabel="accuracy")
+axes[1].set(title="sampled accuracy vs wall time", xlabel="seconds")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+
+# %%
+fig = learning_curves({"GRPO (TRL)": runs["GRPO (TRL)"]}, ["mean_return", "frac_reward_zero_std", "entropy"],
+                      title="GRPO on math: reward, groups with nothing to learn, entropy")
+
+# %% [markdown]
+# How to read the comparison (a single seed each, on a tiny model: differences of a few points
+# are within the noise of 400 problems):
+#
+# - **Sample efficiency** is the left plot: accuracy of the answers each algorithm sampled, against
+#   the tokens it had sampled so far. The right plot is the same against wall-clock time, which
+#   also counts what each algorithm does per token: PPO runs extra forward passes (the critic, the
+#   log-probs before the update) and two epochs per batch; GRPO and REINFORCE one update per batch.
+# - **Memory**: PPO with a shared critic adds a 65-parameter head here; a separate critic (the
+#   GSM8K tutorial's choice) or a reference model would double the model's share. GRPO keeps G
+#   answers per problem in memory at once.
+# - **New problems** are the honest column: the training split is small (600 problems the model
+#   saw in SFT), and all three mostly get better at *those*.
+#
+# ## Multi-turn games and TRL's `environment_factory`
+#
+# TRL 1.16 can roll out multi-turn episodes itself (`GRPOTrainer(environment_factory=...)`,
+# experimental). It did not fit this book's games, for reasons worth knowing before you try:
+#
+# - the environment's methods become *tools*: the model must emit tool calls in its chat template's
+#   format, and the trainer refuses a template that cannot render them (the tiny model's cannot);
+# - an episode continues only while the model makes tool calls, so a plain `\boxed{7}` answer ends
+#   it after one turn; the game's replies are appended to one growing conversation, where every
+#   policy in this book reads a fresh prompt per turn with a history window (chapter 2);
+# - one reward per rollout, so no per-turn rewards or discounting (GEM's γ = 0.9).
+#
+# Training through it would train the model on a different prompt layout and action format from
+# the one it is evaluated with: exactly the kind of mismatch chapter 8 measures. The details, with
+# the TRL source lines, are in `tutorial_lib/grpo.py`'s docstring. Multi-turn games are trained
+# with the book's own loop (chapters 5-6), where each turn is credited separately.
+#
+# ## Exercises
+#
+# 1. Set `scale_rewards="none"` (Dr. GRPO) and compare `frac_reward_zero_std` and accuracy.
+# 2. Double `num_generations` and halve `prompts_per_step` (same tokens per step). Which helps more
+#    on this task: more answers per problem or more problems?
+# 3. Give PPO a separate critic (`critic="separate"`) and rerun the comparison: what happens to
+#    peak memory and wall time?

@@ -1,0 +1,522 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 8. Why evaluation lags training
+#
+# The TextWorld tutorial this book supersedes trained falcon-rw-1b on CookingWorld
+# {cite}`cote2018textworld,jansen2022textworldexpress`, plotted the returns of its training
+# episodes next to the returns of an evaluation on test games, and ended with a question: why does
+# evaluation do so much worse than training-time collection? This chapter answers it with
+# measurements. It takes chapter 4's CookingWorld policy and changes one thing at a time between
+# *how the training data and the training-time episodes were made* and *how the policy is
+# evaluated*: which games, how actions are decoded, how the prompt is built, how actions are
+# tokenised, and when episodes are cut. Each effect is measured, then its fix.
+#
+# **You will learn**
+# - how much of the gap is memorisation: the games the policy was trained on against held-out
+#   test games;
+# - why returns logged during training (sampled at temperature 1) and evaluation returns (greedy)
+#   are returns of two different policies, and how far apart they are;
+# - what a prompt built differently from the training data's costs, and the check that catches it;
+# - how often sampled tokens differ from the decoded text tokenised again, and what that does to
+#   the log-probabilities an RL trainer computes;
+# - how a step limit shorter than the expert's plans caps every policy's success.
+
+# %% tags=["colab-setup", "hide-output"]
+# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
+# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+
+# %%
+import math
+import statistics
+from dataclasses import replace
+from types import SimpleNamespace
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from tutorial_lib import envs, plotting
+from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.pipeline import expert_data, sft_policy
+from tutorial_lib.policies import EpisodeState, ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.prompts import prompt_spec, render_chat
+from tutorial_lib.rollout import action_logprobs, collate_turns, collect
+from tutorial_lib.tokenization import boundary_mismatch, encode_prompt_completion
+
+preset = get_preset()
+print(describe(preset))
+settings = preset.game("cookingworld")
+world = settings.env_options
+n = settings.eval_episodes  # episodes per condition
+print("CookingWorld world of this preset:", world, f"| {n} episodes per condition")
+print("the TextWorld tutorial's world:      ", TUTORIAL_WORLD)
+
+# %% [markdown]
+# At the `ci` preset the world is smaller than the tutorial's (fewer rooms, one ingredient), so the
+# tiny model can learn it in minutes; `full` plays the tutorial's world. Everything below runs
+# through two functions: greedy evaluation with the harness of chapter 1, and training-time
+# collection with chapter 5's `collect`, which samples with the `rl` preset (temperature 1, no
+# top-k or top-p: the sampler is the policy being trained).
+
+# %%
+METRICS = ["success_rate", "mean_score", "mean_steps", "invalid_rate", "truncated_rate"]
+
+
+def greedy(policy, seeds, fold, **options):
+    """Evaluation: greedy decoding, the harness of chapter 1. Returns the episode records."""
+    return run_episodes("cookingworld", policy, seeds, env_options={**world, "fold": fold, **options}, batch_size=16)
+
+
+def sampled(policy, seeds, fold, **options):
+    """Training-time collection (chapter 5): the ``rl`` sampling preset, temperature 1."""
+    return collect(policy, "cookingworld", seeds, env_options={**world, "fold": fold, **options}, num_envs=16).records
+
+
+def table(runs):
+    return pd.DataFrame({name: summarize(records) for name, records in runs.items()}).T[METRICS]
+
+
+# %% [markdown]
+# ## The question, in numbers
+#
+# Chapter 4's policy was fine-tuned on the gold paths of train-fold games with seeds
+# `0..expert_episodes-1`; it is loaded from the cache (trained now if the cache is empty). The
+# training games below are the first of those, the very games of its data. The TextWorld
+# tutorial's two curves correspond to two cells of a 2x2 table: *training-time* returns are
+# sampled episodes on training games, *evaluation* returns are greedy episodes on test games.
+
+# %%
+policy = sft_policy("cookingworld", preset, seed=0)  # seed: sampled runs are reproducible
+tokenizer = policy.tokenizer
+examples = expert_data("cookingworld", preset)
+data_seeds = sorted({e["seed"] for e in examples})
+trained_games = range(n)
+assert set(trained_games) <= set(data_seeds)
+print(f"SFT data: {len(examples)} examples from train-fold games {data_seeds[0]}..{data_seeds[-1]}")
+
+runs = {
+    "sampled, training games": sampled(policy, trained_games, "train"),
+    "sampled, test games": sampled(policy, range(n), "test"),
+    "greedy, training games": greedy(policy, trained_games, "train"),
+    "greedy, test games": greedy(policy, range(n), "test"),
+}
+results = table(runs)
+results.round(3)
+
+# %%
+training_time = results.loc["sampled, training games", "success_rate"]
+evaluation = results.loc["greedy, test games", "success_rate"]
+print(f"training-time success {training_time:.2f}, evaluation success {evaluation:.2f}: "
+      f"evaluation reaches {evaluation / max(training_time, 1e-9):.0%} of training time")
+
+# %% [markdown]
+# Two things changed between those two rows, the games and the decoding. The other two rows of
+# the table separate them; the next two sections take each in turn.
+#
+# ## a. Memorisation: training games against held-out games
+#
+# TextWorld-Express keeps three disjoint sets of games (folds). The test games reuse the
+# ingredients of the train games but combine them with other recipes (which preparation, which
+# appliance) and other layouts. A third group tells *memorised games* apart from *a different
+# fold*: train-fold games that were not in the SFT data.
+
+# %%
+unseen_train = [s for s in range(1000) if s not in set(data_seeds)][:n]  # the train fold has 1000 games
+runs["greedy, unseen train-fold games"] = greedy(policy, unseen_train, "train")
+folds = table({k: runs[k] for k in ["greedy, training games", "greedy, unseen train-fold games", "greedy, test games"]})
+folds.round(3)
+
+
+# %% [markdown]
+# Which test games does it win? The recipe is in the cookbook the agent reads ("Ingredients: ...
+# Directions: ..."). Splitting the test games by whether their exact recipe occurs in the SFT data:
+
+# %%
+def recipe(text):
+    """(ingredients, directions) of a cookbook text."""
+    ingredients, directions = text.split("Ingredients:")[1].split("Directions:")
+    return ingredients.strip(), directions.strip()
+
+
+RECIPE_PREFIX = prompt_spec("cookingworld").remember_prefix
+trained_recipes = {recipe(e["prompt"].split("Remembered:\n")[1].split("\n\nYour actions")[0])
+                   for e in examples if "Remembered:" in e["prompt"]}
+test_gold = run_episodes("cookingworld", ExpertPolicy(), range(n), env_options={**world, "fold": "test"}, batch_size=1)
+test_recipe = {r.seed: recipe(next(t.observation for t in r.turns if t.observation.startswith(RECIPE_PREFIX)))
+               for r in test_gold}
+by_recipe = pd.DataFrame([{"recipe in the SFT data": test_recipe[r.seed] in trained_recipes, "success": r.success}
+                          for r in runs["greedy, test games"]])
+by_recipe.groupby("recipe in the SFT data")["success"].agg(games="count", success_rate="mean").round(3)
+
+# %% [markdown]
+# The rows above measure how far the policy's skill transfers. Two things follow. The honest
+# number is the held-out fold's: success on training games is a measure of memory, and a curve of
+# training-time returns on the same few hundred games says little about new ones. And the gap is
+# closed by data, not by evaluation tricks: more (and more varied) training games, which is why
+# the `ci` preset fine-tunes on 500 games rather than the 150 it started with (see the comment in
+# `tutorial_lib/presets.py`).
+#
+# ## b. Sampled against greedy
+#
+# The same policy, the same games, two decoding rules. An RL run logs the returns of the episodes
+# it trains on, and those are sampled at temperature 1; evaluation decodes greedily.
+
+# %%
+decoding = pd.DataFrame({
+    fold: {"sampled (T=1)": results.loc[f"sampled, {fold}", "success_rate"],
+           "greedy": results.loc[f"greedy, {fold}", "success_rate"]}
+    for fold in ["training games", "test games"]
+}).T
+decoding.round(3)
+
+# %% [markdown]
+# Why they differ: at temperature 1 every turn draws from the whole distribution, so an action the
+# model gives 10% is played one time in ten, and an episode is a chain of a dozen such draws.
+# From the sampled runs: the probability of each sampled action (the product of its tokens'
+# probabilities, recorded by the sampler), and the success of episodes that drew at least one
+# unlikely action (probability < 0.5) against those that drew none:
+
+# %%
+def action_probability(sample):
+    return math.exp(sum(sample.logprobs))
+
+
+rows = []
+for name in ["sampled, training games", "sampled, test games"]:
+    for r in runs[name]:
+        unlikely = sum(action_probability(s) < 0.5 for s in r.samples)
+        rows.append({"run": name, "drew an unlikely action": unlikely > 0, "success": r.success})
+draws = pd.DataFrame(rows)
+probabilities = [action_probability(s) for name in ["sampled, training games", "sampled, test games"]
+                 for r in runs[name] for s in r.samples]
+print(f"sampled actions with probability < 0.5: {statistics.fmean(p < 0.5 for p in probabilities):.1%} "
+      f"of {len(probabilities)}")
+draws.groupby(["run", "drew an unlikely action"])["success"].agg(episodes="count", success_rate="mean").round(3)
+
+# %% [markdown]
+# Whether sampling is worse or better than greedy depends on the policy: a sharp, correct policy
+# loses a little to sampling (every draw is a chance to step off the path); a policy that gets
+# stuck greedily (repeating an action that changes nothing) can be rescued by the noise. Either way
+# the two numbers describe different policies, and the fix is to **compare like with like**:
+# report training-time returns as what they are (sampled, on training games), and track
+# evaluation the way it will be reported, greedy on held-out games, every few iterations during
+# training.
+#
+# ## c. A prompt built differently from the data's
+#
+# The policy only ever read prompts with "Your actions so far" and the remembered recipe, and no
+# window of past observations (chapter 2 explains that layout). Suppose the evaluation script
+# builds its prompt as the TextWorld tutorial did, with a window of recent observations and no
+# action list or memory; or keeps our layout but adds a window of two recent turns. `PromptSpec`
+# describes a layout, and `LanguagePolicy(prompt_spec=...)` plays with another layout than the
+# game's (the library's default is the game's own, which is what makes the mismatch impossible by
+# accident). What the model reads at turn 5 of a test game under each:
+
+# %%
+tutorial_style = replace(prompt_spec("cookingworld"), history_window=3, action_history=0, remember_prefix=None)
+layouts = {
+    "as in the data": LanguagePolicy(policy.model, tokenizer),
+    "data layout + window of 2": LanguagePolicy(policy.model, tokenizer, history_window=2),
+    "tutorial style (window of 3, no action list, no recipe)": LanguagePolicy(policy.model, tokenizer,
+                                                                             prompt_spec=tutorial_style),
+}
+state = EpisodeState("cookingworld", SimpleNamespace(task=test_gold[0].task), test_gold[0].turns[:5])
+for name, layout in layouts.items():
+    text = layout.prompt(state)
+    print(f"===== {name}: {len(tokenizer(text)['input_ids'])} tokens\n{text[:900]}{' ...' if len(text) > 900 else ''}\n")
+
+# %%
+prompt_runs = {"as in the data": runs["greedy, test games"]}
+for name in list(layouts)[1:]:
+    prompt_runs[name] = greedy(layouts[name], range(n), "test")
+prompt_table = table(prompt_runs)
+prompt_table.round(3)
+
+
+# %% [markdown]
+# The fix is structural: data collection, training and evaluation build prompts with one function
+# and one spec (`tutorial_lib.prompts`), so a policy gets the layout it was trained on unless told
+# otherwise. And a check worth running whenever the evaluation code changes: replay a few training
+# games along their gold path and compare, token for token, the prompt the policy builds with the
+# prompt the SFT data holds.
+
+# %%
+def prompt_parity(policy, seeds):
+    """Share of the SFT data's prompts (train games ``seeds``) that ``policy`` reproduces exactly."""
+    stored = {(e["seed"], e["turn"]): e["prompt"] for e in examples}
+    gold = run_episodes("cookingworld", ExpertPolicy(), seeds, env_options={**world, "fold": "train"}, batch_size=1)
+    same = []
+    for record in gold:
+        task = SimpleNamespace(task=record.task)
+        for t in range(record.length):
+            read = policy.prompt(EpisodeState("cookingworld", task, record.turns[: t + 1]))
+            trained = render_chat(tokenizer, [{"role": "user", "content": stored[(record.seed, t)]}])
+            same.append(read == trained)
+    return statistics.fmean(same)
+
+
+parity = {name: prompt_parity(layout, range(5)) for name, layout in layouts.items()}
+pd.Series(parity, name="prompts identical to the SFT data's").round(3)
+
+# %% [markdown]
+# ## d. Tokens sampled against text tokenised again
+#
+# An RL trainer needs the log-probability of each action under the current weights, and chapter 5
+# computes it on the token ids the sampler drew. A simpler-looking trainer keeps only the action
+# *text* and tokenises it again. BPE has many ways to spell a string in tokens ("pepper" or
+# "pep" + "per"); training on the data taught the model the canonical one, but sampling at
+# temperature 1 can draw any of them, and a sampled action may also stop without an end-of-turn
+# token (it ran out of its 16 tokens) or contain special tokens that decoding drops. How often
+# does the text, tokenised again, differ from what was sampled, over every turn of the sampled
+# runs?
+
+# %%
+eos = tokenizer.eos_token_id
+
+
+def retokenised(sample):
+    """The ids a trainer that kept only the action text would score: the text encoded, plus end-of-turn."""
+    return encode_prompt_completion(tokenizer, "", sample.text)["input_ids"]
+
+
+def why_different(sample):
+    if sample.action_ids == retokenised(sample):
+        return "same tokens"
+    if sample.action_ids[-1] != eos:
+        return "no end-of-turn (ran out of tokens)"
+    if any(i in tokenizer.all_special_ids for i in sample.action_ids[:-1]):
+        return "special token inside the action"
+    return "same text, other tokens"
+
+
+turn_samples = {"sampled (T=1)": [s for k in ["sampled, training games", "sampled, test games"]
+                                  for r in runs[k] for s in r.samples],
+                "greedy": [s for k in ["greedy, training games", "greedy, test games"]
+                           for r in runs[k] for s in r.samples]}
+reasons = pd.DataFrame({name: pd.Series([why_different(s) for s in samples]).value_counts()
+                        for name, samples in turn_samples.items()}).fillna(0).astype(int)
+reasons
+
+
+# %% [markdown]
+# What a trainer makes of those turns: each action's total log-probability as the sampler
+# recorded it, as the trainer recomputes it on the sampled ids, and as it computes it on the text
+# tokenised again. Their difference is the log of the importance ratio the trainer would use at
+# unchanged weights, which should be 0.
+
+# %%
+@torch.no_grad()
+def trainer_logprob(turns):
+    """Total log-prob of each turn's action ids under the current weights (chapter 5's scoring)."""
+    totals = []
+    for start in range(0, len(turns), 64):
+        batch = collate_turns(turns[start : start + 64], tokenizer.pad_token_id)
+        totals += action_logprobs(policy.model, batch).logprobs.sum(1).tolist()
+    return totals
+
+
+differ = [s for s in turn_samples["sampled (T=1)"] if s.action_ids != retokenised(s)]
+agree = [s for s in turn_samples["sampled (T=1)"] if s.action_ids == retokenised(s)][:200]
+token_rows = {}
+for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
+    if not group:
+        continue
+    sampler = [sum(s.logprobs) for s in group]
+    on_sampled = trainer_logprob(group)
+    on_text = trainer_logprob([Sample(s.text, s.prompt_ids, ids, [0.0] * len(ids))
+                               for s in group for ids in [retokenised(s)]])
+    token_rows[name] = {
+        "turns": len(group),
+        "mean |log ratio|, sampled ids": statistics.fmean(abs(a - b) for a, b in zip(on_sampled, sampler)),
+        "mean |log ratio|, text tokenised again": statistics.fmean(abs(a - b) for a, b in zip(on_text, sampler)),
+        "max |log ratio|, text tokenised again": max(abs(a - b) for a, b in zip(on_text, sampler)),
+    }
+pd.DataFrame(token_rows).T
+
+# %%
+for s in differ[:4]:
+    print(f"{s.text!r}\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
+          f"\n  tokenised again: {tokenizer.convert_ids_to_tokens(retokenised(s))}")
+
+# %% [markdown]
+# On the turns where the tokens agree, the trainer recovers the sampler's log-probabilities to
+# float precision, whichever ids it scores. On the turns where they differ it scores an action the
+# sampler never drew: the ratio no longer measures a change of weights, and the update pushes on
+# tokens that were not sampled. The fix is the library's: every turn keeps the sampler's
+# `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly those.
+#
+# The second tokenisation trap of chapter 2 is at the prompt/completion boundary: tokenising
+# `prompt + completion` as one string can merge characters across the boundary, so the completion
+# is scored as tokens generation never produces. How often does that happen over the SFT data,
+# with the chat template this book uses, and with a template-free prompt that ends in "> " (the
+# transcript style of the TextWorld tutorial's history)?
+
+# %%
+renderings = {
+    "chat template (ends in '<|assistant|>\\n')": lambda p: render_chat(tokenizer, [{"role": "user", "content": p}]),
+    "template-free, ends in '> '": lambda p: p + "\n> ",
+}
+boundary = {name: statistics.fmean(boundary_mismatch(tokenizer, render(e["prompt"]), e["completion"]) is not None
+                                   for e in examples[::5])
+            for name, render in renderings.items()}
+print(boundary_mismatch(tokenizer, renderings["template-free, ends in '> '"]("..."), "take knife"))
+pd.Series(boundary, name=f"examples whose tokens differ together vs apart ({len(examples[::5])} examples)").round(3)
+
+# %% [markdown]
+# With the chat template the generation prompt ends in a newline and the completion's first token
+# never merges with it; without one, the space before every action would be merged into the
+# action's first token by joint tokenisation (`Ġtake`) while generation, which continues the
+# prompt's own tokens, starts after a lone `Ġ`. The library tokenises the prompt alone and appends
+# the completion's ids (`encode_prompt_completion`), so both cases train on the sequence that
+# generation produces.
+#
+# ## e. The step limit
+#
+# The TextWorld tutorial cut every episode at 16 steps. How long are the expert's plans? The gold
+# path of each game, in the tutorial's world and in this preset's:
+
+# %%
+def gold_lengths(options, fold, seeds):
+    env = envs.make("cookingworld", fold=fold, **options)
+    try:
+        lengths = []
+        for seed in seeds:
+            env.reset(seed=seed)
+            lengths.append(len(env.gold_path))
+        return lengths
+    finally:
+        env.close()
+
+
+gold_worlds = {"this preset's world": world, "the tutorial's world": TUTORIAL_WORLD}
+lengths = {name: gold_lengths(options, "test", range(300)) for name, options in gold_worlds.items()}
+pd.DataFrame({
+    name: {"min": min(ls), "median": statistics.median(ls), "max": max(ls),
+           **{f"fits in {limit} steps": statistics.fmean(x <= limit for x in ls) for limit in sorted(STEP_LIMITS.values())}}
+    for name, ls in lengths.items()
+}).T.round(3)
+
+# %%
+ax = plotting.length_histogram(lengths, limits={name: limit for name, limit in STEP_LIMITS.items()},
+                               title="Gold-path lengths, 300 test games per world")
+plt.show()
+
+# %% [markdown]
+# A game whose gold path is longer than the limit cannot be won in time, by the expert or by
+# anything that imitates it: the limit caps success. Playing the gold path (the expert policy)
+# under both limits, and the SFT policy (greedy, test games) under both:
+
+# %%
+limit_rows = {}
+for name, limit in STEP_LIMITS.items():
+    label = f"{name} limit ({limit})"
+    expert_run = run_episodes("cookingworld", ExpertPolicy(), range(n),
+                              env_options={**TUTORIAL_WORLD, "fold": "test", "step_limit": limit}, batch_size=1)
+    sft_run = runs["greedy, test games"] if name == "default" else greedy(policy, range(n), "test", step_limit=limit)
+    limit_rows[label] = {"gold path, tutorial's world": summarize(expert_run)["success_rate"],
+                         "SFT policy, this preset's world": summarize(sft_run)["success_rate"],
+                         "SFT policy, truncated": summarize(sft_run)["truncated_rate"]}
+limits_table = pd.DataFrame(limit_rows).T
+limits_table.round(3)
+
+# %% [markdown]
+# In the tutorial's world the short limit takes most games away from the expert itself; the step
+# limit of this book's CookingWorld is 32, which fits every gold path with room for a wrong turn
+# (`step_limit="tutorial"` keeps 16 available). This preset's smaller world has short gold paths,
+# so there the limit only matters for a policy that wanders. The fix: choose the limit from the
+# distribution of expert path lengths, never below its maximum.
+#
+# ## Summary
+#
+# Every effect above, measured on the same policy: the metric under the mismatched condition and
+# under the matched (fixed) one.
+
+# %%
+tok_differ = statistics.fmean(s.action_ids != retokenised(s) for s in turn_samples["sampled (T=1)"])
+summary = pd.DataFrame([
+    ("a. memorisation", "success", "training games", folds.loc["greedy, training games", "success_rate"],
+     "held-out test games", folds.loc["greedy, test games", "success_rate"],
+     "report the test fold; more, more varied training games"),
+    ("b. decoding", "success, training games", "sampled (T=1)", decoding.loc["training games", "sampled (T=1)"],
+     "greedy", decoding.loc["training games", "greedy"], "compare like with like: greedy eval during training"),
+    ("b. decoding", "success, test games", "sampled (T=1)", decoding.loc["test games", "sampled (T=1)"],
+     "greedy", decoding.loc["test games", "greedy"], "compare like with like: greedy eval during training"),
+    ("c. prompt layout", "success, test games", "tutorial-style window",
+     prompt_table.loc[list(layouts)[2], "success_rate"], "the data's layout", prompt_table.loc["as in the data", "success_rate"],
+     "one prompt function and spec everywhere; parity check"),
+    ("c. prompt layout", "success, test games", "data layout + window of 2",
+     prompt_table.loc[list(layouts)[1], "success_rate"], "the data's layout", prompt_table.loc["as in the data", "success_rate"],
+     "one prompt function and spec everywhere; parity check"),
+    ("d. tokenisation", "sampled turns scored on other tokens", "text tokenised again", tok_differ,
+     "sampled ids kept", 0.0, "score the sampler's action_ids"),
+    ("e. step limit", "gold-path success, tutorial's world", "16 steps",
+     limits_table.loc["tutorial limit (16)", "gold path, tutorial's world"], "32 steps",
+     limits_table.loc["default limit (32)", "gold path, tutorial's world"], "limit above the longest gold path"),
+    ("e. step limit", "SFT success, this preset's world", "16 steps",
+     limits_table.loc["tutorial limit (16)", "SFT policy, this preset's world"], "32 steps",
+     limits_table.loc["default limit (32)", "SFT policy, this preset's world"], "limit above the longest gold path"),
+], columns=["effect", "metric", "mismatched", "value", "matched / fixed", "value ", "fix"])
+summary.round(3)
+
+# %%
+bars = {f"{row.effect}\n{row.mismatched}": {"mismatched": row.value, "matched / fixed": row["value "]}
+        for _, row in summary.iterrows() if row.effect[0] != "d"}
+ax = plotting.bar_compare(bars, title="Each effect: the mismatched condition and the matched one",
+                          ylabel="success rate")
+ax.figure.set_size_inches(12, 3.6)
+ax.tick_params(axis="x", labelsize=7)
+plt.show()
+
+# %% [markdown]
+# So why did the tutorial's evaluation lag its training? Read the summary table top to bottom.
+# Its training-time returns were sampled episodes on the games it trained on, cut at 16 steps;
+# its evaluation was on held-out games. The largest term in this chapter's measurements is the
+# first row: the policy plays the games it was trained on far better than new ones. Decoding
+# changes the picture by a smaller amount whose sign depends on the policy, and the step limit caps
+# both curves alike in the tutorial's world. Prompt and tokenisation mismatches are not part of the
+# *measured* gap in a correct pipeline, but each is a bug that silently produces one: a prompt the
+# model was not trained on costs most of its success, and a trainer that re-tokenises text
+# computes ratios for actions that were never sampled.
+#
+# What to take away:
+#
+# - Report held-out success, greedy, with the step limit and prompt of the data, and say so;
+#   label training-time curves as sampled returns on training games.
+# - Keep one prompt function for data, training and evaluation, and test prompt parity.
+# - Score the sampler's token ids, never the text tokenised again.
+# - Choose the step limit from the expert's path lengths.
+#
+# ## Exercises
+#
+# 1. Evaluate with the `standard` sampling preset (temperature 0.7, top-k 50) on the test games.
+#    Where does it land between sampling at temperature 1 and greedy?
+# 2. Find the smallest history window that, added to the data's layout, still costs success. Does
+#    the cost grow with the window?
+# 3. Split the test games' failures by their last observation: how many end with an invalid
+#    command, how many with the step limit, how many with a failed task (an ingredient eaten
+#    unprepared)?
+# 4. At the `full` preset, run this chapter's measurements for the pretrained model. Is the
+#    train/test gap smaller for a model that did not learn the games' vocabulary from scratch?

@@ -1,0 +1,285 @@
+"""GRPO through TRL's GRPOTrainer: the reward, the prompts, the settings, a short run (chapter 7)."""
+
+import csv
+import random
+import warnings
+
+import pytest
+import torch
+
+from tutorial_lib import envs
+from tutorial_lib.grpo import (
+    GRPOSettings,
+    build_trainer,
+    completion_text,
+    math_prompt_dataset,
+    math_reward,
+    train_grpo,
+)
+from tutorial_lib.models import load_policy
+from tutorial_lib.policies import EpisodeState, LanguagePolicy
+from tutorial_lib.prompts import Turn, render_chat
+from tutorial_lib.tokenization import collate_examples, encode_prompt_completion
+
+from .conftest import SMALL
+
+LEVEL1 = {"source": "generated", "level": 1}
+#: a run small enough for a test: 2 steps of 2 problems x 4 answers of at most 16 tokens
+TINY_RUN = dict(steps=2, prompts_per_step=2, num_generations=4, max_completion_length=16, learning_rate=1e-3)
+HISTORY_KEYS = {"step", "mean_return", "accuracy", "format_accuracy", "success_rate", "invalid_rate", "action_tokens",
+                "entropy", "seconds", "sample_seconds", "train_seconds", "loss", "grad_norm", "frac_reward_zero_std"}
+
+
+def weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def formatted_dir(tiny_cache, tmp_path_factory):
+    """The small tiny model after 20 SFT steps on the constant answer '#### 7': it now writes
+    '####' in some samples and not in others, so rewards within a group differ (0 / 0.1 / 1.0)
+    and GRPO has a gradient. (An untrained model scores 0 on every sample: no signal at all.)"""
+    policy = load_policy("tiny", tiny_config=SMALL)
+    tokenizer, model = policy.tokenizer, policy.model
+    dataset = math_prompt_dataset(range(100_000, 100_004), env_options=LEVEL1)
+    batch = collate_examples(
+        [encode_prompt_completion(tokenizer, render_chat(tokenizer, p), "#### 7") for p in dataset["prompt"]],
+        tokenizer.pad_token_id,
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    torch.manual_seed(0)
+    model.train()
+    for _ in range(20):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    folder = tmp_path_factory.mktemp("formatted")
+    model.eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def first_run(formatted_dir, tmp_path_factory):
+    """One short GRPO run, shared by the tests that inspect its results."""
+    policy = load_policy(str(formatted_dir))
+    before = weights(policy.model)
+    out = tmp_path_factory.mktemp("grpo_run")
+    result = train_grpo(policy, GRPOSettings(**TINY_RUN), out_dir=out, progress=False)
+    return policy, before, result, out
+
+
+# -- settings ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(num_generations=1), "num_generations"),
+        (dict(steps=0), "steps"),
+        (dict(prompts_per_step=0), "prompts_per_step"),
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(beta=-0.1), "beta"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(loss_type="ppo"), "loss_type"),
+        (dict(scale_rewards="std"), "scale_rewards"),
+        (dict(prompts_per_step=3, num_generations=4, microbatch_size=5), "microbatch_size"),
+        (dict(max_completion_length=0), "max_completion_length"),
+        (dict(save_steps=0), "save_steps"),
+    ],
+)
+def test_settings_reject_bad_values(bad, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOSettings(**bad)
+
+
+def test_default_settings_sample_from_the_policy_itself():
+    settings = GRPOSettings()
+    assert settings.temperature == 1.0 and settings.beta == 0.0
+    assert settings.completions_per_step == settings.prompts_per_step * settings.num_generations
+    from tutorial_lib.grpo import grpo_config
+
+    config = grpo_config(settings, "unused")
+    assert (config.top_k, config.top_p, config.repetition_penalty, config.min_p) == (0, 1.0, 1.0, None)
+    assert config.logging_steps == 1 and config.num_iterations == 1
+    # one generation batch = one optimiser step (no stale samples, so TRL's ratio is exactly 1)
+    assert config.generation_batch_size == settings.completions_per_step
+    assert config.steps_per_generation == config.gradient_accumulation_steps
+
+
+# -- the reward is the game's ---------------------------------------------------------------------------
+def game_reward(seed: int, text: str) -> tuple[float, dict]:
+    env = envs.make("math", **LEVEL1)
+    env.reset(seed=seed)
+    _, reward, _, _, info = env.step(text)
+    return reward, info
+
+
+def test_reward_equals_the_games_reward_on_every_kind_of_answer():
+    seeds = [100_000, 100_001, 100_002]
+    dataset = math_prompt_dataset(seeds, env_options=LEVEL1)
+    rng = random.Random(0)
+    garbage = "".join(chr(rng.randrange(0x20, 0x2FFF)) for _ in range(300))
+    texts, rows = [], []
+    for row, seed in enumerate(seeds):
+        env = envs.make("math", **LEVEL1)
+        env.reset(seed=seed)
+        answer = env.problem.answer
+        for text in (env.expert_action(),                     # correct: 1.0
+                     f"I think so.\n#### {answer + 1}",       # right format, wrong number: 0.1
+                     f"The answer is {answer}.",              # the right number, no ####: 0.0
+                     "#### ", garbage, "", "#### 1e999999"):   # no number / noise / nothing
+            texts.append(text)
+            rows.append(row)
+    expected = [game_reward(seeds[r], t)[0] for r, t in zip(rows, texts)]
+    assert sorted(set(expected)) == [0.0, 0.1, 1.0]  # all three outcomes are covered
+    answers = [dataset["answer"][r] for r in rows]
+    questions = [dataset["question"][r] for r in rows]
+    as_messages = [[{"role": "assistant", "content": t}] for t in texts]  # TRL's conversational format
+    assert math_reward(as_messages, answer=answers, question=questions) == expected
+    assert math_reward(texts, answer=answers) == expected  # the standard (string) format
+
+
+def test_reward_never_raises_on_garbage_completions_and_logs_accuracies():
+    junk = [None, 42, [], [{}], [{"role": "assistant", "content": None}], {"content": "#### 3"},
+            [{"role": "assistant", "content": b"#### 3"}], "#### 3", [{"role": "assistant", "content": "#### 4"}]]
+    logged = {}
+    rewards = math_reward(junk, answer=["3"] * len(junk), log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert rewards == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.1]
+    assert logged == {"accuracy": pytest.approx(2 / 9), "format_accuracy": pytest.approx(3 / 9)}
+    assert completion_text([{"role": "assistant", "content": "hi"}]) == "hi"
+    with pytest.raises(ValueError, match="answers"):
+        math_reward(["#### 1"], answer=[])
+
+
+# -- the prompts are the policy's -------------------------------------------------------------------
+def test_dataset_rows_are_the_games_problems_for_their_seeds():
+    dataset = math_prompt_dataset([7, 8], env_options={"source": "generated", "level": 2})
+    env = envs.make("math", source="generated", level=2)
+    for row in dataset:
+        observation, _ = env.reset(seed=row["seed"])
+        assert row["question"] == observation and row["answer"] == str(env.problem.answer)
+        assert row["prompt"][-1]["role"] == "user" and observation in row["prompt"][-1]["content"]
+    with pytest.raises(ValueError, match="seeds"):
+        math_prompt_dataset([])
+
+
+def test_trl_tokenises_the_prompts_exactly_as_language_policy_does(formatted_dir, tmp_path):
+    policy = load_policy(str(formatted_dir))
+    seeds = [100_000, 100_001, 100_002, 100_003]
+    dataset = math_prompt_dataset(seeds, env_options=LEVEL1)
+    trainer = build_trainer(policy, GRPOSettings(**TINY_RUN), dataset, out_dir=tmp_path)
+    trl_ids, _, _ = trainer._tokenize_prompts(list(dataset["prompt"]))  # what TRL feeds generate
+    # what LanguagePolicy feeds generate for the same problem, reached the way a rollout reaches it
+    player = LanguagePolicy(policy.model, policy.tokenizer)
+    env = envs.make("math", **LEVEL1)
+    ours = []
+    for seed in seeds:
+        observation, info = env.reset(seed=seed)
+        state = EpisodeState("math", env, [Turn(observation, info=info)])
+        ours.append(player.sample([player.prompt(state)], max_new_tokens=1)[0].prompt_ids)
+    assert [list(ids) for ids in trl_ids] == ours
+
+
+# -- training ---------------------------------------------------------------------------------------------
+def test_train_grpo_changes_weights_logs_metrics_and_saves_a_playable_model(first_run):
+    policy, before, result, out = first_run
+    after = weights(policy.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO did not change the weights"
+    assert [row["step"] for row in result.history] == [1, 2]
+    for row in result.history:
+        assert HISTORY_KEYS <= row.keys()
+        assert row["action_tokens"] > 0 and row["episodes"] == 8
+        # the logged return is the game's reward of the logged outcomes: 1.0 right, 0.1 format only
+        assert row["mean_return"] == pytest.approx(row["accuracy"] + 0.1 * (row["format_accuracy"] - row["accuracy"]),
+                                                   abs=1e-6)
+    assert any(row["frac_reward_zero_std"] < 1 for row in result.history)  # some group had a signal
+    with (out / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and HISTORY_KEYS <= rows[0].keys()
+    assert result.curve("mean_return") == [row["mean_return"] for row in result.history]
+    assert "forward" not in vars(policy.model)  # TRL's fused-head patch is undone
+    reloaded = load_policy(str(out / "model"))
+    for key, value in reloaded.model.state_dict().items():
+        torch.testing.assert_close(value, after[key])
+    env = envs.make("math", **LEVEL1)
+    observation, info = env.reset(seed=0)
+    assert isinstance(reloaded.act([EpisodeState("math", env, [Turn(observation, info=info)])])[0], str)
+
+
+def test_same_seed_same_weights(first_run, formatted_dir, tmp_path):
+    _, _, result, _ = first_run
+    policy = load_policy(str(formatted_dir))
+    again = train_grpo(policy, GRPOSettings(**TINY_RUN), out_dir=tmp_path, progress=False)
+    trained = load_policy(str(result.out_dir / "model")).model.state_dict()
+    for key, value in policy.model.state_dict().items():
+        assert torch.equal(value, trained[key]), key
+    assert again.curve("mean_return") == result.curve("mean_return")
+
+
+def test_a_stopped_run_resumes_where_it_stopped(first_run, formatted_dir, tmp_path):
+    _, _, result, _ = first_run
+    settings = GRPOSettings(**TINY_RUN, save_steps=1)
+    dataset = math_prompt_dataset(range(settings.first_seed, settings.first_seed + 4), env_options=LEVEL1)
+    policy = load_policy(str(formatted_dir))
+    # "stopped" after step 1: a run of one step over the same problems, checkpointed
+    train_grpo(policy, GRPOSettings(**{**TINY_RUN, "steps": 1}, save_steps=1), out_dir=tmp_path, progress=False,
+               dataset=dataset)
+    resumed_policy = load_policy(str(formatted_dir))  # fresh weights: the checkpoint must restore them
+    resumed = train_grpo(resumed_policy, settings, out_dir=tmp_path, progress=False, dataset=dataset, resume=True)
+    assert [row["step"] for row in resumed.history] == [1, 2]
+    trained = load_policy(str(result.out_dir / "model")).model.state_dict()
+    for key, value in resumed_policy.model.state_dict().items():
+        torch.testing.assert_close(value, trained[key])
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        train_grpo(resumed_policy, settings, out_dir=tmp_path / "empty", progress=False, resume=True)
+
+
+# -- what does not fit: multi-turn through environment_factory ------------------------------------------------
+def test_environment_factory_needs_a_tool_calling_template_the_tiny_model_lacks(formatted_dir, tmp_path):
+    """The module docstring's finding, pinned: if TRL starts accepting it, revisit the docstring."""
+    import datasets
+    from trl import GRPOTrainer
+
+    from tutorial_lib.grpo import grpo_config
+
+    class GuessTheNumberTools:
+        def __init__(self):
+            self.env = envs.make("guess_the_number", preset="easy")
+
+        def reset(self, **kwargs):
+            return self.env.reset(seed=kwargs.get("seed", 0))[0]
+
+        def guess(self, number: int) -> str:
+            """Guess the secret number.
+
+            Args:
+                number: the guess
+            """
+            return self.env.step(f"\\boxed{{{number}}}")[0]
+
+    policy = load_policy(str(formatted_dir))
+    prompts = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "seed": i}
+                                          for i in range(8)])
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="tool calling"):
+        warnings.simplefilter("ignore")  # "environment_factory is experimental"
+        GRPOTrainer(model=policy.model, reward_funcs=math_reward, args=grpo_config(GRPOSettings(**TINY_RUN), tmp_path),
+                    train_dataset=prompts, processing_class=policy.tokenizer, environment_factory=GuessTheNumberTools)
+
+
+def test_a_token_budget_stops_grpo_once_spent(formatted_dir, tmp_path):
+    policy = load_policy(str(formatted_dir))
+    result = train_grpo(policy, GRPOSettings(**{**TINY_RUN, "steps": 5, "token_budget": 1}), out_dir=tmp_path,
+                        progress=False)
+    assert [row["step"] for row in result.history] == [1]  # the first step's tokens already spent it
+
+
+def test_the_kl_reference_is_the_policy_as_it_is_now_not_as_it_was_saved(formatted_dir, tmp_path):
+    policy = load_policy(str(formatted_dir))
+    with torch.no_grad():  # as after an earlier RL run: the weights in memory differ from the folder's
+        for parameter in policy.model.parameters():
+            parameter.add_(0.01)
+    trainer = build_trainer(policy, GRPOSettings(**TINY_RUN, beta=0.1), math_prompt_dataset([1, 2]), out_dir=tmp_path)
+    reference = trainer.ref_model.state_dict()
+    for key, value in policy.model.state_dict().items():
+        assert torch.equal(reference[key], value), key
+    assert all(not p.requires_grad for p in trainer.ref_model.parameters())

@@ -1,0 +1,499 @@
+"""GRPO on math word problems, through TRL's ``GRPOTrainer`` (chapter 7).
+
+    policy = sft_policy("math", preset)                      # or load_policy("tiny")
+    result = train_grpo(policy, GRPOSettings(steps=30), out_dir="runs/grpo-math")
+    result.history[-1]        # mean_return, accuracy, format_accuracy, action_tokens, entropy, seconds...
+    tuned = load_policy("runs/grpo-math/model")
+
+GRPO (Group Relative Policy Optimization; Shao et al. 2024, *DeepSeekMath*, arXiv:2402.03300)
+drops PPO's critic. Each problem is answered ``num_generations`` times (a *group*); a completion's
+advantage is its reward minus the mean reward of its group, divided by the group's standard
+deviation (``scale_rewards="group"``), and every token of the completion gets that advantage:
+
+    A_i = (r_i - mean(r_1..r_G)) / (std(r_1..r_G) + 1e-4)
+
+The other answers to the same question are the baseline: no value network to train, and no
+bootstrapping, which suits a single-turn game whose only reward comes at the end. A group whose
+answers all score the same (all right, or all wrong) has ``A = 0`` and teaches nothing: TRL logs
+their share as ``frac_reward_zero_std``, the first number to watch when GRPO does not learn.
+
+What this module adds to TRL, and why:
+
+1. **The reward is the game's.** :func:`math_reward` plays each completion as one step of
+   :class:`~tutorial_lib.envs.math_problems.MathEnv` (1.0 right number, 0.1 right ``####`` format
+   but wrong number, 0.0 otherwise) -- the same parser and scoring the evaluation harness uses, so
+   the number being maximised is the number being reported. It never raises on garbage.
+2. **The prompt is the policy's.** :func:`math_prompt_dataset` builds each prompt with
+   :func:`tutorial_lib.prompts.build_messages`, as :class:`~tutorial_lib.policies.LanguagePolicy`
+   does, and hands it to TRL in the *conversational* format (a list of messages). TRL then renders
+   it with ``apply_chat_template(..., add_generation_prompt=True, tokenize=True)``, which gives
+   exactly the token ids ``LanguagePolicy`` feeds ``generate`` (``render_chat`` then tokenising
+   without special tokens); ``tests/test_grpo.py`` checks it token for token. The *standard*
+   format (a pre-rendered string) would also work for the tiny model and Qwen, but TRL tokenises
+   strings with ``add_special_tokens=True``, which doubles the ``<bos>`` of templates that write
+   one themselves (Gemma).
+3. **The sampler is the policy.** ``temperature=1``, ``top_k=0``, ``top_p=1``, no repetition
+   penalty, each set explicitly so the checkpoint's generation config cannot slip in its own (see
+   ``SAMPLING["rl"]`` in :mod:`tutorial_lib.policies`). With one optimiser step per batch (TRL's
+   ``num_iterations=1``) the PPO-style ratio in TRL's loss is exactly 1 at the step, so its clipping
+   (``epsilon``) never binds and the gradient is the plain policy gradient with group advantages.
+4. **No reference model by default** (``beta=0``, TRL's default and the GSM8K PPO tutorial's
+   choice): DAPO (arXiv:2503.14476) and Dr. GRPO (arXiv:2503.20783) found the KL term unnecessary
+   for verifiable rewards, and it costs a second model. ``beta > 0`` adds it (TRL's k3 estimator).
+5. **Loss normalisation** (``loss_type``): ``"dapo"`` (TRL's default) divides the summed token
+   losses by the number of completion tokens in the whole batch, so a long wrong answer is not
+   penalised less per token than a short one, the length bias of the original ``"grpo"`` loss
+   (per-sequence mean); ``"dr_grpo"`` divides by a constant (``max_completion_length``).
+6. **Metrics in the book's names** (those of chapter 5's REINFORCE where they mean the same):
+   ``mean_return`` (mean reward), ``accuracy``, ``format_accuracy``, ``success_rate``,
+   ``invalid_rate``, ``action_tokens`` (completion tokens sampled in the step), ``entropy`` (mean
+   token entropy of the completions), ``seconds`` / ``sample_seconds`` / ``train_seconds``, and
+   TRL's own ``loss``, ``grad_norm``, ``reward_std``, ``frac_reward_zero_std``, ``clipped_ratio``
+   (answers cut at ``max_completion_length``), ``kl_ref`` (with ``beta > 0``). One row per step in
+   ``out_dir/metrics.csv`` and TensorBoard; TRL's console output is kept out of the book.
+
+On a CPU the tiny model's run is deterministic: same seed, same weights (``tests/test_grpo.py``).
+The same function trains a LoRA model on a GPU (``load_policy(hub_id, lora=True)``): TRL trains the
+adapters only, and with ``beta > 0`` takes the reference from the model with adapters disabled.
+
+**Multi-turn games (GuessTheNumber) and TRL's ``environment_factory``: does not fit.** Checked
+against TRL 1.16.0 (``trl/trainer/grpo_trainer.py``, ``trl/chat_template_utils.py``):
+
+* *The tiny model's chat template.* ``environment_factory`` exposes the environment's public
+  methods as *tools* (grpo_trainer.py 689-704) and the trainer then requires a chat template that
+  renders tool calls: ``supports_tool_calling(processing_class)`` is false for our template
+  (``<|role|>\\ncontent<|end|>``, no ``tool_calls``, no ``tool`` role), so the constructor raises
+  "The provided chat template does not support tool calling" (grpo_trainer.py 641-654). It also
+  needs a parser for tool calls in the model's output, which ``add_response_schema`` only knows for
+  a fixed list of hub templates (Qwen, Llama 3, GLM, GPT-OSS, Gemma 4...) and raises "Unrecognized
+  chat template" for any other (grpo_trainer.py 762-766, chat_template_utils.py 724-782).
+* *The protocol.* Even with a tool-capable model (Qwen2.5), the episode TRL plays is not our game's
+  episode. A turn continues only if the assistant message contains a parsed tool call
+  (grpo_trainer.py 1947-1957); a plain ``\\boxed{7}`` answer, our action format, ends the rollout
+  after one turn. The game's feedback would come back as a ``tool`` message appended to one growing
+  conversation (grpo_trainer.py 2019-2041: prompt + completion + tool-result tokens), whereas every
+  policy in this book reads a freshly built single user message per turn, holding the task and the
+  last ``history_window`` turns (:mod:`tutorial_lib.prompts`). The first observation is glued onto
+  the dataset prompt's last message by ``reset`` (grpo_trainer.py 2389-2398), and the reward is one
+  number per rollout (``get_reward``, grpo_trainer.py 715-731), with no per-turn rewards or
+  discounting (GEM's gamma 0.9). Training through it would train the model on a different prompt
+  layout and answer format (JSON tool calls) from the one it is evaluated with -- the train/eval
+  mismatch chapter 8 measures.
+* The other hook, ``rollout_func`` (experimental), lets the caller generate, but a GRPO sample is
+  still ONE prompt and ONE completion token sequence (environment tokens masked by ``env_mask``)
+  with one reward (grpo_trainer.py 2210-2217, 2270-2272), and a group is ``num_generations``
+  samples of the same prompt (grpo_trainer.py 2765). Our multi-turn episodes are several (prompt,
+  action) pairs whose prompts differ from turn to turn, so they fit that shape only by changing
+  the token sequence the model sees.
+
+So multi-turn games are trained with the book's own loop (:mod:`tutorial_lib.rl_loop`: REINFORCE
+and PPO, per-turn credit), and GRPO through TRL is used where it fits, single-turn math.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .device import default_dtype, device_kind
+from .envs.math_problems import MathEnv, MathProblem
+from .policies import MAX_NEW_TOKENS
+from .progress import progress_bar, quiet_transformers
+from .prompts import Turn, build_messages
+from .rl_loop import RLResult
+from .tracking import MetricsLog
+
+#: TRL's token-aggregation rules this module offers (see detail 5 of the module docstring)
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
+#: how rewards are scaled into advantages: by the group's std, the batch's std, or not at all
+#: (Dr. GRPO: dividing by the group std over-weights groups that are nearly all right or all wrong)
+REWARD_SCALINGS = ("group", "batch", "none")
+#: the game GRPO trains on here (single-turn; see the module docstring for multi-turn games)
+GAME = "math"
+
+
+@dataclass
+class GRPOSettings:
+    """Settings of a GRPO run. Defaults suit the tiny model on math at the ``ci`` scale, on a CPU."""
+
+    #: optimiser steps; each step samples a fresh batch of problems
+    steps: int = 30
+    #: distinct problems per step
+    prompts_per_step: int = 8
+    #: answers sampled per problem: the group whose mean reward is each answer's baseline (G)
+    num_generations: int = 8
+    learning_rate: float = 2e-4
+    #: KL coefficient to the starting model; 0 builds no reference model
+    beta: float = 0.0
+    #: token-loss aggregation: ``dapo`` (tokens of the whole batch), ``grpo`` (mean per answer,
+    #: length-biased), ``dr_grpo`` (constant), ``bnpo`` (tokens of the micro-batch)
+    loss_type: str = "dapo"
+    #: advantage scaling: ``group`` (GRPO), ``batch`` or ``none`` (Dr. GRPO)
+    scale_rewards: str = "group"
+    #: sampling temperature (1.0: the sampler is the policy; TRL divides the trainer's logits by it too)
+    temperature: float = 1.0
+    #: longest answer in tokens; longer ones are cut (math answers with working need ~60-128)
+    max_completion_length: int = MAX_NEW_TOKENS[GAME]
+    #: completions per forward/backward pass (memory, not maths: the gradients of all of them add
+    #: up to ONE optimiser step); ``None``: the whole batch at once
+    microbatch_size: int | None = None
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = 1.0
+    #: learning-rate schedule (a ``transformers`` scheduler name): constant, as chapter 5's REINFORCE
+    lr_scheduler: str = "constant"
+    #: recompute activations in the backward pass (TRL's default is on; it only costs time on the
+    #: tiny model, and saves memory on a real one)
+    gradient_checkpointing: bool = False
+    #: options of the math game: where problems come from and how hard they are
+    env_options: dict[str, Any] = field(default_factory=lambda: {"source": "generated", "level": 1})
+    #: training problems use seeds from here up, away from the evaluation seeds (0, 1, 2...)
+    first_seed: int = 100_000
+    #: stop early once this many completion tokens have been sampled (``None``: all ``steps``);
+    #: how chapter 7 gives GRPO the same budget as REINFORCE and PPO
+    token_budget: int | None = None
+    #: save a resumable Trainer checkpoint every this many steps (``None``: only the final model)
+    save_steps: int | None = None
+    seed: int = 0
+    #: further ``trl.GRPOConfig`` fields, e.g. ``{"num_iterations": 2, "epsilon_high": 0.28}``
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "max_completion_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be at least 2 (a group of one has no baseline); "
+                             f"got {self.num_generations}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive; got {self.learning_rate}")
+        if self.beta < 0:
+            raise ValueError(f"beta (the KL coefficient) must be >= 0; got {self.beta}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be positive (GRPO samples); got {self.temperature}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}; got {self.loss_type!r}")
+        if self.scale_rewards not in REWARD_SCALINGS:
+            raise ValueError(f"scale_rewards must be one of {', '.join(REWARD_SCALINGS)}; got {self.scale_rewards!r}")
+        if self.microbatch_size is not None and (
+            self.microbatch_size < 1 or self.completions_per_step % self.microbatch_size
+        ):
+            raise ValueError(
+                f"microbatch_size must divide the {self.completions_per_step} completions of a step "
+                f"(prompts_per_step x num_generations); got {self.microbatch_size}"
+            )
+        if self.save_steps is not None and self.save_steps < 1:
+            raise ValueError(f"save_steps must be at least 1 or None; got {self.save_steps}")
+        if self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be positive; got {self.max_grad_norm}")
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+
+# -- the reward: the game's own scoring ----------------------------------------------------------
+def completion_text(completion: Any) -> str:
+    """The answer text of one TRL completion: a string (standard format) or a list of messages
+    (conversational format: the last message's content). Anything else is no answer: ``""``."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content")
+        return content if isinstance(content, str) else ""
+    return ""
+
+
+def score_answer(question: str, answer: str | Fraction, text: str) -> tuple[float, dict[str, Any]]:
+    """Play ``text`` as the answer to one problem with :class:`MathEnv`; returns (reward, info).
+
+    The game is given just this problem, so its own parser and scoring decide (``info`` holds
+    ``correct``, ``formatted``, ``parse_error``...). ``answer`` is the number as a ``Fraction`` or
+    its string (``"42"``, ``"7/2"``)."""
+    env = MathEnv(problems=[MathProblem(question, "", Fraction(answer))])
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(text if isinstance(text, str) else "")
+    return reward, info
+
+
+def math_reward(completions: Sequence[Any], answer: Sequence[str], question: Sequence[str] | None = None,
+                log_metric=None, **kwargs) -> list[float]:
+    """TRL reward function: the math game's reward for each completion (1.0 / 0.1 / 0.0).
+
+    ``answer`` (and ``question``) are columns of :func:`math_prompt_dataset`, which TRL passes by
+    name. When TRL supplies ``log_metric`` (it does), the batch's answer and format accuracy are
+    logged too (``accuracy``, ``format_accuracy``). Never raises on the completions' content.
+    """
+    if len(answer) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(answer)} answers")
+    questions = question if question is not None else [""] * len(completions)
+    rewards, correct, formatted = [], 0, 0
+    for completion, q, a in zip(completions, questions, answer):
+        reward, info = score_answer(q, a, completion_text(completion))
+        rewards.append(reward)
+        correct += bool(info["correct"])
+        formatted += bool(info["formatted"])
+    if log_metric is not None and rewards:
+        log_metric("accuracy", correct / len(rewards))
+        log_metric("format_accuracy", formatted / len(rewards))
+    return rewards
+
+
+# -- the prompts: the policy's own ----------------------------------------------------------------
+def math_prompt_dataset(seeds: Iterable[int], *, env_options: dict[str, Any] | None = None):
+    """One row per seed: the math problem the game deals for that seed, as TRL's conversational
+    ``prompt`` (the messages :class:`LanguagePolicy` renders), with ``question``, ``answer`` (a
+    string) and ``seed`` columns for the reward. ``env_options`` as for ``envs.make("math", ...)``:
+    ``level`` (1, 2, 3 or ``"mixed"``), ``source``, ``split``."""
+    import datasets
+
+    from . import envs
+
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("no seeds: the dataset would be empty")
+    env = envs.make(GAME, **(env_options or {}))
+    rows = []
+    for seed in seeds:
+        observation, info = env.reset(seed=seed)
+        rows.append({
+            "prompt": build_messages(GAME, env.task, [Turn(observation, info=info)]),
+            "question": env.problem.question,
+            "answer": str(env.problem.answer),
+            "seed": seed,
+        })
+    return datasets.Dataset.from_list(rows)
+
+
+# -- training ---------------------------------------------------------------------------------------
+#: TRL's log key -> the book's name (REINFORCE's where the meaning is the same)
+_RENAMED = {
+    "reward": "mean_return",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "accuracy": "accuracy",
+    "format_accuracy": "format_accuracy",
+    "entropy": "entropy",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "learning_rate",
+    "completions/mean_length": "mean_action_tokens",
+    "completions/max_length": "max_action_tokens",
+    "completions/clipped_ratio": "clipped_ratio",
+    "kl": "kl_ref",
+    "sample_seconds": "sample_seconds",
+}
+
+
+def _trainer_class():
+    """``GRPOTrainer`` that also times its sampling (logged as ``sample_seconds``)."""
+    from trl import GRPOTrainer
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        def _generate(self, prompts):
+            start = time.perf_counter()
+            try:
+                return super()._generate(prompts)
+            finally:
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode]["sample_seconds"].append(time.perf_counter() - start)
+
+    return TimedGRPOTrainer
+
+
+def _history_callback(settings: GRPOSettings, log: MetricsLog, history: list[dict[str, float]], bar):
+    """A ``TrainerCallback`` turning each of TRL's per-step logs into one row of ``history``."""
+    from transformers import TrainerCallback
+
+    class HistoryCallback(TrainerCallback):
+        def __init__(self):
+            self.last = time.perf_counter()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.last = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "train_runtime" in logs:  # the end-of-training summary, not a step
+                return
+            now = time.perf_counter()
+            row = {new: float(logs[old]) for old, new in _RENAMED.items() if logs.get(old) is not None}
+            # a step that reused an earlier batch (``extra={"num_iterations": 2}``) sampled nothing
+            episodes = settings.completions_per_step if "mean_return" in row else 0
+            row["episodes"] = row["turns"] = float(episodes)  # single-turn: one turn per episode
+            if "accuracy" in row:
+                row["success_rate"] = row["accuracy"]
+            if "format_accuracy" in row:
+                row["invalid_rate"] = 1.0 - row["format_accuracy"]
+            row["action_tokens"] = float(round(row.get("mean_action_tokens", 0.0) * episodes))
+            row["seconds"] = now - self.last
+            row["train_seconds"] = row["seconds"] - row.get("sample_seconds", 0.0)
+            self.last = now
+            log.write(state.global_step, row)
+            history.append({"step": state.global_step, **row})
+            bar.update(state.global_step - bar.n)
+            spent = sum(r.get("action_tokens", 0.0) for r in history)
+            if settings.token_budget is not None and spent >= settings.token_budget:
+                control.should_training_stop = True
+            if "mean_return" in row:
+                bar.set_postfix(ret=f"{row['mean_return']:.2f}", acc=f"{row.get('accuracy', 0.0):.2f}", refresh=False)
+
+    return HistoryCallback()
+
+
+def grpo_config(settings: GRPOSettings, out_dir: str | Path):
+    """The ``trl.GRPOConfig`` for ``settings`` (one generation batch per optimiser step, log every step)."""
+    from trl import GRPOConfig
+
+    batch = settings.completions_per_step
+    micro = settings.microbatch_size or batch
+    fields = dict(
+        output_dir=str(out_dir),
+        max_steps=settings.steps,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=batch // micro,  # = steps_per_generation: one batch per step
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=0,
+        adam_beta1=settings.adam_betas[0],
+        adam_beta2=settings.adam_betas[1],
+        weight_decay=0.0,
+        max_grad_norm=settings.max_grad_norm,
+        beta=settings.beta,
+        loss_type=settings.loss_type,
+        scale_rewards=settings.scale_rewards,
+        # the sampler is the policy: every knob explicit, so no checkpoint default slips in
+        temperature=settings.temperature,
+        top_k=0,
+        top_p=1.0,
+        min_p=None,
+        repetition_penalty=1.0,
+        activation_checkpointing=settings.gradient_checkpointing,
+        logging_steps=1,
+        save_strategy="steps" if settings.save_steps else "no",
+        save_steps=settings.save_steps or 500,
+        report_to=[],
+        disable_tqdm=True,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        # mixed precision where the hardware has it; full float32 on CPU (exact, and as fast there)
+        bf16=default_dtype() == torch.bfloat16,
+        use_cpu=device_kind() == "cpu",
+    )
+    fields.update(settings.extra)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        return GRPOConfig(**fields)
+
+
+@contextmanager
+def _quiet():
+    """TRL's and transformers' informational lines and deprecation notices are not the chapter's point."""
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"trl\.")
+        yield
+
+
+def build_trainer(policy, settings: GRPOSettings, dataset, *, out_dir: str | Path):
+    """TRL's ``GRPOTrainer`` for ``policy`` on ``dataset`` with :func:`math_reward`, console output off.
+
+    With ``beta > 0`` the reference model is a frozen copy of the policy's current weights (under
+    PEFT: the model with its adapters disabled, TRL's way). Note that TRL patches
+    ``policy.model.forward`` with a fused log-prob head (plain calls behave as before);
+    :func:`train_grpo` removes the patch when it is done.
+    """
+    from transformers import PrinterCallback, ProgressCallback
+
+    with _quiet():
+        trainer = _trainer_class()(
+            model=policy.model,
+            reward_funcs=math_reward,
+            args=grpo_config(settings, out_dir),
+            train_dataset=dataset,
+            processing_class=policy.tokenizer,
+        )
+    trainer.remove_callback(PrinterCallback)  # prints every log dict when tqdm is off
+    trainer.remove_callback(ProgressCallback)  # ours is drawn by the history callback
+    if trainer.ref_model is not None:
+        # TRL builds the reference by reloading the model from ``config._name_or_path``: the weights
+        # on disk, not the policy as it is now (after an earlier RL run, say). The KL is to the start
+        # of THIS run, so copy the current weights in.
+        reference = trainer.accelerator.unwrap_model(trainer.ref_model)
+        reference.load_state_dict(policy.model.state_dict())
+        reference.requires_grad_(False)  # TRL only ever runs it under no_grad; frozen says so
+    return trainer
+
+
+def train_grpo(
+    policy,
+    settings: GRPOSettings | None = None,
+    *,
+    out_dir: str | Path,
+    progress: bool = True,
+    resume: bool = False,
+    dataset=None,
+) -> RLResult:
+    """Fine-tune ``policy.model`` in place with GRPO on math; logs, checkpoints and the final model
+    (``out_dir/model``, with the tokenizer) go to ``out_dir``.
+
+    ``dataset`` replaces the generated training problems (a :func:`math_prompt_dataset`, e.g. over
+    GSM8K with ``env_options={"source": "gsm8k"}``); by default there is one fresh problem per
+    prompt of every step. ``resume=True`` continues from the last checkpoint in ``out_dir``
+    (``save_steps`` must have been set).
+    """
+    settings = settings or GRPOSettings()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if dataset is None:
+        seeds = range(settings.first_seed, settings.first_seed + settings.steps * settings.prompts_per_step)
+        dataset = math_prompt_dataset(seeds, env_options=settings.env_options)
+    checkpoint = _last_checkpoint(out_dir) if resume else None
+    if resume and checkpoint is None:
+        raise FileNotFoundError(f"no checkpoint-* folder in {out_dir} to resume from; start without resume "
+                                "(and set GRPOSettings.save_steps to write checkpoints)")
+    (out_dir / "rl_settings.json").write_text(
+        json.dumps({"game": GAME, "algo": "GRPO", **asdict(settings)}, indent=1, default=str)
+    )
+    resumed_step = int(checkpoint.name.split("-")[-1]) if checkpoint else None
+    log = MetricsLog(out_dir, resume_from=resumed_step)
+    history: list[dict[str, float]] = list(log.rows)
+    model = policy.model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    patched_before = "forward" in vars(base)
+    bar = progress_bar(total=settings.steps, desc=f"GRPO {GAME}", disable=not progress, initial=resumed_step or 0)
+    began = time.perf_counter()
+    try:
+        trainer = build_trainer(policy, settings, dataset, out_dir=out_dir)
+        trainer.add_callback(_history_callback(settings, log, history, bar))
+        with _quiet():
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        bar.close()
+        log.close()
+        if not patched_before and "forward" in vars(base):
+            # TRL patched the model's forward with a fused log-prob head; give back the plain model
+            del base.forward
+    model.eval()
+    with quiet_transformers():
+        model.save_pretrained(out_dir / "model")
+    policy.tokenizer.save_pretrained(out_dir / "model")
+    return RLResult(out_dir, history, time.perf_counter() - began)
+
+
+def _last_checkpoint(out_dir: Path) -> Path | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(out_dir)) if out_dir.exists() else None
+    return Path(found) if found else None
