@@ -43,6 +43,14 @@ def test_evaluate_prints_one_json_object_with_the_game_keys(capsys, small_policy
     assert 0 <= metrics["invalid_rate"] <= 1 if "invalid_rate" in metrics else True
 
 
+def test_evaluate_math_reads_fold_as_the_problem_split(capsys, small_policy_dir):
+    args = ["evaluate", "--game", "math", "--policy", str(small_policy_dir), "--episodes", "2", "--json"]
+    code, out, _ = run(capsys, *args, "--fold", "train")
+    assert code == 0 and json.loads(out)["fold"] == "train"
+    code, _, err = run(capsys, *args, "--fold", "dev")
+    assert code == 2 and "no dev split" in err
+
+
 def test_data_writes_loadable_json_lines(capsys, tmp_path):
     code, out, _ = run(capsys, "data", "--game", "guess_the_number", "--preset", "ci", "--out", str(tmp_path), "--quiet")
     assert code == 0

@@ -1,6 +1,6 @@
 import pytest
 
-from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.evaluate import math_accuracy, run_episodes, summarize
 from tutorial_lib.policies import ExpertPolicy, RandomPolicy
 
 
@@ -94,3 +94,16 @@ def test_heavy_games_cap_how_many_copies_run_at_once(monkeypatch):
     monkeypatch.setattr(GuessTheNumberEnv, "max_parallel", 3)
     records = run_episodes("guess_the_number", ExpertPolicy(), range(10), batch_size=100)
     assert len(made) == 3 and len(records) == 10 and all(r.success for r in records)
+
+
+class TrainSplitMemoriser:
+    """Knows the answers of the training split only; on any other problem it writes a wrong one."""
+
+    def act(self, episodes):
+        return [e.env.expert_action() if e.env.split == "train" else "#### -1" for e in episodes]
+
+
+def test_math_accuracy_separates_training_problems_from_new_ones():
+    metrics = math_accuracy(TrainSplitMemoriser(), {"source": "generated", "level": 1, "split": "test"},
+                            training_problems=5, new_problems=7, batch_size=4)
+    assert metrics == {"accuracy (training problems)": 1.0, "accuracy (new problems)": 0.0, "format_accuracy": 1.0}

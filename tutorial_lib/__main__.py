@@ -77,13 +77,17 @@ def _evaluate(args) -> int:
         options.setdefault("agent_mark", "alternate")
     if args.game == "cookingworld":
         options["fold"] = args.fold
+    if args.game == "math":  # the generator and GSM8K have a train and a test split, no dev split
+        if args.fold == "dev":
+            raise ValueError("math has no dev split: use --fold train or --fold test")
+        options["split"] = args.fold
     policy = load_policy(args.policy, sampling=args.sampling, seed=args.seed)
     episodes = args.episodes or preset.game(args.game).eval_episodes
     # Test-fold and evaluation seeds start at 0; a different --seed gives other games.
     records = run_episodes(args.game, policy, range(args.seed, args.seed + episodes), env_options=options,
                            batch_size=args.batch_size, progress=not args.json)
     metrics = summarize(records)
-    metrics.update(game=args.game, policy=args.policy, sampling=args.sampling, **({"fold": args.fold} if args.game == "cookingworld" else {}),
+    metrics.update(game=args.game, policy=args.policy, sampling=args.sampling, **({"fold": args.fold} if args.game in ("cookingworld", "math") else {}),
                    **({"opponent": args.opponent} if args.game == "tictactoe" else {}))
     print(json.dumps(metrics) if args.json else "\n".join(f"{k:>16}: {v}" for k, v in metrics.items()))
     return 0
@@ -137,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--policy", required=True, help="'tiny', a hub id, or a folder written by `sft`")
     ev.add_argument("--opponent", choices=["random", "mcts", "minimax"], default="random")
     ev.add_argument("--episodes", type=int)
-    ev.add_argument("--fold", choices=["train", "dev", "test"], default="test")
+    ev.add_argument("--fold", choices=["train", "dev", "test"], default="test",
+                    help="CookingWorld's fold of games, or math's split of problems (train or test)")
     ev.add_argument("--sampling", choices=["greedy", "standard", "liberal"], default="greedy")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--batch-size", type=int, default=64)

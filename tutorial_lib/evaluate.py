@@ -175,6 +175,31 @@ def steps_per_second(game: str, *, steps: int = 2000, env_options: dict[str, Any
         env.close()
 
 
+def math_accuracy(
+    policy: Policy,
+    env_options: dict[str, Any] | None = None,
+    *,
+    training_problems: int = 200,
+    new_problems: int = 400,
+    batch_size: int = 100,
+) -> dict[str, float]:
+    """Accuracy on math problems the policy trained on and on problems it never saw (chapters 4, 6, 7).
+
+    SFT and RL draw their problems from the generator's train split (seeds 0, 1, ...; GSM8K's train
+    split at ``full``), so the first ``training_problems`` seeds of that split are problems the model
+    has seen. The test split is drawn from another random stream (GSM8K's test split): new problems.
+    A tiny model can score far higher on the first than on the second -- it memorises answers --
+    so every math chapter reports both.
+    """
+    options = {k: v for k, v in (env_options or {}).items() if k != "split"}
+    seen = summarize(run_episodes("math", policy, range(training_problems), env_options={**options, "split": "train"},
+                                  batch_size=batch_size))
+    new = summarize(run_episodes("math", policy, range(new_problems), env_options={**options, "split": "test"},
+                                 batch_size=batch_size))
+    return {"accuracy (training problems)": seen["accuracy"], "accuracy (new problems)": new["accuracy"],
+            "format_accuracy": new["format_accuracy"]}
+
+
 def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
     """Metrics over finished episodes; every game gets the common ones, plus its own."""
     if not records:
