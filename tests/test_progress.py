@@ -1,3 +1,4 @@
+import datasets
 from transformers.utils import logging as hf_logging
 
 from tutorial_lib.progress import progress_bar, quiet_transformers
@@ -9,8 +10,9 @@ def test_quiet_transformers_restores_what_was_there():
     try:
         with quiet_transformers():
             assert hf_logging.get_verbosity() == hf_logging.ERROR
-            assert not hf_logging.is_progress_bar_enabled()
+            assert not hf_logging.is_progress_bar_enabled() and not datasets.is_progress_bar_enabled()
         assert hf_logging.get_verbosity() == hf_logging.INFO and hf_logging.is_progress_bar_enabled()
+        assert datasets.is_progress_bar_enabled()
         with quiet_transformers(progress_bars=True):
             assert hf_logging.is_progress_bar_enabled()
     finally:

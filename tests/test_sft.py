@@ -50,6 +50,17 @@ def test_lora_sft_trains_only_adapters(tiny_cache, gtn_examples, tmp_path):
     assert reloaded.generate(["Guess."], max_new_tokens=3) == policy.generate(["Guess."], max_new_tokens=3)
 
 
+def test_sft_without_progress_prints_nothing_per_step(tiny_cache, gtn_examples, tmp_path, capsys):
+    """With its bar off the Trainer would print every log dict (a chapter's worth of lines); the
+    losses must still be recorded."""
+    policy = load_policy("tiny", tiny_config=SMALL)
+    settings = SFTSettings(epochs=1, batch_size=8, logging_steps=1, report_to="none", progress=False)
+    result = train_sft(policy, gtn_examples[:32], settings, output_dir=tmp_path / "quiet")
+    out = capsys.readouterr()
+    assert "'loss'" not in out.out + out.err and "Truncating" not in out.err, out
+    assert len(result.losses) == 4
+
+
 def test_completion_only_loss_equals_the_full_forward_loss(tiny_policy, gtn_examples):
     """The output layer at the labelled positions only gives exactly the model's own loss."""
     import torch

@@ -66,7 +66,11 @@ def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, devic
             bnb_4bit_compute_dtype=torch.bfloat16,
         )
         kwargs["device_map"] = {"": device}
-    model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    if Path(name).exists():
+        with quiet_transformers():  # a checkpoint of this machine: a bar per load clutters the chapters
+            model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    else:  # a hub download: its progress bar is worth seeing
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     if not load_in_4bit:
         model.to(device)
     return model, tokenizer

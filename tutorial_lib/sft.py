@@ -192,14 +192,22 @@ def train_sft(
         use_cpu=device_kind() == "cpu",
         **settings.extra,
     )
-    trainer = _completion_only_trainer()(model=policy.model, args=config, train_dataset=dataset, processing_class=policy.tokenizer)
-    start = time.perf_counter()
-    # The Trainer's informational lines are not the chapter's point; its own progress bar stays.
-    with quiet_transformers(progress_bars=True):
+    # The Trainer's informational lines are not the chapter's point; its progress bars are shown
+    # when settings.progress asks for them.
+    with quiet_transformers(progress_bars=settings.progress):
+        trainer = _completion_only_trainer()(model=policy.model, args=config, train_dataset=dataset,
+                                             processing_class=policy.tokenizer)
+        if not settings.progress:
+            from transformers import PrinterCallback
+
+            # with tqdm off the Trainer prints every log dict instead: hundreds of lines in a chapter
+            # (the losses stay in trainer.state.log_history, which SFTResult keeps)
+            trainer.remove_callback(PrinterCallback)
+        start = time.perf_counter()
         trainer.train(resume_from_checkpoint=resume or None)
-    seconds = time.perf_counter() - start
-    policy.model.eval()
-    trainer.save_model(str(output_dir))
+        seconds = time.perf_counter() - start
+        policy.model.eval()
+        trainer.save_model(str(output_dir))
     policy.tokenizer.save_pretrained(output_dir)
     result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens))
     (output_dir / "sft_result.json").write_text(
