@@ -112,6 +112,7 @@ class PeakMemory:
             return self
         import psutil
 
+        _release_freed_memory()  # else memory an earlier run freed but kept would hide this run's growth
         process = psutil.Process()
         self._start = self._peak = process.memory_info().rss
         self._stop = threading.Event()
@@ -136,3 +137,18 @@ class PeakMemory:
 
             peak = max(self._peak, psutil.Process().memory_info().rss)
         self.mib = (peak - self._start) / 2**20
+
+
+def _release_freed_memory() -> None:
+    """Hand memory that Python and torch have freed back to the operating system, where the C
+    library allows it (glibc's ``malloc_trim``). Without it, a second measurement in the same
+    process starts with the first run's freed-but-kept pages already resident, and reuses them:
+    it would report far less growth than the same run in a fresh process."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): measurements stay as they are
+        pass

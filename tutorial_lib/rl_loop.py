@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from .progress import progress_bar
+from .progress import progress_bar, quiet_transformers
 from .rollout import Rollout, collect
 from .tracking import MetricsLog, load_checkpoint, save_checkpoint
 
@@ -155,7 +155,8 @@ def run_rl(
         bar.close()
         log.close()
     model.eval()
-    model.save_pretrained(out_dir / "model")
+    with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
+        model.save_pretrained(out_dir / "model")
     policy.tokenizer.save_pretrained(out_dir / "model")
     for name, module in algorithm.modules().items():
         torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
