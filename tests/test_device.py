@@ -29,8 +29,6 @@ def test_peak_memory_sees_a_large_temporary_allocation():
     with device.PeakMemory(interval=0.001) as memory:
         block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
         block += 1
-
-
         time.sleep(0.05)  # let the sampler see it
         del block
     assert 48 <= memory.mib < 512
