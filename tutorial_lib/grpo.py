@@ -363,10 +363,13 @@ def _history_callback(settings: GRPOSettings, log: MetricsLog, history: list[dic
             self.last = now
             log.write(state.global_step, row)
             history.append({"step": state.global_step, **row})
-            bar.update(state.global_step - bar.n)
             spent = sum(r.get("action_tokens", 0.0) for r in history)
-            if settings.token_budget is not None and spent >= settings.token_budget:
-                control.should_training_stop = True
+            if settings.token_budget is None:
+                bar.update(state.global_step - bar.n)
+            else:  # the bar counts sampled tokens, as rl_loop's does under a budget
+                bar.update(min(spent, settings.token_budget) - bar.n)
+                if spent >= settings.token_budget:
+                    control.should_training_stop = True
             if "mean_return" in row:
                 bar.set_postfix(ret=f"{row['mean_return']:.2f}", acc=f"{row.get('accuracy', 0.0):.2f}", refresh=False)
 
@@ -495,7 +498,11 @@ def train_grpo(
     model = policy.model
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     patched_before = "forward" in vars(base)
-    bar = progress_bar(total=settings.steps, desc=f"GRPO {GAME}", disable=not progress, initial=resumed_step or 0)
+    budgeted = settings.token_budget is not None
+    spent = min(sum(r.get("action_tokens", 0.0) for r in history), settings.token_budget) if budgeted else 0
+    bar = progress_bar(total=settings.token_budget if budgeted else settings.steps, desc=f"GRPO {GAME}",
+                       unit=" tokens" if budgeted else "it", disable=not progress,
+                       initial=spent if budgeted else resumed_step or 0)
     began = time.perf_counter()
     try:
         trainer = build_trainer(policy, settings, dataset, out_dir=out_dir)
