@@ -270,8 +270,9 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   policy (a different precision, top-k sampling, dropout left on).
 # - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
 #   nothing, so training forfeits it.
-# - RL needs a policy that still explores: a nearly deterministic SFT policy (GuessTheNumber here)
-#   gives REINFORCE nothing to compare.
+# - RL needs a policy that still explores: a nearly deterministic SFT policy (GuessTheNumber here,
+#   which SFT already taught binary search) gives REINFORCE nothing to compare; where it is right
+#   that is harmless, where it is wrong RL cannot fix it.
 #
 # The same run from a terminal, resumable after an interruption:
 #

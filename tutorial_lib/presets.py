@@ -105,10 +105,12 @@ PRESETS: dict[str, Preset] = {
                          gae_lambda=0.95, kl_coef=0.1, minibatch_turns=64, microbatch_turns=32, save_every=2,
                          env_options={"fold": "train"}),
             ),
+            # 1,000 binary-search games, 10 epochs: success 1.0 in 2.93 turns; 300 games x 20 epochs
+            # (60% of the steps) gave .47, with guesses that ignored earlier feedback
             "guess_the_number": GameSettings(
                 dict(preset="easy"),
-                300,
-                dict(epochs=20, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
+                1000,
+                dict(epochs=10, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 rl=dict(iterations=30, learning_rate=1e-3),
             ),
             # PPO: the training split is chapter 4's 600 problems (seeds 0-599); sampling at T=0.5
