@@ -4,8 +4,10 @@
 
 The baseline is the TextWorld tutorial's loop: one episode at a time, one ``generate`` call per
 turn with a batch of one. Against it, :func:`tutorial_lib.rollout.collect` with N games side by
-side (one ``generate`` per turn over all live games). Same model, same seeds, same sampling
-preset (``rl``), in the same run, after a warm-up call. The settings take turns for ``--repeats``
+side (one ``generate`` per turn over all live games), and the largest N once more without
+prefix sharing (``LanguagePolicy.share_prefix``: the prompts' common start computed once per
+batch). Same model, same seeds, same sampling preset (``rl``), in the same run, after a warm-up
+call. The settings take turns for ``--repeats``
 rounds and each keeps its fastest round, so that a burst of load from other jobs on a shared
 machine does not land on one setting only. Prints turns/s and generated tokens/s, their ratios to
 the baseline, and a JSON line with the same numbers.
@@ -44,8 +46,12 @@ def one_at_a_time(policy, game: str, seeds: range) -> dict[str, float]:
     return _speeds(turns, tokens, time.perf_counter() - start)
 
 
-def batched(policy, game: str, seeds: range, num_envs: int) -> dict[str, float]:
-    rollout = collect(policy, game, seeds, num_envs=num_envs, sampling="rl")
+def batched(policy, game: str, seeds: range, num_envs: int, share_prefix: bool = True) -> dict[str, float]:
+    policy.share_prefix = share_prefix
+    try:
+        rollout = collect(policy, game, seeds, num_envs=num_envs, sampling="rl")
+    finally:
+        policy.share_prefix = True
     summary = rollout.summary()
     return _speeds(summary["turns"], summary["action_tokens"], rollout.seconds)
 
@@ -80,6 +86,8 @@ def main() -> None:
     settings = {"one at a time": lambda: one_at_a_time(policy, args.game, seeds)}
     for n in args.envs:
         settings[f"batched N={n}"] = lambda n=n: batched(policy, args.game, seeds, n)
+    # the largest batch again without computing the prompts' shared start once (LanguagePolicy.sample)
+    settings[f"N={max(args.envs)} no sharing"] = lambda: batched(policy, args.game, seeds, max(args.envs), False)
     rows: dict[str, dict[str, float]] = {}
     for _ in range(args.repeats):
         for name, run in settings.items():

@@ -93,14 +93,55 @@ ratio = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_p
 print(f"batched collection: {ratio:.1f}x the turns per second of one game at a time")
 
 # %% [markdown]
-# (`benchmarks/rollout_throughput.py` measures this for 1, 8 and 32 games in one run.) Every turn
-# keeps what training needs: the prompt's and the action's token ids, the sampler's log-probability
-# of each action token, the reward, and whether the episode *terminated* (the game ended) or was
-# *truncated* (it ran out of turns: a critic would bootstrap there, chapter 6).
+# On a GPU, one step of a small model costs about the same for 1 row as for 32: the time goes
+# into reading the weights, and batching is nearly free. On a CPU the prompts' *prefill* is real
+# arithmetic, 32 prompts cost far more than one, and it was most of a batched turn's time. But
+# the prompts of one game start alike: instructions and task are the same for every game, and
+# only the history differs. `LanguagePolicy` therefore runs the tokens that every prompt of a
+# batch shares once, with a batch of one, and copies their keys and values to every row (the
+# padding goes after that shared start, and positions are counted from the attention mask, so
+# every token keeps its position). The same collections without it, and on tic-tac-toe, whose
+# prompts share their first ~100 tokens:
 
 # %%
-turn = batched.turns[1]
-print("prompt tokens:", len(turn.prompt_ids), "| action:", gtn.tokenizer.convert_ids_to_tokens(turn.action_ids))
+def turns_per_second(policy, game, num_envs, share_prefix=True, episodes=128):
+    policy.share_prefix = share_prefix
+    try:
+        options = rl_settings(game, preset).env_options
+        return collect(policy, game, range(1000, 1000 + episodes), env_options=options,
+                       num_envs=num_envs).summary()["turns_per_second"]
+    finally:
+        policy.share_prefix = True
+
+
+ttt_sft = sft_policy("tictactoe", preset)
+settings = {"1 game": dict(num_envs=1), "32 games": dict(num_envs=32),
+            "32 games, no prefix sharing": dict(num_envs=32, share_prefix=False)}
+rows = {}
+for game, policy in [("guess_the_number", gtn), ("tictactoe", ttt_sft)]:
+    # three rounds, settings in turn, each keeps its best: a burst of load elsewhere on the
+    # machine then cannot decide a comparison
+    best = dict.fromkeys(settings, 0.0)
+    for _ in range(3):
+        for name, options in settings.items():
+            best[name] = max(best[name], turns_per_second(policy, game, **options))
+    rows[game] = {f"{name}, turns/s": speed for name, speed in best.items()}
+    rows[game].update({f"x ({name})": best[name] / best["1 game"] for name in list(settings)[1:]})
+pd.DataFrame(rows).T.round(1)
+
+# %% [markdown]
+# (`benchmarks/rollout_throughput.py` measures this for 1, 8 and 32 games in one run, each setting
+# at its best of several rounds.) Every turn keeps what training needs: the prompt's and the
+# action's token ids, the sampler's log-probability of each action token, the reward, and whether
+# the episode *terminated* (the game ended) or was *truncated* (it ran out of turns: a critic would
+# bootstrap there, chapter 6). A tic-tac-toe turn (its policy is less sure of itself than the
+# GuessTheNumber one, which writes almost every token with probability ~1):
+
+# %%
+ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_settings("tictactoe", preset).env_options,
+                    num_envs=32)
+turn = ttt_batch.turns[1]
+print("prompt tokens:", len(turn.prompt_ids), "| action:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids))
 print("sampler log-probs:", [round(x, 3) for x in turn.logprobs])
 print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", turn.truncated)
 
@@ -111,10 +152,11 @@ print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", 
 
 # %%
 with torch.no_grad():
-    batch = collate_turns(batched.turns[:64], gtn.tokenizer.pad_token_id)
-    recomputed = action_logprobs(gtn.model, batch).logprobs
+    batch = collate_turns(ttt_batch.turns[:64], ttt_sft.tokenizer.pad_token_id)
+    recomputed = action_logprobs(ttt_sft.model, batch).logprobs
 gap = (recomputed - batch["sampler_logprobs"]).abs()[batch["action_mask"]].max()
 print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].sum())} action tokens: {gap:.2e}")
+print(f"sampled action tokens with probability < 0.9: {(batch['sampler_logprobs'][batch['action_mask']] < -0.105).float().mean():.1%}")
 
 # %% [markdown]
 # ## From rewards to advantages
@@ -264,7 +306,8 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 # What to take away:
 #
 # - Batched collection is what makes RL on a CPU possible at all: one `generate` per turn for 32
-#   games instead of 32 (the ratio printed above).
+#   games instead of 32 (the ratios printed above); computing the prompts' shared start once per
+#   batch adds to it on a CPU.
 # - The sampler's log-probs and the trainer's recompute agree to float precision; the logged KL
 #   estimates stay at ~0 in every iteration. A run where they grow has a sampler that is not the
 #   policy (a different precision, top-k sampling, dropout left on).

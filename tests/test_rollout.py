@@ -1,5 +1,6 @@
 import copy
 import random
+import warnings
 
 import pytest
 import torch
@@ -237,3 +238,75 @@ def test_collate_lays_out_actions_right_aligned():
     assert batch["sampler_logprobs"].tolist() == [[-0.5, -0.25], [0.0, -1.0]]
     with pytest.raises(ValueError, match="no turns"):
         collate_turns([], pad_token_id=0)
+
+
+# -- prefix sharing ---------------------------------------------------------------------------
+SHARED = "You are playing a game against an opponent. Read the board, then answer with one move. " * 2
+#: two versions of a long start (the mark, early on), as in tic-tac-toe: each is computed once
+PREFIXED_PROMPTS = [
+    f"You are {mark}. " + SHARED + tail
+    for mark, tail in [("x", "Board: x."), ("o", "Board: o . x . o, your move now"), ("x", "Go!"), ("o", "Board:")]
+]
+
+
+def generate_kwargs(monkeypatch, model) -> list[dict]:
+    seen = []
+    original = model.generate
+
+    def recording_generate(*args, **kwargs):
+        cache = kwargs.get("past_key_values")  # generate extends it in place: note its length now
+        seen.append({**kwargs, "cached": cache.get_seq_length() if cache is not None else 0})
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording_generate)
+    return seen
+
+
+def test_a_shared_prompt_start_is_computed_once_and_changes_nothing(tiny_policy, sharp_model, monkeypatch):
+    seen = generate_kwargs(monkeypatch, sharp_model)
+    shared = fresh(tiny_policy, sharp_model, sampling="rl", seed=0).sample(PREFIXED_PROMPTS, max_new_tokens=10)
+    plain = fresh(tiny_policy, sharp_model, sampling="rl", seed=0, share_prefix=False).sample(
+        PREFIXED_PROMPTS, max_new_tokens=10
+    )
+    cached = seen[0]["cached"]
+    assert cached >= 16 and seen[1]["cached"] == 0  # the first call shared its prompts' start
+    assert seen[0]["attention_mask"][:, :cached].all()  # the prefix comes first, in every row
+    assert [s.prompt_ids for s in shared] == [s.prompt_ids for s in plain]  # unpadded, in order
+    assert [s.action_ids for s in shared] == [s.action_ids for s in plain]  # same draws
+    for a, b in zip(shared, plain):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+    # and the trainer's recompute of the full prompts agrees with what the sampler recorded
+    batch = collate_turns(shared, tiny_policy.tokenizer.pad_token_id)
+    scores = recompute(sharp_model, shared, tiny_policy.tokenizer.pad_token_id)
+    torch.testing.assert_close(scores.logprobs, batch["sampler_logprobs"], atol=1e-4, rtol=0)
+
+
+def test_prefix_sharing_keeps_positions_for_absolute_position_embeddings(tiny_policy):
+    """Padding sits between the shared start and each row's rest; a GPT-2 (absolute positions)
+    must still see each real token at its unpadded position."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = tiny_policy.tokenizer
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=256, initializer_range=0.2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    gpt2 = GPT2LMHeadModel(config).eval()
+    shared = fresh(tiny_policy, gpt2, sampling="greedy").sample(PREFIXED_PROMPTS, max_new_tokens=6)
+    alone = [fresh(tiny_policy, gpt2, sampling="greedy").sample([p], max_new_tokens=6)[0] for p in PREFIXED_PROMPTS]
+    assert [s.action_ids for s in shared] == [s.action_ids for s in alone]
+    for a, b in zip(shared, alone):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+
+
+def test_prefix_sharing_works_through_a_lora_wrapper(tiny_policy):
+    from peft import LoraConfig, get_peft_model
+
+    with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 renamed (as in models.py)
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = get_peft_model(copy.deepcopy(tiny_policy.model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    shared = fresh(tiny_policy, model, sampling="greedy").sample(PREFIXED_PROMPTS, max_new_tokens=5)
+    plain = fresh(tiny_policy, model, sampling="greedy", share_prefix=False).sample(PREFIXED_PROMPTS, max_new_tokens=5)
+    assert [s.action_ids for s in shared] == [s.action_ids for s in plain]

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from tutorial_lib.prompts import Turn, build_messages, render_chat
@@ -7,6 +8,8 @@ from tutorial_lib.tokenization import (
     collate_examples,
     encode_prompt_completion,
     left_padded_batch,
+    pad_prompt_ids,
+    shared_prefixes,
 )
 
 
@@ -73,3 +76,28 @@ def test_padded_and_unpadded_generation_agree(tiny_policy):
     alone = [tiny_policy.generate([p], max_new_tokens=8)[0] for p in prompts]
     assert together == alone
     assert isinstance(torch.tensor([1]), torch.Tensor)
+
+
+def test_a_shared_prefix_keeps_its_columns_and_padding_goes_after_it():
+    rows = [[7, 8, 9, 1], [7, 8, 9, 2, 3, 4], [7, 8, 9, 5, 6]]
+    batch = pad_prompt_ids(rows, pad_token_id=0, shared_prefix=3)
+    assert batch["input_ids"].tolist() == [[7, 8, 9, 0, 0, 1], [7, 8, 9, 2, 3, 4], [7, 8, 9, 0, 5, 6]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 1], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 1, 1]]
+    plain = pad_prompt_ids(rows, pad_token_id=0)
+    assert plain["input_ids"][0].tolist() == [0, 0, 7, 8, 9, 1]
+    with pytest.raises(ValueError, match="a token after"):
+        pad_prompt_ids([[1, 2], [1, 2, 3]], pad_token_id=0, shared_prefix=2)
+
+
+def test_shared_prefixes_pick_the_start_that_saves_most():
+    assert shared_prefixes([[7, 8, 9, 1], [7, 8, 9, 2, 3, 4], [7, 8, 9, 5, 6]]) == (3, [0, 0, 0])
+    assert shared_prefixes([[1, 2], [1, 2]]) == (1, [0, 0])  # each row keeps a token of its own
+    # two versions of a long start (x and o): worth sharing per version
+    x, o = [5, 1] + list(range(10, 30)), [5, 2] + list(range(10, 30))
+    length, groups = shared_prefixes([x + [1], o + [2], x + [3, 3], o + [4]])
+    assert length == 22 and groups == [0, 1, 0, 1]
+    # all different from the first token: nothing to share
+    assert shared_prefixes([[1, 2], [2, 2], [3, 2]]) == (0, [0, 0, 0])
+    # more distinct starts than allowed: only the part before they split
+    rows = [[9, i, 0, 0] for i in range(6)]
+    assert shared_prefixes(rows, max_groups=4) == (1, [0] * 6)

@@ -13,6 +13,7 @@ log-probability under the distribution it was drawn from (see :class:`Sample`).
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import torch
 
 from .envs.base import TextEnv
 from .prompts import PromptSpec, Turn, build_messages, render_chat
-from .tokenization import left_padded_batch
+from .tokenization import pad_prompt_ids, shared_prefixes
 
 #: sampling presets of the GSM8K PPO tutorial, and ``rl``: plain sampling from the model, so that
 #: the sampler IS the policy being trained. Every knob is set explicitly because ``generate`` falls
@@ -35,6 +36,9 @@ SAMPLING: dict[str, dict[str, Any]] = {
     "liberal": dict(do_sample=True, temperature=0.85, top_k=2000, top_p=1.0),
     "rl": dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0),
 }
+
+#: the shortest common prompt start worth computing once per batch (see ``LanguagePolicy.sample``)
+MIN_SHARED_PREFIX = 16
 
 #: how many tokens an action may take, per game (math needs room for its working)
 MAX_NEW_TOKENS: dict[str, int] = {"tictactoe": 16, "cookingworld": 16, "guess_the_number": 16, "math": 128}
@@ -113,6 +117,10 @@ class LanguagePolicy:
     default (see :mod:`tutorial_lib.prompts`). ``prompt_spec`` replaces the game's whole
     :class:`~tutorial_lib.prompts.PromptSpec`: a policy then reads prompts laid out differently from
     its training data, which chapter 8 measures (leave it ``None`` otherwise).
+
+    ``share_prefix``: when every prompt of a batch starts with the same tokens (the game's
+    instructions), compute that start once and copy its keys and values to every row instead of
+    running it through the model once per row (see :meth:`sample`).
     """
 
     def __init__(
@@ -125,6 +133,7 @@ class LanguagePolicy:
         history_window: int | None = None,
         prompt_spec: PromptSpec | None = None,
         seed: int | None = None,
+        share_prefix: bool = True,
     ) -> None:
         if sampling not in SAMPLING:
             raise ValueError(f"unknown sampling preset {sampling!r}; choose one of {', '.join(SAMPLING)}")
@@ -133,6 +142,7 @@ class LanguagePolicy:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.sampling, self.history_window, self.seed = sampling, history_window, seed
         self.prompt_spec = prompt_spec
+        self.share_prefix = share_prefix
 
     @property
     def device(self) -> torch.device:
@@ -155,17 +165,28 @@ class LanguagePolicy:
         """Complete every prompt with ONE batched ``generate`` call; token ids and log-probs included."""
         # a preset's name, or its generate settings themselves (RL at another temperature, chapter 6)
         preset = sampling if isinstance(sampling, dict) else SAMPLING[sampling or self.sampling]
-        batch = left_padded_batch(self.tokenizer, prompts, self.device)
+        rows = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        shared, groups = shared_prefixes(rows) if self.share_prefix else (0, [])
+        shared = shared if shared >= MIN_SHARED_PREFIX else 0
+        batch = pad_prompt_ids(rows, self.tokenizer.pad_token_id, shared_prefix=shared).to(self.device)
         if self.seed is not None and preset["do_sample"]:
             torch.manual_seed(self.seed)
             self.seed += 1  # a fresh but reproducible stream for the next call
         was_training = self.model.training
         self.model.eval()
         try:
+            # Prefix sharing. The prompts of one game start alike (instructions, task: 72 of
+            # GuessTheNumber's ~100 tokens, 85 of CookingWorld's ~300; tic-tac-toe's ~120 in two
+            # versions, one per mark). On a CPU the prefill of 32 prompts is most of a turn's time,
+            # so each distinct start runs once and its cache is copied to its rows; ``generate``
+            # then runs only the rest. The logits are those of the full prompts up to float
+            # rounding (tests check).
+            cache = self._prefix_cache(batch["input_ids"][:, :shared], groups) if shared else None
             # output_scores keeps one (batch, vocab) float32 tensor per new token until generate
             # returns: 32 x 16 x 150k x 4 B = 300 MB for a Qwen-sized vocabulary. Actions are short.
             output = self.model.generate(
                 **batch,
+                **({"past_key_values": cache} if cache is not None else {}),
                 **preset,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
@@ -178,15 +199,27 @@ class LanguagePolicy:
         # With left padding every prompt ends at the same column, so new tokens start there.
         new_tokens = output.sequences[:, batch["input_ids"].shape[1] :]
         logprobs = _chosen_logprobs(output.scores, new_tokens)
-        new_tokens, batch = new_tokens.cpu(), batch.to("cpu")  # one transfer, not one per row
+        new_tokens = new_tokens.cpu()  # one transfer, not one per row
         lengths = _action_lengths(new_tokens, self.tokenizer.eos_token_id)
         action_ids = [row[:n].tolist() for row, n in zip(new_tokens, lengths)]
         texts = self.tokenizer.batch_decode(action_ids, skip_special_tokens=True)
-        prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+        prompt_ids = [list(row) for row in rows]
         return [
             Sample(text, prompt, action, row[:n].tolist())
             for text, prompt, action, row, n in zip(texts, prompt_ids, action_ids, logprobs, lengths)
         ]
+
+    def _prefix_cache(self, prefix_ids: torch.Tensor, groups: list[int]):
+        """The key/value cache of every row's ``prefix_ids``, computed once per group of equal rows."""
+        first = {g: i for i, g in reversed(list(enumerate(groups)))}  # one row per group, by group id
+        distinct = prefix_ids[[first[g] for g in range(len(first))]]
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        # only the cache is wanted: skip the (n, vocab) logits where the model allows it
+        extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+        output = self.model(input_ids=distinct, attention_mask=torch.ones_like(distinct), use_cache=True, **extra)
+        cache = output.past_key_values
+        cache.batch_select_indices(torch.tensor(groups, device=prefix_ids.device))
+        return cache
 
     def generate(
         self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | None = None
