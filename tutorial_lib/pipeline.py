@@ -116,5 +116,7 @@ def sft_policy(game: str, preset: Preset, *, progress: bool = False, **policy_op
     folder = sft_dir(game, preset)
     if not (folder / "sft_result.json").exists():
         policy = load_policy(preset.model, lora=None if preset.model == "tiny" else True)
-        train_sft(policy, expert_data(game, preset, progress=progress), sft_settings(game, preset), output_dir=folder)
+        # the trainer's live table and log lines only when asked for (a notebook would fill with them)
+        settings = replace(sft_settings(game, preset), progress=progress)
+        train_sft(policy, expert_data(game, preset, progress=progress), settings, output_dir=folder)
     return load_policy(str(folder), **policy_options)
