@@ -50,6 +50,7 @@ from __future__ import annotations
 import operator
 import random
 import re
+import subprocess
 from typing import Any
 
 from tutorial_lib.envs.base import StepResult, TextEnv
@@ -200,8 +201,18 @@ class CookingWorldEnv(TextEnv):
     def close(self) -> None:
         """Shut down the JVM if this env started it; a later ``reset`` starts a new one."""
         if self._java is not None and self._owns_java:
-            self._java.close()
-            self._java = None
+            java, self._java = self._java, None
+            java.close()
+            # TWX's own ``__del__`` closes again, and writes to the JVM's stdin if the process is
+            # still running: wait for it to exit, or that later write hits a closed pipe
+            # (BrokenPipeError, reported at some random garbage collection).
+            process = getattr(getattr(java, "_gateway", None), "java_process", None)
+            if process is not None:
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         self._done = True
 
     # -- the episode --------------------------------------------------------------------------
