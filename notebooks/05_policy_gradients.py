@@ -44,6 +44,7 @@ if "google.colab" in sys.modules:
 
 # %%
 from dataclasses import replace
+import time
 
 import pandas as pd
 import torch
@@ -100,8 +101,35 @@ print(f"batched collection: {ratio:.1f}x the turns per second of one game at a t
 # only the history differs. `LanguagePolicy` therefore runs the tokens that every prompt of a
 # batch shares once, with a batch of one, and copies their keys and values to every row (the
 # padding goes after that shared start, and positions are counted from the attention mask, so
-# every token keeps its position). The same collections without it, and on tic-tac-toe, whose
-# prompts share their first ~100 tokens:
+# every token keeps its position).
+#
+# One more cost grows with batch x vocabulary: drawing the token. `generate`'s own sampling calls
+# `torch.multinomial`, which on a CPU draws one exponential random number per vocabulary entry and
+# row. Inverting the cumulative distribution needs one uniform number per row and a binary search,
+# and is just as exact: token $i$ is chosen when $u$ falls in $(F(i-1), F(i)]$, with probability
+# $p_i$. `LanguagePolicy` hands `generate` a logits processor that draws this way and keeps the
+# chosen token's log-probability (`tutorial_lib.sampling.TokenSampler`; a test checks the
+# frequencies). The two draws, timed on one batch of 32 rows over the tiny vocabulary:
+
+# %%
+probs = torch.randn(32, len(gtn.tokenizer)).softmax(-1)
+
+
+def milliseconds(draw, repeats=200):
+    draw()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        draw()
+    return (time.perf_counter() - start) / repeats * 1000
+
+
+multinomial = milliseconds(lambda: torch.multinomial(probs, 1))
+inverse_cdf = milliseconds(lambda: torch.searchsorted(probs.double().cumsum(-1), 1 - torch.rand(32, 1, dtype=torch.float64)))
+print(f"torch.multinomial: {multinomial:.2f} ms per token, inverse CDF: {inverse_cdf:.2f} ms ({multinomial / inverse_cdf:.0f}x faster)")
+
+# %% [markdown]
+# The same collections without prefix sharing, and on tic-tac-toe, whose prompts share their
+# first ~100 tokens:
 
 # %%
 def turns_per_second(policy, game, num_envs, share_prefix=True, episodes=128):
@@ -306,8 +334,8 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 # What to take away:
 #
 # - Batched collection is what makes RL on a CPU possible at all: one `generate` per turn for 32
-#   games instead of 32 (the ratios printed above); computing the prompts' shared start once per
-#   batch adds to it on a CPU.
+#   games instead of 32 (the ratios printed above); on a CPU, computing the prompts' shared start
+#   once per batch and drawing tokens with one random number per row add to it.
 # - The sampler's log-probs and the trainer's recompute agree to float precision; the logged KL
 #   estimates stay at ~0 in every iteration. A run where they grow has a sampler that is not the
 #   policy (a different precision, top-k sampling, dropout left on).

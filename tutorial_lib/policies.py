@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from transformers import LogitsProcessorList
 
 from .envs.base import TextEnv
 from .prompts import PromptSpec, Turn, build_messages, render_chat
+from .sampling import TokenSampler
 from .tokenization import pad_prompt_ids, shared_prefixes
 
 #: sampling presets of the GSM8K PPO tutorial, and ``rl``: plain sampling from the model, so that
@@ -182,24 +184,26 @@ class LanguagePolicy:
             # then runs only the rest. The logits are those of the full prompts up to float
             # rounding (tests check).
             cache = self._prefix_cache(batch["input_ids"][:, :shared], groups) if shared else None
-            # output_scores keeps one (batch, vocab) float32 tensor per new token until generate
-            # returns: 32 x 16 x 150k x 4 B = 300 MB for a Qwen-sized vocabulary. Actions are short.
-            output = self.model.generate(
+            # The sampler chooses each token and keeps its log-probability (tutorial_lib.sampling):
+            # cheaper than generate's own sampling, and no per-step (batch, vocab) scores are kept.
+            # generate runs greedy over the sampler's one finite score; the checkpoint's generation
+            # config cannot add a penalty or a warper of its own (do_sample and the penalty are set).
+            sampler = TokenSampler(preset)
+            sequences = self.model.generate(
                 **batch,
                 **({"past_key_values": cache} if cache is not None else {}),
-                **preset,
+                do_sample=False,
+                repetition_penalty=1.0,
+                logits_processor=LogitsProcessorList([sampler]),
                 max_new_tokens=max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.tokenizer.eos_token_id,
-                return_dict_in_generate=True,
-                output_scores=True,
             )
         finally:
             self.model.train(was_training)
         # With left padding every prompt ends at the same column, so new tokens start there.
-        new_tokens = output.sequences[:, batch["input_ids"].shape[1] :]
-        logprobs = _chosen_logprobs(output.scores, new_tokens)
-        new_tokens = new_tokens.cpu()  # one transfer, not one per row
+        new_tokens = sequences[:, batch["input_ids"].shape[1] :].cpu()  # one transfer, not one per row
+        logprobs = sampler.logprobs(new_tokens.shape[1])
         lengths = _action_lengths(new_tokens, self.tokenizer.eos_token_id)
         action_ids = [row[:n].tolist() for row, n in zip(new_tokens, lengths)]
         texts = self.tokenizer.batch_decode(action_ids, skip_special_tokens=True)
@@ -236,14 +240,6 @@ class LanguagePolicy:
 
     def act(self, episodes: Sequence[EpisodeState]) -> list[str]:
         return [s.text for s in self.act_samples(episodes)]
-
-
-def _chosen_logprobs(scores: Sequence[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
-    """(batch, new tokens) log-probabilities of ``tokens`` under the per-step ``scores``."""
-    return torch.stack(
-        [step.float().log_softmax(-1).gather(1, tokens[:, i : i + 1])[:, 0] for i, step in enumerate(scores)],
-        dim=1,
-    ).cpu()
 
 
 def _action_lengths(tokens: torch.Tensor, eos_token_id: int) -> list[int]:
