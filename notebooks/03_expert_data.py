@@ -211,6 +211,32 @@ pd.Series(actions).sort_values().plot.barh(figsize=(6, 3), title="CookingWorld g
 plt.show()
 
 # %% [markdown]
+# ### Recovery data: mistakes in the demonstrations
+#
+# A gold path never makes a mistake, so none of its prompts shows one. A policy that imitates it
+# will make mistakes, and after its first invalid command it reads an observation ("Invalid
+# command: ...") and a list of past actions that no training prompt had. Chapter 4's CookingWorld
+# model trained on clean gold paths did exactly that: in the test games it lost, it mostly went
+# on writing invalid commands until the step limit. Imitation learning's answer is to put such
+# states in the data. DAgger (Ross, Gordon and Bagnell, AISTATS 2011) has the expert label the
+# states the learner visits; DART (Laskey et al., CoRL 2017) injects noise while the expert
+# demonstrates. Here the noise is cheap and exact: with probability `expert_mistake_rate` an
+# invalid command (a repeated earlier command, a swapped word, a wrong verb: the kinds of mistake
+# chapter 4 saw) is played before a gold action. In CookingWorld an invalid command changes
+# nothing but the text, so the gold path still applies and the next example teaches the way back
+# to it; the invalid command itself is never a label.
+
+# %%
+rate = preset.game("cookingworld").expert_mistake_rate
+after = [e for e in data["cookingworld"] if e["mistakes_before"]]
+print(f"expert_mistake_rate={rate}: {len(after)} of {len(data['cookingworld'])} examples come after "
+      "at least one injected mistake")
+example = next((e for e in after if "Invalid command" in e["prompt"]), None)
+if example is not None:
+    print("\n" + example["prompt"])
+    print("-->", example["completion"])
+
+# %% [markdown]
 # ## GuessTheNumber and math
 #
 # Binary search writes one `\boxed{N}` per turn; the math generator's worked answers end with
@@ -256,6 +282,8 @@ dataset.to_pandas().head(3)
 # - Symmetry augmentation multiplies the distinct tic-tac-toe examples.
 # - Gold paths, binary search and worked answers give the other games' data, from the same prompt
 #   builder the policy uses when it plays.
+# - CookingWorld's demonstrations include injected invalid commands, so the data also shows how
+#   to get back on the gold path after a mistake.
 #
 # ## Exercises
 # 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.experts.minimax_move`).

@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from tutorial_lib import envs
@@ -5,6 +7,7 @@ from tutorial_lib.expert_data import (
     SelfPlayConfig,
     augment_with_symmetries,
     expert_examples,
+    invalid_command,
     load_examples,
     mcts_selfplay,
     save_examples,
@@ -90,3 +93,32 @@ def test_cookingworld_data_comes_from_the_gold_path():
         env.reset(seed=0)
         gold = env.gold_path
     assert [e["completion"] for e in examples if e["seed"] == 0] == gold
+
+
+def test_invalid_commands_are_never_valid_and_vary():
+    valid = ["take knife", "open fridge", "read cookbook", "move west"]
+    rng = random.Random(0)
+    commands = [invalid_command(valid, ["take cookbook", "open fridge"], rng) for _ in range(200)]
+    assert not set(commands) & set(valid)
+    assert "take cookbook" in commands  # an earlier command repeated when no longer valid
+    assert any(c.endswith(tuple(f" in {w}" for w in ("knife", "fridge", "west"))) for c in commands)
+    assert len(set(commands)) > 20
+    with pytest.raises(ValueError, match="empty"):
+        invalid_command([], [], rng)
+
+
+def test_recovery_data_keeps_the_gold_labels_after_injected_mistakes():
+    world = dict(num_locations=1, num_ingredients=1, num_distractor_items=1)
+    clean = expert_examples("cookingworld", range(3), env_options=world)
+    noisy = expert_examples("cookingworld", range(3), env_options=world, mistake_rate=0.5, seed=1)
+    # the same gold actions, in the same order: a mistake changes nothing, and is never a label
+    for seed in range(3):
+        assert [e["completion"] for e in noisy if e["seed"] == seed] == [e["completion"] for e in clean if e["seed"] == seed]
+    after = [e for e in noisy if e["mistakes_before"]]
+    assert after and all(e["mistakes_before"] == 0 for e in clean)
+    assert all("Invalid command" in e["prompt"] or "Your actions so far" in e["prompt"] for e in after)
+    assert any("Invalid command" in e["prompt"] for e in after)  # the observation after a mistake
+    with pytest.raises(ValueError, match="invalid command changes nothing"):
+        expert_examples("guess_the_number", range(2), mistake_rate=0.1)
+    with pytest.raises(ValueError, match="rate must be"):
+        expert_examples("cookingworld", range(1), env_options=world, mistake_rate=1.0)

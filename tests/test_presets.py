@@ -48,3 +48,20 @@ def test_every_rl_setting_of_every_preset_is_valid(scale):
     # RL settings are not part of the SFT cache key: changing them keeps chapter 4's checkpoint
     changed = presets.replace(preset, games={**preset.games, "math": presets.replace(preset.games["math"], ppo={})})
     assert sft_dir("math", changed) == sft_dir("math", preset)
+
+
+def test_the_presets_recovery_data_reaches_the_expert_data(tmp_path, monkeypatch):
+    from tutorial_lib.pipeline import expert_data_path, make_expert_data
+
+    monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
+    preset = presets.PRESETS["ci"]
+    cw = preset.games["cookingworld"]
+    assert cw.expert_mistake_rate > 0  # chapter 3 shows it, chapter 4 measures it
+    small = presets.replace(cw, expert_episodes=3, expert_mistake_rate=0.5,
+                            env_options=dict(num_locations=1, num_ingredients=1, num_distractor_items=1))
+    changed = presets.replace(preset, games={**preset.games, "cookingworld": small})
+    examples = make_expert_data("cookingworld", changed)
+    assert any(e["mistakes_before"] for e in examples)
+    # the rate is part of the data's cache key, so a changed rate never reuses old data
+    clean = presets.replace(changed, games={**preset.games, "cookingworld": presets.replace(small, expert_mistake_rate=0.0)})
+    assert expert_data_path("cookingworld", clean) != expert_data_path("cookingworld", changed)

@@ -13,7 +13,9 @@ plays, and ``completion`` is the expert's action text. Sources:
   epsilon a random legal move is *played* instead, to visit more positions, but the record keeps
   MCTS's choice as the label: the data never teaches a random move. Each record also says whether
   MCTS's move is optimal (minimax), which measures the data's quality.
-* **CookingWorld** -- the gold path of train-fold games (never test), as in the TextWorld tutorial.
+* **CookingWorld** -- the gold path of train-fold games (never test), as in the TextWorld tutorial;
+  optionally with *recovery data*: before some gold actions an invalid command is played (it
+  changes nothing), so the data shows what to do after a mistake (:class:`ExpertWithMistakes`).
 * **GuessTheNumber** -- binary-search transcripts.
 * **math** -- the generator's worked solutions (or GSM8K's, at the ``full`` preset).
 
@@ -182,19 +184,97 @@ def tictactoe_examples(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]
     return examples
 
 
+#: games where an invalid command is a turn that changes nothing, so the expert's plan still
+#: applies after one (in tic-tac-toe an illegal move is replaced by a random one, or loses)
+MISTAKES_CHANGE_NOTHING = ("cookingworld",)
+
+
+def invalid_command(valid_actions: list[str], played: list[str], rng: random.Random) -> str:
+    """A plausible command that is *not* among ``valid_actions``: the kinds of mistake a small
+    model makes (seen in chapter 4): an earlier command repeated when it no longer applies (``take
+    cookbook`` twice), one word of a valid command swapped for another of the game's words (``take
+    knife`` -> ``take fridge``), the wrong verb for an object (``slice cookbook``), or a valid
+    command with a made-up location appended (``take carrot in stove``)."""
+    if not valid_actions:
+        raise ValueError("valid_actions is empty: nothing to corrupt")
+    valid = set(valid_actions)
+    words = sorted({word for action in valid_actions for word in action.split()})
+    verbs = sorted({action.split()[0] for action in valid_actions} | {"slice", "dice", "chop", "cook", "take", "open"})
+    for _ in range(50):
+        kind = rng.random()
+        if kind < 0.3 and played:
+            command = rng.choice(played)
+        elif kind < 0.6:
+            parts = rng.choice(valid_actions).split()
+            parts[rng.randrange(len(parts))] = rng.choice(words)
+            command = " ".join(parts)
+        elif kind < 0.8:
+            command = " ".join([rng.choice(verbs), *rng.choice(valid_actions).split()[1:]])
+        else:
+            command = f"{rng.choice(valid_actions)} in {rng.choice(words)}"
+        if command not in valid:
+            return command
+    return "do nothing"  # not a command of any game here; reached only with a tiny vocabulary
+
+
+class ExpertWithMistakes:
+    """The game's expert, with an invalid command played before some of its actions.
+
+    Behaviour cloning sees only the expert's own states, so the first mistake of the imitator
+    takes it somewhere the data never went, and small errors compound (Ross and Bagnell, 2010:
+    the error of behaviour cloning grows with the square of the horizon). Injecting noise while
+    the expert demonstrates puts such states in the data (DART: Laskey et al., "DART: Noise
+    Injection for Robust Imitation Learning", CoRL 2017). Here the noise is an invalid command
+    with probability ``rate`` before each expert action: in CookingWorld it changes nothing but
+    the text (the "Invalid command" observation, and the command in the list of past actions), so
+    the gold path still applies, and the example that follows teaches the way back to it. The
+    invalid turns themselves never become examples.
+    """
+
+    def __init__(self, rate: float, seed: int = 0) -> None:
+        if not 0 <= rate < 1:
+            raise ValueError(f"rate must be in [0, 1); got {rate}")
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.expert = ExpertPolicy()
+
+    def act(self, episodes) -> list[str]:
+        actions = self.expert.act(episodes)
+        for i, episode in enumerate(episodes):
+            if self.rng.random() < self.rate:
+                played = [t.action for t in episode.turns[:-1] if t.action]
+                actions[i] = invalid_command(episode.info["valid_actions"], played, self.rng)
+        return actions
+
+
 def expert_examples(
     game: str,
     seeds: Iterable[int],
     *,
     env_options: dict[str, Any] | None = None,
     history_window: int | None = None,
+    mistake_rate: float = 0.0,
+    seed: int = 0,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Play the game's expert on ``seeds`` and turn every move into an example."""
-    records = run_episodes(game, ExpertPolicy(), seeds, env_options=env_options, batch_size=1, progress=progress)
+    """Play the game's expert on ``seeds`` and turn every move into an example.
+
+    With ``mistake_rate`` > 0 the expert plays an invalid command before some of its moves
+    (:class:`ExpertWithMistakes`; CookingWorld only); those commands stay in the later prompts but
+    are never a completion. ``seed`` seeds the mistakes.
+    """
+    if mistake_rate and game not in MISTAKES_CHANGE_NOTHING:
+        raise ValueError(
+            f"mistake_rate needs a game where an invalid command changes nothing "
+            f"({', '.join(MISTAKES_CHANGE_NOTHING)}); {game!r} is not one"
+        )
+    policy = ExpertWithMistakes(mistake_rate, seed) if mistake_rate else ExpertPolicy()
+    records = run_episodes(game, policy, seeds, env_options=env_options, batch_size=1, progress=progress)
     examples = []
     for record in records:
         for turn_index, prompt in enumerate(record.prompts(history_window)):
+            if record.invalid[turn_index]:
+                continue  # an injected mistake: its state is in the data, never its command
             examples.append(
                 {
                     "game": game,
@@ -202,6 +282,7 @@ def expert_examples(
                     "completion": record.turns[turn_index].action,
                     "seed": record.seed,
                     "turn": turn_index,
+                    "mistakes_before": sum(record.invalid[:turn_index]),
                 }
             )
     return examples

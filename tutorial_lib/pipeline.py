@@ -61,7 +61,8 @@ def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> li
     options = dict(settings.env_options)
     if game == "cookingworld":
         options["fold"] = "train"  # never learn from test games
-    return expert_examples(game, range(settings.expert_episodes), env_options=options, progress=progress)
+    return expert_examples(game, range(settings.expert_episodes), env_options=options,
+                           mistake_rate=settings.expert_mistake_rate, progress=progress)
 
 
 def expert_data_path(game: str, preset: Preset) -> Path:
