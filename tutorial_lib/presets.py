@@ -97,8 +97,9 @@ PRESETS: dict[str, Preset] = {
             # 500 gold-path games (5,604 examples): with 150 the model memorised which verb goes with
             # which ingredient instead of reading the recipe (test success .02; .21 with 500).
             # Recovery data: an invalid command before 15% of the gold actions (chapter 3); without
-            # it the model, after one invalid command, kept writing invalid ones (test success .23,
-            # invalid .62; with it .32 and .24; 30% gave .33 and .38)
+            # it the model, after one invalid command, kept writing invalid ones. Over test games
+            # 100-399 it cut the invalid-action rate from .58 to .36; success stayed at .15-.18
+            # (benchmarks/results/sft_recipe.md)
             "cookingworld": GameSettings(
                 dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
                 500,
