@@ -251,10 +251,10 @@ table.round(3)
 # the format must make the right answer *easy to copy* (one token per move) and *easy to find*
 # (the board at a fixed distance from the answer). And a tiny model's skills arrive late and
 # suddenly (legal moves after ~2,000 steps): a schedule that decays the learning rate to zero can
-# end training just before they do. A third lesson is imitation learning's oldest: demonstrations without
-# mistakes say nothing about what to do after one. Before the recovery data, 38 of 100 CookingWorld
-# test games first went wrong with an invalid command, and none of the 38 recovered: the model
-# went on writing invalid commands until the step limit. With it, the invalid-action rate on test
+# end training just before they do. A third lesson is imitation learning's oldest: demonstrations
+# without mistakes say nothing about what to do after one. Before the recovery data, 38 of 100
+# CookingWorld test games first went wrong with an invalid command, and none of the 38 recovered:
+# the model went on writing invalid commands until the step limit. With it, the invalid-action rate on test
 # games fell from .58 to .36 (300 games), but success hardly moved: what remains is a wrong step
 # that the game accepts, the wrong cut (slice for dice) or a cooking step skipped, after which the
 # gold path no longer applies and no demonstration shows the way on.

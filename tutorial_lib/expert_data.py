@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import envs
 from .evaluate import run_episodes
 from .policies import ExpertPolicy
 from .progress import progress_bar
@@ -184,11 +185,6 @@ def tictactoe_examples(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]
     return examples
 
 
-#: games where an invalid command is a turn that changes nothing, so the expert's plan still
-#: applies after one (in tic-tac-toe an illegal move is replaced by a random one, or loses)
-MISTAKES_CHANGE_NOTHING = ("cookingworld",)
-
-
 def invalid_command(valid_actions: list[str], played: list[str], rng: random.Random) -> str:
     """A plausible command that is *not* among ``valid_actions``: the kinds of mistake a small
     model makes (seen in chapter 4): an earlier command repeated when it no longer applies (``take
@@ -260,14 +256,12 @@ def expert_examples(
     """Play the game's expert on ``seeds`` and turn every move into an example.
 
     With ``mistake_rate`` > 0 the expert plays an invalid command before some of its moves
-    (:class:`ExpertWithMistakes`; CookingWorld only); those commands stay in the later prompts but
-    are never a completion. ``seed`` seeds the mistakes.
+    (:class:`ExpertWithMistakes`; only in games whose invalid actions change nothing, see
+    ``TextEnv.invalid_action_changes_nothing``: CookingWorld); those commands stay in the later
+    prompts but are never a completion. ``seed`` seeds the mistakes.
     """
-    if mistake_rate and game not in MISTAKES_CHANGE_NOTHING:
-        raise ValueError(
-            f"mistake_rate needs a game where an invalid command changes nothing "
-            f"({', '.join(MISTAKES_CHANGE_NOTHING)}); {game!r} is not one"
-        )
+    if mistake_rate and not envs.env_class(game).invalid_action_changes_nothing:
+        raise ValueError(f"mistake_rate needs a game where an invalid command changes nothing; {game!r} is not one")
     policy = ExpertWithMistakes(mistake_rate, seed) if mistake_rate else ExpertPolicy()
     records = run_episodes(game, policy, seeds, env_options=env_options, batch_size=1, progress=progress)
     examples = []

@@ -39,7 +39,7 @@ class GameSettings:
     #: overrides of :class:`tutorial_lib.grpo.GRPOSettings` (chapter 7; math only)
     grpo: dict = field(default_factory=dict)
     #: probability of an injected invalid command before each expert action (recovery data,
-    #: :class:`tutorial_lib.expert_data.ExpertWithMistakes`; CookingWorld only)
+    #: :class:`tutorial_lib.expert_data.ExpertWithMistakes`; CookingWorld)
     expert_mistake_rate: float = 0.0
 
 

@@ -41,6 +41,10 @@ class TextEnv(abc.ABC):
     #: at most this many copies run side by side in :func:`tutorial_lib.evaluate.run_episodes`
     #: (``None``: no limit). Games with a heavy process behind each copy set it.
     max_parallel: int | None = None
+    #: whether an invalid action is a turn that changes nothing but the text (so an expert's plan
+    #: still applies after one: chapter 3's recovery data). Elsewhere an illegal tic-tac-toe move
+    #: is replaced or loses, and an invalid guess or answer uses up a turn or ends the episode.
+    invalid_action_changes_nothing: bool = False
 
     def __init__(self) -> None:
         self._done = True

@@ -139,6 +139,7 @@ class CookingWorldEnv(TextEnv):
     # Each copy runs its own Java VM (~0.5 s to start, ~100 MB): 16 side by side keeps a batched
     # language-model rollout fast without filling a laptop's memory.
     max_parallel = 16
+    invalid_action_changes_nothing = True  # "Invalid command ... Nothing happens."
 
     def __init__(
         self,
