@@ -47,11 +47,15 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from tutorial_lib import envs
 from tutorial_lib.expert_data import (
+    CUT_VERBS,
     SelfPlayConfig,
     augment_with_symmetries,
     load_examples,
     mcts_selfplay,
+    recipe_permutations,
+    rewrite_recipe,
     save_examples,
     tictactoe_examples,
 )
@@ -237,6 +241,71 @@ if example is not None:
     print("-->", example["completion"])
 
 # %% [markdown]
+# ### Counterfactual recipes: data only the recipe can answer
+#
+# TextWorld-Express splits CookingWorld into folds of different games, and the test fold asks for
+# ways of preparing an ingredient that no training game asks for. Count the (ingredient, way)
+# pairs of the cut and cook steps in the gold paths of the training games, and in those of test
+# games:
+
+# %%
+def preparations(actions):
+    """(ingredient, how) for each cut or cook action: ("carrot", "dice"), ("carrot", "in oven")."""
+    pairs = []
+    for action in actions:
+        verb, _, rest = action.partition(" ")
+        if verb in CUT_VERBS:
+            pairs.append((rest, verb))
+        elif verb == "cook":
+            ingredient, _, appliance = rest.rpartition(" in ")
+            pairs.append((ingredient, "in " + appliance))
+    return pairs
+
+
+cw_settings = preset.game("cookingworld")
+gold_pairs = {}
+for fold, episodes in [("train", cw_settings.expert_episodes), ("test", 200)]:
+    with envs.make("cookingworld", **{**cw_settings.env_options, "fold": fold}) as env:
+        gold_pairs[fold] = []
+        for seed in range(episodes):
+            env.reset(seed=seed)
+            gold_pairs[fold].append(preparations(env.gold_path))
+seen = {pair for game in gold_pairs["train"] for pair in game}
+steps = [pair for game in gold_pairs["test"] for pair in game]
+print(f"{cw_settings.expert_episodes} training games: {len(seen)} distinct (ingredient, way) pairs")
+print(f"200 test games: {sum(p not in seen for p in steps)} of their {len(steps)} cut and cook steps use a pair "
+      f"no training game has; {sum(any(p not in seen for p in g) for g in gold_pairs['test'])} games have one")
+print("e.g.", sorted({p for p in steps if p not in seen})[:4])
+
+# %% [markdown]
+# A model that learnt "cilantro: dice" from its data is right on the training games and wrong on
+# these, and nothing in the gold paths tells the two habits apart: in them the recipe and the
+# ingredient always agree. Data can. `counterfactual_recipes` rewrites each training episode as
+# if its recipe asked for another cut and another cooking method: the three ways to cut (slice,
+# dice, chop) and the three to cook (fry on the stove, roast in the oven, grill in the toaster) are
+# each permuted, in the recipe, the valid actions, the game's answers and the labels alike. The
+# game's text is regular enough for this to be exact: `tests/test_expert_data.py` plays the other
+# cuts and cooking methods in the real game and checks that its answers and its next list of valid
+# actions are the rewritten ones. In the rewritten data every ingredient comes with every way of
+# preparing it, so the only way to predict the verb is to read the recipe.
+
+# %%
+swapped = next((e for e in data["cookingworld"]
+                if e.get("recipe_swap") and e["completion"].startswith(("cook", *CUT_VERBS))), None)
+if swapped is None:
+    print(f"the {preset.name} preset does not rewrite recipes (GameSettings.counterfactual_recipes)")
+else:
+    cut, cook = recipe_permutations(swapped["recipe_swap"])
+    undo = {v: k for k, v in cut.items()}, {v: k for k, v in cook.items()}  # the inverse permutations
+    recipe = swapped["prompt"].split("Directions:")[1].split("\n\n")[0].strip()
+    print(f"episode {swapped['seed']}, rewritten with {swapped['recipe_swap']}")
+    print("the game's directions:", rewrite_recipe(recipe, *undo).replace("\n", "; "),
+          "  -->", rewrite_recipe(swapped["completion"], *undo))
+    print("rewritten directions: ", recipe.replace("\n", "; "), "  -->", swapped["completion"])
+    print(f"\n{sum(bool(e['recipe_swap']) for e in data['cookingworld'])} of {len(data['cookingworld'])} "
+          "examples come from a rewritten episode")
+
+# %% [markdown]
 # ## GuessTheNumber and math
 #
 # Binary search writes one `\boxed{N}` per turn; the math generator's worked answers end with
@@ -283,7 +352,9 @@ dataset.to_pandas().head(3)
 # - Gold paths, binary search and worked answers give the other games' data, from the same prompt
 #   builder the policy uses when it plays.
 # - CookingWorld's demonstrations include injected invalid commands, so the data also shows how
-#   to get back on the gold path after a mistake.
+#   to get back on the gold path after a mistake, and are rewritten with permuted recipes, so the
+#   way to cut and cook an ingredient can only be read from the recipe (the test fold asks for
+#   combinations the training games never show).
 #
 # ## Exercises
 # 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.experts.minimax_move`).

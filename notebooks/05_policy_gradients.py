@@ -43,8 +43,8 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
 
 # %%
-from dataclasses import replace
 import time
+from dataclasses import replace
 
 import pandas as pd
 import torch

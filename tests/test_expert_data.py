@@ -4,12 +4,18 @@ import pytest
 
 from tutorial_lib import envs
 from tutorial_lib.expert_data import (
+    COOKING_METHODS,
+    CUT_VERBS,
     SelfPlayConfig,
     augment_with_symmetries,
+    counterfactual_recipes,
     expert_examples,
     invalid_command,
+    is_recipe_step,
     load_examples,
     mcts_selfplay,
+    recipe_permutations,
+    rewrite_recipe,
     save_examples,
     tictactoe_examples,
 )
@@ -122,3 +128,82 @@ def test_recovery_data_keeps_the_gold_labels_after_injected_mistakes():
         expert_examples("guess_the_number", range(2), mistake_rate=0.1)
     with pytest.raises(ValueError, match="rate must be"):
         expert_examples("cookingworld", range(1), env_options=world, mistake_rate=1.0)
+
+
+IDENTITY_CUT, IDENTITY_COOK = dict(zip(CUT_VERBS, CUT_VERBS)), dict(zip(COOKING_METHODS, COOKING_METHODS))
+
+
+def _replay(env, seed, actions):
+    env.reset(seed=seed)
+    for action in actions:
+        observation, _, _, _, info = env.step(action)
+    return observation, info["valid_actions"]
+
+
+def test_rewritten_recipe_steps_read_as_the_game_writes_them():
+    """Cut or cook an ingredient the other ways in the real game: what the game answers, and the
+    actions it then offers, are the gold step's text rewritten (only "prepare meal" differs: the
+    real game offers it only when the recipe was followed)."""
+    world = dict(num_locations=1, num_ingredients=1, num_distractor_items=1)
+    checked = set()
+    with envs.make("cookingworld", **world) as env:
+        for seed in range(60):
+            if checked == {"cut", "cook"}:
+                break
+            env.reset(seed=seed)
+            gold = env.gold_path
+            for i, action in enumerate(gold):
+                verb = action.split()[0]
+                if verb not in CUT_VERBS and verb != "cook":
+                    continue
+                observation, valid = _replay(env, seed, gold[: i + 1])
+                names = CUT_VERBS if verb in CUT_VERBS else tuple(COOKING_METHODS)
+                for other in names:
+                    if verb in CUT_VERBS:
+                        cut, cook = dict(IDENTITY_CUT, **{verb: other, other: verb}), IDENTITY_COOK
+                    else:
+                        method = {a: m for m, a in COOKING_METHODS.items()}[action.split()[-1]]
+                        cut, cook = IDENTITY_CUT, dict(IDENTITY_COOK, **{method: other, other: method})
+                    new_action = rewrite_recipe(action, cut, cook)
+                    real_observation, real_valid = _replay(env, seed, [*gold[:i], new_action])
+                    assert rewrite_recipe(observation, cut, cook) == real_observation
+                    rewritten = rewrite_recipe("Valid actions: " + " | ".join(valid), cut, cook)
+                    drop = {"prepare meal"}
+                    assert [a for a in rewritten[len("Valid actions: "):].split(" | ") if a not in drop] == [
+                        a for a in real_valid if a not in drop]
+                    checked.add("cut" if verb in CUT_VERBS else "cook")
+    assert checked == {"cut", "cook"}
+
+
+def test_counterfactual_recipes_rewrite_whole_episodes_consistently():
+    world = dict(num_locations=1, num_ingredients=1, num_distractor_items=1)
+    examples = expert_examples("cookingworld", range(8), env_options=world)
+    swapped = counterfactual_recipes(examples, seed=3)
+    assert len(swapped) == len(examples)
+    assert swapped == counterfactual_recipes(examples, seed=3)  # seeded
+    for seed in range(8):
+        episode = [e for e in swapped if e["seed"] == seed]
+        assert len({e["recipe_swap"] for e in episode}) == 1  # one permutation per episode
+        # the swap names the permutation: the original prompts rewrite to the stored ones
+        permutations = recipe_permutations(episode[0]["recipe_swap"])
+        originals = [e["prompt"] for e in examples if e["seed"] == seed]
+        assert [rewrite_recipe(p, *permutations) for p in originals] == [e["prompt"] for e in episode]
+        for e in episode:  # the label is still one of the actions the prompt offers
+            assert e["completion"] in e["prompt"].split("Valid actions: ")[1].split("\n")[0].split(" | ")
+    assert any(e["recipe_swap"] for e in swapped)
+    # the cut and cook steps, and only they, come step_copies more times, right after the original
+    copied = counterfactual_recipes(examples, seed=3, step_copies=2)
+    steps = [e for e in examples if is_recipe_step(e["completion"])]
+    assert steps and len(copied) == len(examples) + 2 * len(steps)
+    for i, e in enumerate(copied):
+        if is_recipe_step(e["completion"]) and (i == 0 or copied[i - 1]["turn"] != e["turn"]):
+            assert [(c["seed"], c["turn"]) for c in copied[i:i + 3]] == [(e["seed"], e["turn"])] * 3
+    with pytest.raises(ValueError, match="step_copies"):
+        counterfactual_recipes(examples, step_copies=-1)
+    # a recipe step and its action change together, the rest of the text does not
+    text = "Directions:\nslice the pork chop\nfry the pork chop\nValid actions: chop pork chop | cook pork chop in stove"
+    cut, cook = dict(IDENTITY_CUT, slice="chop", chop="slice"), dict(IDENTITY_COOK, fry="roast", roast="fry")
+    assert rewrite_recipe(text, cut, cook) == (
+        "Directions:\nchop the pork chop\nroast the pork chop\nValid actions: cook pork chop in oven | slice pork chop")
+    with pytest.raises(ValueError, match="permutation"):
+        rewrite_recipe(text, {"slice": "dice"}, IDENTITY_COOK)

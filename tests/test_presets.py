@@ -65,3 +65,26 @@ def test_the_presets_recovery_data_reaches_the_expert_data(tmp_path, monkeypatch
     # the rate is part of the data's cache key, so a changed rate never reuses old data
     clean = presets.replace(changed, games={**preset.games, "cookingworld": presets.replace(small, expert_mistake_rate=0.0)})
     assert expert_data_path("cookingworld", clean) != expert_data_path("cookingworld", changed)
+
+
+def test_counterfactual_recipes_setting_reaches_the_cookingworld_data(tmp_path, monkeypatch):
+    from tutorial_lib.expert_data import is_recipe_step
+    from tutorial_lib.pipeline import expert_data_path, make_expert_data
+
+    monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
+    preset = presets.PRESETS["ci"]
+    assert preset.games["cookingworld"].counterfactual_recipes  # chapter 3 shows it, chapter 4 measures it
+    small = presets.replace(preset.games["cookingworld"], expert_episodes=4, expert_mistake_rate=0.0,
+                            env_options=dict(num_locations=1, num_ingredients=1, num_distractor_items=1))
+    on = presets.replace(preset, games={**preset.games, "cookingworld": small})
+    off = presets.replace(preset, games={**preset.games,
+                                         "cookingworld": presets.replace(small, counterfactual_recipes=False)})
+    rewritten, plain = make_expert_data("cookingworld", on), make_expert_data("cookingworld", off)
+    assert any(e["recipe_swap"] for e in rewritten) and not any("recipe_swap" in e for e in plain)
+    # the same episodes and steps, the cut and cook steps repeated: only words change
+    copies = small.recipe_step_copies
+    assert copies > 0
+    expected = [(e["seed"], e["turn"]) for e in plain
+                for _ in range(1 + copies * is_recipe_step(e["completion"]))]
+    assert [(e["seed"], e["turn"]) for e in rewritten] == expected
+    assert expert_data_path("cookingworld", on) != expert_data_path("cookingworld", off)

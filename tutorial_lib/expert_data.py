@@ -15,7 +15,9 @@ plays, and ``completion`` is the expert's action text. Sources:
   MCTS's move is optimal (minimax), which measures the data's quality.
 * **CookingWorld** -- the gold path of train-fold games (never test), as in the TextWorld tutorial;
   optionally with *recovery data*: before some gold actions an invalid command is played (it
-  changes nothing), so the data shows what to do after a mistake (:class:`ExpertWithMistakes`).
+  changes nothing), so the data shows what to do after a mistake (:class:`ExpertWithMistakes`),
+  and with *counterfactual recipes*: episodes rewritten with the ways to cut and cook permuted, so
+  only the recipe tells the verb (:func:`counterfactual_recipes`).
 * **GuessTheNumber** -- binary-search transcripts.
 * **math** -- the generator's worked solutions (or GSM8K's, at the ``full`` preset).
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -280,6 +283,98 @@ def expert_examples(
                 }
             )
     return examples
+
+
+# -- counterfactual recipes (CookingWorld) ------------------------------------------------------
+# CookingWorld's folds hold out combinations: the test games cut and cook their ingredients in ways
+# no training game does (at ci, 28% of the test games' cut and cook actions, e.g. "chop cilantro"
+# where every training game dices it). A model that learnt "cilantro -> dice" instead of reading
+# the recipe fails there. Rewriting a training episode as if its recipe said "chop" (in the
+# recipe, the actions, the observations) makes a game the data never had, and a verb that only the
+# recipe can tell. The three ways to cut and the three ways to cook are each permuted; the words
+# appear only in these forms in the game's text (actions start a list item or a line; the recipe
+# says "slice the X"; the game answers "You slice the X." and "You fry the X with the stove.").
+CUT_VERBS = ("chop", "dice", "slice")
+#: cooking method -> the appliance that does it (CookingWorld's kitchen)
+COOKING_METHODS = {"fry": "stove", "grill": "toaster", "roast": "oven"}
+_APPLIANCE_METHOD = {appliance: method for method, appliance in COOKING_METHODS.items()}
+# a verb where an action or a sentence starts: never the "chop" of "pork chop"
+_VERB = re.compile(r"(^|\n|: |, |\| |You )(" + "|".join(CUT_VERBS + tuple(COOKING_METHODS)) + r")\b")
+_COOK_ACTION = re.compile(r"\b(cook .+? in |with the )(" + "|".join(COOKING_METHODS.values()) + r")\b")
+_VALID_LINE = re.compile(r"^(Valid actions: )(.*)$", re.M)
+
+
+def rewrite_recipe(text: str, cut: dict[str, str], cook: dict[str, str]) -> str:
+    """``text`` (a CookingWorld prompt or action) with cutting verbs mapped by ``cut`` and cooking
+    methods by ``cook`` (each a permutation, e.g. ``{"slice": "dice", "dice": "slice", ...}``);
+    the appliance in ``cook X in stove`` follows its method, and a sorted list of valid actions
+    stays sorted."""
+    for mapping, names in ((cut, CUT_VERBS), (cook, tuple(COOKING_METHODS))):
+        if sorted(mapping) != sorted(names) or sorted(mapping.values()) != sorted(names):
+            raise ValueError(f"need a permutation of {names}; got {mapping}")
+    verbs = {**cut, **cook}
+    text = _VERB.sub(lambda m: m.group(1) + verbs[m.group(2)], text)
+    text = _COOK_ACTION.sub(lambda m: m.group(1) + COOKING_METHODS[cook[_APPLIANCE_METHOD[m.group(2)]]], text)
+
+    def resort(m):
+        actions = m.group(2).split(" | ")
+        return m.group(1) + " | ".join(sorted(actions))
+
+    return _VALID_LINE.sub(resort, text)
+
+
+def _random_permutations(rng: random.Random) -> tuple[dict[str, str], dict[str, str]]:
+    methods = tuple(COOKING_METHODS)
+    return (dict(zip(CUT_VERBS, rng.sample(CUT_VERBS, len(CUT_VERBS)))),
+            dict(zip(methods, rng.sample(methods, len(methods)))))
+
+
+def _rewritten(example: dict[str, Any], cut: dict[str, str], cook: dict[str, str]) -> dict[str, Any]:
+    swap = " ".join(f"{a}->{b}" for a, b in {**cut, **cook}.items() if a != b)
+    return {**example, "prompt": rewrite_recipe(example["prompt"], cut, cook),
+            "completion": rewrite_recipe(example["completion"], cut, cook), "recipe_swap": swap}
+
+
+def recipe_permutations(swap: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The (cut, cook) permutations an example's ``recipe_swap`` names (``""``: none), for
+    :func:`rewrite_recipe`: e.g. to compare a prompt the game shows with the rewritten one."""
+    cut, cook = dict(zip(CUT_VERBS, CUT_VERBS)), dict(zip(COOKING_METHODS, COOKING_METHODS))
+    for pair in swap.split():
+        old, _, new = pair.partition("->")
+        (cut if old in cut else cook)[old] = new
+    return cut, cook
+
+
+def is_recipe_step(action: str) -> bool:
+    """Whether ``action`` cuts or cooks: the steps whose verb only the recipe can tell."""
+    verb = action.split(" ", 1)[0]
+    return verb in CUT_VERBS or verb == "cook"
+
+
+def counterfactual_recipes(examples: list[dict[str, Any]], seed: int = 0, step_copies: int = 0) -> list[dict[str, Any]]:
+    """Each CookingWorld episode (the examples sharing a ``seed``) rewritten under its own random
+    permutation of the cutting verbs and of the cooking methods (:func:`rewrite_recipe`; the
+    identity is one of the 36). The cut and cook steps, where the recipe alone decides the action
+    and which are ~2 of an episode's ~11 examples, also appear ``step_copies`` more times, each
+    under another random permutation, right after the example. Episodes whose text names an
+    appliance this does not know (a barbecue, in larger worlds) are kept as they are. Every
+    example gains ``recipe_swap``: the verbs that changed, e.g. ``"slice->dice fry->roast"``, or
+    ``""``."""
+    if step_copies < 0:
+        raise ValueError(f"step_copies must be >= 0; got {step_copies}")
+    rng = random.Random(seed)
+    identity = recipe_permutations("")
+    unknown = {e["seed"] for e in examples if re.search(r"barbe|bbq", e["prompt"], re.I)}
+    by_episode: dict[Any, tuple[dict, dict]] = {}
+    out = []
+    for example in examples:
+        if example["seed"] not in by_episode:
+            permutations = _random_permutations(rng)
+            by_episode[example["seed"]] = identity if example["seed"] in unknown else permutations
+        out.append(_rewritten(example, *by_episode[example["seed"]]))
+        if example["seed"] not in unknown and is_recipe_step(example["completion"]):
+            out.extend(_rewritten(example, *_random_permutations(rng)) for _ in range(step_copies))
+    return out
 
 
 def save_examples(examples: list[dict[str, Any]], path: str | Path) -> Path:

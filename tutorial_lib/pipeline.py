@@ -19,6 +19,7 @@ from typing import Any
 from .expert_data import (
     SelfPlayConfig,
     augment_with_symmetries,
+    counterfactual_recipes,
     expert_examples,
     load_examples,
     mcts_selfplay,
@@ -61,8 +62,12 @@ def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> li
     options = dict(settings.env_options)
     if game == "cookingworld":
         options["fold"] = "train"  # never learn from test games
-    return expert_examples(game, range(settings.expert_episodes), env_options=options,
-                           mistake_rate=settings.expert_mistake_rate, progress=progress)
+    examples = expert_examples(game, range(settings.expert_episodes), env_options=options,
+                               mistake_rate=settings.expert_mistake_rate, progress=progress)
+    if settings.counterfactual_recipes:
+        # recipes the train fold lacks (chapter 3)
+        examples = counterfactual_recipes(examples, step_copies=settings.recipe_step_copies)
+    return examples
 
 
 def expert_data_path(game: str, preset: Preset) -> Path:
