@@ -52,6 +52,7 @@ from tutorial_lib.expert_data import (
     CUT_VERBS,
     SelfPlayConfig,
     augment_with_symmetries,
+    is_recipe_step,
     load_examples,
     mcts_selfplay,
     recipe_permutations,
@@ -291,7 +292,7 @@ print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 
 # %%
 swapped = next((e for e in data["cookingworld"]
-                if e.get("recipe_swap") and e["completion"].startswith(("cook", *CUT_VERBS))), None)
+                if e.get("recipe_swap") and is_recipe_step(e["completion"])), None)
 if swapped is None:
     print(f"the {preset.name} preset does not rewrite recipes (GameSettings.counterfactual_recipes)")
 else:

@@ -369,6 +369,8 @@ def counterfactual_recipes(examples: list[dict[str, Any]], seed: int = 0, step_c
     out = []
     for example in examples:
         if example["seed"] not in by_episode:
+            # drawn for a kept episode too, so that which episodes are kept does not shift the
+            # permutations every later episode gets
             permutations = _random_permutations(rng)
             by_episode[example["seed"]] = identity if example["seed"] in unknown else permutations
         out.append(_rewritten(example, *by_episode[example["seed"]]))
