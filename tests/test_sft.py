@@ -5,7 +5,7 @@ import pytest
 from tutorial_lib.evaluate import run_episodes, summarize
 from tutorial_lib.expert_data import expert_examples
 from tutorial_lib.models import load_policy
-from tutorial_lib.sft import SFTSettings, completion_logits, tokenize_examples, train_sft
+from tutorial_lib.sft import LengthBatches, SFTSettings, completion_logits, tokenize_examples, train_sft
 from tutorial_lib.tokenization import IGNORE_INDEX, collate_examples
 
 from .conftest import SMALL
@@ -75,3 +75,46 @@ def test_completion_only_loss_equals_the_full_forward_loss(tiny_policy, gtn_exam
         ours = torch.nn.functional.cross_entropy(logits, targets)
     assert targets.numel() == int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
     assert float(ours) == pytest.approx(float(full), rel=1e-5)
+
+
+def test_group_by_length_cuts_the_padding(tiny_cache, gtn_examples, tmp_path):
+    """GuessTheNumber prompts grow with the turns (78-161 tokens): batches drawn at random are
+    partly padding, batches of similar lengths much less; the same examples are trained on."""
+    results = {}
+    for groups in (0, 50):
+        policy = load_policy("tiny", tiny_config=SMALL)
+        settings = SFTSettings(epochs=1, batch_size=8, report_to="none", progress=False, group_by_length=groups)
+        results[groups] = train_sft(policy, gtn_examples, settings, output_dir=tmp_path / str(groups))
+    assert results[0].padding_fraction > 0.1
+    assert results[50].padding_fraction < results[0].padding_fraction / 4
+    assert results[50].examples == results[0].examples == len(gtn_examples)
+    saved = json.loads((tmp_path / "50" / "sft_result.json").read_text())
+    assert saved["padding_fraction"] == results[50].padding_fraction
+
+
+def test_length_batches_cover_every_example_once_in_batches_of_similar_length_and_random_order():
+    import random
+
+    import torch
+
+    rng = random.Random(0)
+    lengths = [rng.randrange(100, 500) for _ in range(203)]
+    sampler = LengthBatches(lengths, batch_size=8, group_batches=5)
+    torch.manual_seed(0)
+    order = list(sampler)
+    assert sorted(order) == list(range(203)) and len(sampler) == 203
+    batches = [order[i:i + 8] for i in range(0, len(order), 8)]
+    assert [len(b) for b in batches] == [8] * 25 + [3]  # the short batch last, so none straddles two
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    shuffled = list(range(203))
+    rng.shuffle(shuffled)
+    random_spread = sum(max(lengths[i] for i in shuffled[k:k + 8]) - min(lengths[i] for i in shuffled[k:k + 8])
+                        for k in range(0, 203, 8)) / 26
+    assert spread < random_spread / 3
+    # not longest-to-shortest (or the reverse) within a group: batch order is shuffled
+    means = [sum(lengths[i] for i in b) / len(b) for b in batches[:25]]
+    steps = [b > a for a, b in zip(means, means[1:])]
+    assert 5 < sum(steps) < 19
+    assert list(sampler) != order  # a new draw each epoch
+    with pytest.raises(ValueError, match="batch_size"):
+        LengthBatches(lengths, batch_size=0)

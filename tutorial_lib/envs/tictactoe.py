@@ -41,6 +41,26 @@ def board_text(state: pyspiel.State) -> str:
     return "Board:\n" + "\n".join(" ".join(row) for row in rows)
 
 
+#: the eight lines of three squares, as (row, col) triples
+LINES = [tuple((r, c) for c in range(3)) for r in range(3)] + [tuple((r, c) for r in range(3)) for c in range(3)] + [
+    ((0, 0), (1, 1), (2, 2)), ((0, 2), (1, 1), (2, 0))]
+
+
+def completing_squares(board: str, mark: str) -> set[tuple[int, int]]:
+    """The empty squares where ``mark`` would complete three in a row, read from ``board_text``'s
+    text (or a prompt holding it): where ``mark`` wins by playing now, or, for the opponent's mark,
+    where the player to move must block (chapter 4 counts how often a policy does either)."""
+    rows = [line.split() for line in board.split("Board:")[-1].strip().splitlines()[:3]]
+    if len(rows) != 3 or any(len(row) != 3 or any(cell not in "xo." for cell in row) for row in rows):
+        raise ValueError(f"not a tic-tac-toe board: {board!r}")
+    squares = set()
+    for line in LINES:
+        cells = [rows[r][c] for r, c in line]
+        if cells.count(mark) == 2 and cells.count(".") == 1:
+            squares.add(line[cells.index(".")])
+    return squares
+
+
 def task_text(mark: str) -> str:
     """The instructions for the player of ``mark`` (also used to build expert data).
 
