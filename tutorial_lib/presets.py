@@ -109,8 +109,8 @@ PRESETS: dict[str, Preset] = {
             # reading the recipe; every episode rewritten with permuted cut and cook verbs: test
             # success .43 (300 games); with 2 more rewritten copies of each cut and cook step and 8
             # epochs instead of 10 (about the same steps): .77, train games .87. The library's run
-            # (data-order seed 0): test .84-.86; the same examples in another order (seed 1):
-            # .41-.53 -- one draw from a wide spread. Batches grouped by length (SFTSettings.
+            # (data-order seed 0): test .84-.86; the same examples in other orders (seeds 1, 2):
+            # .41-.53, .64-.69 -- one draw from a wide spread. Batches grouped by length (SFTSettings.
             # group_by_length) nearly halve the time but learnt less (benchmarks/results/sft_recipe.md)
             "cookingworld": GameSettings(
                 dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
