@@ -65,6 +65,12 @@ class SFTSettings:
     #: A random batch of 16 CookingWorld examples (157-550 tokens) is 35% padding, 14% with k=4,
     #: 1% with k=50 -- but the larger k, the more a batch holds turns from the same stage of a game
     group_by_length: int = 0
+    #: ``m > 1``: cut each batch into ``m`` micro-batches of similar length and accumulate their
+    #: gradients. Unlike ``group_by_length`` the optimiser step sees the same kind of batch as with
+    #: ``m = 1`` (a random draw of ``batch_size`` examples, the same update up to float rounding);
+    #: only the padding goes. ``transformers``' ``BatchRebalanceSampler`` does the cutting, sizing the
+    #: micro-batches so that each costs about the same (more short examples, fewer long ones).
+    micro_batches: int = 1
     #: optimiser name understood by ``transformers`` (``paged_adamw_8bit`` for QLoRA on CUDA)
     optim: str = "adamw_torch"
     #: log the loss every this many optimiser steps
@@ -77,6 +83,14 @@ class SFTSettings:
     #: show the Trainer's progress bar (a live table in Jupyter)
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.micro_batches < 1 or self.batch_size % self.micro_batches:
+            raise ValueError(f"micro_batches must be >= 1 and divide batch_size ({self.batch_size}); "
+                             f"got {self.micro_batches}")
+        if self.micro_batches > 1 and self.group_by_length:
+            raise ValueError("use group_by_length or micro_batches, not both: micro-batches already group "
+                             "each batch's examples by length")
 
     @classmethod
     def for_pretrained(cls, **overrides) -> SFTSettings:
@@ -175,6 +189,7 @@ class LengthBatches(torch.utils.data.Sampler):
 
 def _completion_only_trainer():
     """``SFTTrainer`` with its loss computed by :func:`completion_logits` (its logging kept)."""
+    from transformers.trainer_pt_utils import BatchRebalanceSampler
     from trl import SFTTrainer
 
     class CompletionOnlySFTTrainer(SFTTrainer):
@@ -184,7 +199,11 @@ def _completion_only_trainer():
 
         def _get_train_sampler(self, train_dataset=None):
             if not self.group_by_length:
-                return super()._get_train_sampler(train_dataset)
+                sampler = super()._get_train_sampler(train_dataset)
+                if isinstance(sampler, BatchRebalanceSampler):
+                    # transformers builds it with its default seed (42) whatever the arguments say
+                    sampler.seed = self.args.data_seed
+                return sampler
             dataset = self.train_dataset if train_dataset is None else train_dataset
             return LengthBatches([len(ids) for ids in dataset["input_ids"]], self.args.per_device_train_batch_size,
                                  self.group_by_length)
@@ -231,8 +250,11 @@ def train_sft(
         output_dir=str(output_dir),
         num_train_epochs=settings.epochs,
         learning_rate=settings.learning_rate,
-        per_device_train_batch_size=settings.batch_size,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        per_device_train_batch_size=settings.batch_size // settings.micro_batches,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps * settings.micro_batches,
+        # the batch sampler that cuts each optimiser step's examples into micro-batches (the loss is
+        # summed over them and divided by their completion tokens: compute_loss's num_items_in_batch)
+        **({"train_sampling_strategy": "batch_rebalance"} if settings.micro_batches > 1 else {}),
         warmup_steps=settings.warmup_ratio,
         lr_scheduler_type=settings.lr_scheduler,
         weight_decay=settings.weight_decay,
