@@ -326,18 +326,18 @@ table.round(3)
 # steps, where the recipe decides, came three times each (the cooking steps map a verb to an
 # appliance, "roast" to the oven, which is harder than copying "dice").
 #
-# A caution about every row: each is one training run. The same CookingWorld examples in other
-# orders moved test success from .84 to .64 and to .41, a larger change than any row above, so a
-# difference smaller than that needs several seeds to settle; the `ci` preset's figures are one
-# draw. That is also why batching by length stays off: it nearly halved the time of the
-# CookingWorld run, but each grouped run (one seed each) ended below every random-order run. A
-# grouped batch holds turns from one stage of the game only, since a prompt's length tracks how
-# far into its game a turn is. Micro-batches keep the random batch and group only its pieces: the
-# optimiser step is the same (the loss is divided by the whole batch's completion tokens, which
-# the tests check), only most of the padding goes. That saved a third of the time. Over three
-# orders each, test success averaged .55 against .67 with whole batches, a difference well inside
-# the spread between orders; the preset uses micro-batches, and the `ci` run above is one more
-# draw.
+# A caution about every row: each is one training run. The same CookingWorld examples in three
+# orders gave test success .84, .64 and .41 (whole batches; with the micro-batches described below,
+# .63, .67 and .36), a larger change than most rows above, so a difference smaller than that needs
+# several seeds to settle; the `ci` preset's figures are one draw. That is also why batching by
+# length stays off: it nearly halved the time of the CookingWorld run, but each grouped run (one
+# seed each) ended below every random-order run. A grouped batch holds turns from one stage of the
+# game only, since a prompt's length tracks how far into its game a turn is. Micro-batches keep the
+# random batch and group only its pieces: the optimiser step is the same (the loss is divided by
+# the whole batch's completion tokens, which the tests check), only most of the padding goes. That
+# saved a third of the time. Over three orders each, test success averaged .55 against .67 with
+# whole batches, a difference well inside the spread between orders; the preset uses micro-batches,
+# and the `ci` run above is the first of those three draws.
 #
 # ## Summary
 # - SFT teaches the answer format: in GuessTheNumber and math the invalid answers disappear, and
@@ -349,9 +349,9 @@ table.round(3)
 #   Chapter 5 rewards winning directly.
 # - On CookingWorld, gold paths alone taught each ingredient's usual verb, not to read the recipe:
 #   good on the train games, poor on the test fold, which asks for other combinations.
-#   Counterfactual recipes (chapter 3) closed most of that gap in the preset's run (other orders
-#   of the same examples: half to two thirds of it); recovery data (injected invalid
-#   commands) lets the model get back on track after an invalid command. Chapter 8 takes the
+#   Counterfactual recipes (chapter 3) closed most of that gap in this run (other orders of the
+#   same examples: test success from about .4 to .7); recovery data (injected invalid commands)
+#   lets the model get back on track after an invalid command. Chapter 8 takes the
 #   remaining gap between training and evaluation apart.
 # - The checkpoints are cached for the RL chapters.
 #
