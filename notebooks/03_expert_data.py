@@ -188,10 +188,18 @@ all_records = records + versus
 augmented = augment_with_symmetries(all_records)
 distinct_pairs = len({(r["board"], r["action_text"]) for r in all_records})
 print(f"distinct (position, move) pairs: {distinct_pairs} from both kinds of games, {len(augmented)} after augmentation")
-examples = tictactoe_examples(augmented)
+examples = tictactoe_examples(augmented, worked_lines=preset.game("tictactoe").worked_lines)
 print("\nOne example -- the prompt the policy will see, and the expert's completion:\n")
 print(examples[5]["prompt"])
 print("-->", examples[5]["completion"])
+
+# %% [markdown]
+# The move is MCTS's. At the `ci` preset the completion writes something first
+# (`GameSettings.worked_lines`): the board's eight lines, rows, then columns, then diagonals, each
+# followed by the square that would complete it (`o(0,2)`: o has two there and (0,2) is empty)
+# or `-`. A program computes them from the board, so they are always right. Chapter 4 shows why
+# a small model trained from scratch needs them: without them it did not learn to complete or
+# block a line.
 
 # %% [markdown]
 # ## CookingWorld: gold paths

@@ -27,6 +27,8 @@
 # - full fine-tuning (the tiny model), LoRA (PEFT) and QLoRA (4-bit, CUDA) in one function;
 # - what SFT buys in each game, measured before and after with the evaluation harness, and why a
 #   model that imitates well can still fail on held-out games (CookingWorld's test fold);
+# - why a small model can need to write out intermediate steps before its answer (tic-tac-toe's
+#   worked lines);
 # - how to run the same thing from the command line at full scale.
 
 # %% tags=["colab-setup", "hide-output"]
@@ -52,7 +54,7 @@ from tutorial_lib.evaluate import math_accuracy, run_episodes, summarize
 from tutorial_lib.models import load_policy
 from tutorial_lib.parsing import parse_tictactoe_move
 from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
-from tutorial_lib.policies import ExpertPolicy, RandomPolicy
+from tutorial_lib.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.prompts import render_chat
 from tutorial_lib.sft import train_sft
@@ -126,7 +128,8 @@ finetune("guess_the_number")
 
 # %% [markdown]
 # **Tic-tac-toe**: MCTS self-play and MCTS against a random player, every position under the
-# board's 8 symmetries; evaluated against the random opponent, playing x and o alternately.
+# board's 8 symmetries, each completion with the board's lines worked out before the move
+# (chapter 3); evaluated against the random opponent, playing x and o alternately.
 
 # %%
 finetune("tictactoe")
@@ -191,13 +194,28 @@ for opponent, games in [("random", 200), ("mcts", preset.mcts_games), ("minimax"
 pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
-# ## What the tic-tac-toe policy misses
+# ## Worked lines: how the tic-tac-toe policy learnt tactics
 #
 # Against a random player two kinds of position decide most games: the player to move can
 # complete a line (and should), or the opponent could complete one next turn (and must be
-# blocked). `completing_squares` reads both off the board. How often did its training labels do
-# the right thing in each, and how often does the policy, on the prompts it was trained on and in
-# its games?
+# blocked). `completing_squares` reads both off the board.
+#
+# Trained on the move alone, the same model, data and settings did the right thing in only about
+# half of these positions, and not only in new ones: on the very prompts it was trained on it
+# completed a line in 52% of the positions where it could and blocked in 51% of those where it
+# had to (in its games: 63% and 41%; it lost 27% of its games against random, the recipe table
+# below). That is underfitting, not a failure to generalise. To find "two of a kind and an empty
+# square" the model must look at three squares of each of eight lines and name the one square
+# left, all while writing a single move token, and a 2-layer model trained from scratch did not
+# learn it: not with more MCTS games, other board layouts, other schedules, tactical positions
+# shown three times as often, or one label per position (`benchmarks/results/sft_recipe.md`).
+#
+# The worked lines of chapter 3 cut that step into steps a small transformer learns easily:
+# copying a square that sits a fixed distance back in the prompt, and judging three squares it
+# has just written. Letting a model write its intermediate steps before the answer is the
+# scratchpad of {cite}`nye2021scratchpads`. Here a program writes the steps and MCTS the move, and
+# the model imitates both. How often do the labels, and the policy trained on them, complete or
+# block a line, on the prompts it was trained on and in its games?
 
 # %%
 def tactics(pairs):
@@ -224,22 +242,19 @@ labels = [(example["prompt"], example["completion"]) for example in expert_data(
 # the policy's own (greedy) move on every distinct prompt it was trained on
 seen = sorted({prompt for prompt, _ in labels})
 answers = [answer for i in range(0, len(seen), 256) for answer in ttt.generate(
-    [render_chat(ttt.tokenizer, [{"role": "user", "content": p}]) for p in seen[i:i + 256]], max_new_tokens=16)]
+    [render_chat(ttt.tokenizer, [{"role": "user", "content": p}]) for p in seen[i:i + 256]],
+    max_new_tokens=MAX_NEW_TOKENS["tictactoe"])]
+print("one answer:", answers[5])
 pd.DataFrame({"training labels (MCTS)": tactics(labels),
               "SFT policy on its training prompts": tactics(zip(seen, answers)),
               "SFT policy, 200 games vs random": tactics(played)}).T.round(2)
 
 # %% [markdown]
 # The labels complete every line they can and block every threat that can be blocked (the others
-# are double threats: the game is lost), and these positions are most of the data. The policy, on
-# the same kinds of position, did the right thing far less often in our `ci` runs, and not only
-# in new positions: on the very prompts it was trained on it completes or blocks a line only
-# about half the time.
-# That is underfitting, not a failure to generalise. The model has learnt which moves usually
-# follow which shapes, not to find the line with two of a kind, and not even the answers by
-# heart. Neither more MCTS games, other board layouts, other schedules, showing the tactical
-# positions three times as often nor one label per position changed that within the `ci` budget
-# (`benchmarks/results/sft_recipe.md`); chapter 5 rewards the outcome directly.
+# are double threats: the game is lost), and these positions are most of the data. With the
+# worked lines the policy does the same about as often as its labels, on its training prompts and
+# in its games. The price is length: a completion is about 50 tokens instead of 9, so every move
+# costs more generation, and the SFT run more time (the timings above).
 #
 # ## Math: training problems and new problems
 #
@@ -296,6 +311,7 @@ table.round(3)
 # | constant learning rate, Adam β2 0.95, instead of cosine decay and β2 0.999 (tic-tac-toe, 3,000 steps) | invalid .32 | .14 |
 # | the board placed last in the prompt, after the list of legal moves (same data and steps) | invalid .15 | .05 |
 # | tic-tac-toe: 60 epochs instead of 20 (6,480 steps instead of 2,160; ~190 s) | against random: loss .475, invalid .10 | loss .27, invalid .02 |
+# | tic-tac-toe: the completion writes out the board's 8 lines before the move (`worked_lines`; same data and steps) | loss .27, invalid .02; draws against minimax .10 | loss .035, invalid .02; draws .675 |
 # | GuessTheNumber: 20 epochs at a constant rate instead of 6 with cosine decay | success .41 (a fixed 5, 8, 3, 4 whatever the feedback) | .47, guesses that react to the last answer only (5, 8, 9 after "8 is too high") |
 # | GuessTheNumber: 1,000 binary-search games instead of 300 (10 epochs) | .47 | binary search (the table above) |
 # | CookingWorld: recovery data, an invalid command injected before 15% of the gold actions (chapter 3; test games 100-399) | invalid .58, success .15 | invalid .36, success .15-.18 |
@@ -310,7 +326,9 @@ table.round(3)
 #
 # Two lessons generalise. A model trained from scratch has no copying skill to fall back on, so
 # the format must make the right answer *easy to copy* (one token per move) and *easy to find*
-# (the board at a fixed distance from the answer). And a tiny model's skills arrive late and
+# (the board at a fixed distance from the answer), and where finding it takes more computation
+# than the model does in one token, the completion can *carry the steps* (the worked lines). And
+# a tiny model's skills arrive late and
 # suddenly (legal moves after ~2,000 steps): a schedule that decays the learning rate to zero can
 # end training just before they do. A third lesson is imitation learning's oldest: demonstrations
 # without mistakes say nothing about what to do after one. Before the recovery data, 38 of 100
@@ -344,9 +362,10 @@ table.round(3)
 #   GuessTheNumber learns to use the feedback. Math accuracy is far higher on the training problems
 #   than on new ones: part of it is memorised answers.
 # - Tic-tac-toe: the model learns to copy a legal move from the list first and some tactics only
-#   much later (the recipe table: three times the steps). It is still far from MCTS: it completes
-#   or blocks a line far less often than its labels do, though such positions are most of its data.
-#   Chapter 5 rewards winning directly.
+#   much later (the recipe table: three times the steps). Trained on the move alone it stalled
+#   there, getting half of its own training positions wrong; writing out the board's lines before
+#   the move (a scratchpad computed by a program) let it complete and block lines about as often
+#   as MCTS does. Chapter 5 rewards winning directly.
 # - On CookingWorld, gold paths alone taught each ingredient's usual verb, not to read the recipe:
 #   good on the train games, poor on the test fold, which asks for other combinations.
 #   Counterfactual recipes (chapter 3) closed most of that gap in this run (other orders of the

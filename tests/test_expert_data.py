@@ -63,6 +63,17 @@ def test_examples_use_the_prompt_the_env_shows(records):
     assert example["completion"] == f"<move>{records[0]['action_text']}</move>"
 
 
+def test_worked_lines_come_before_the_move_and_the_move_is_what_parses(records):
+    from tutorial_lib.envs.tictactoe import worked_lines
+    from tutorial_lib.parsing import parse_tictactoe_move
+
+    for record, example in zip(records, tictactoe_examples(records, worked_lines=True)):
+        lines, move = example["completion"].split("\n")
+        assert lines == worked_lines(record["board"]) and move == f"<move>{record['action_text']}</move>"
+        # the lines name squares as bare moves, possibly the opponent's: the tagged move wins
+        assert parse_tictactoe_move(example["completion"]).value == record["action_text"]
+
+
 def test_symmetries_give_eight_legal_distinct_examples():
     record = {
         "board": "Board:\nx o .\n. . .\n. . .",

@@ -7,7 +7,14 @@ import random
 import pyspiel
 import pytest
 
-from tutorial_lib.envs.tictactoe import MOVE_FORMAT_EXAMPLE, TicTacToeEnv, board_text, completing_squares
+from tutorial_lib.envs.tictactoe import (
+    LINES,
+    MOVE_FORMAT_EXAMPLE,
+    TicTacToeEnv,
+    board_text,
+    completing_squares,
+    worked_lines,
+)
 from tutorial_lib.experts import minimax_actions, minimax_move, minimax_values
 
 GAME = pyspiel.load_game("tic_tac_toe")
@@ -269,3 +276,31 @@ def test_completing_squares_are_the_moves_that_win_at_once():
     assert checked > 100
     with pytest.raises(ValueError, match="not a tic-tac-toe board"):
         completing_squares("Board:\nx o\n. . .", "x")
+
+
+def test_worked_lines_copy_every_line_and_name_the_squares_that_complete_them():
+    """On the positions of 100 random games: each of the 8 parts holds its line's cells as the
+    board shows them, and the squares named after the lines are, for each mark, exactly
+    ``completing_squares`` (itself checked against OpenSpiel above)."""
+    rng = random.Random(1)
+    named_any = 0
+    for _ in range(100):
+        state = GAME.new_initial_state()
+        while not state.is_terminal():
+            board = board_text(state)
+            text = worked_lines(board)
+            assert text.startswith("Lines: ")
+            parts = text.removeprefix("Lines: ").split(" | ")
+            cells = list(str(state).replace("\n", ""))
+            named = {"x": set(), "o": set()}
+            assert len(parts) == len(LINES)
+            for part, line in zip(parts, LINES):
+                *shown, verdict = part.split()
+                assert shown == [cells[3 * r + c] for r, c in line]
+                if verdict != "-":
+                    named[verdict[0]].add((int(verdict[2]), int(verdict[4])))
+            for mark in "xo":
+                assert named[mark] == completing_squares(board, mark)
+            named_any += bool(named["x"] or named["o"])
+            state.apply_action(rng.choice(state.legal_actions()))
+    assert named_any > 50

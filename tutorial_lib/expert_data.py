@@ -169,19 +169,24 @@ def augment_with_symmetries(records: Iterable[dict[str, Any]]) -> list[dict[str,
     return out
 
 
-def tictactoe_examples(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Self-play records as prompt/completion examples, prompts exactly as the env shows them."""
+def tictactoe_examples(records: Iterable[dict[str, Any]], *, worked_lines: bool = False) -> list[dict[str, Any]]:
+    """Self-play records as prompt/completion examples, prompts exactly as the env shows them.
+
+    ``worked_lines``: the completion writes out the board's lines before the move
+    (:func:`tutorial_lib.envs.tictactoe.worked_lines`); the move is still the expert's."""
     from .envs.tictactoe import task_text
+    from .envs.tictactoe import worked_lines as lines_text
 
     examples = []
     for record in records:
         turn = Turn(record["board"], info={"valid_actions": record["legal_actions"]})
         prompt = build_prompt_text("tictactoe", task_text(record["mark"]), [turn])
+        move = f"<move>{record['action_text']}</move>"
         examples.append(
             {
                 "game": "tictactoe",
                 "prompt": prompt,
-                "completion": f"<move>{record['action_text']}</move>",
+                "completion": f"{lines_text(record['board'])}\n{move}" if worked_lines else move,
                 "optimal": record["optimal"],
             }
         )

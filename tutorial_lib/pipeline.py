@@ -58,7 +58,7 @@ def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> li
     if game == "tictactoe":
         records = [r for config in selfplay_configs(preset) for r in mcts_selfplay(config, progress=progress)]
         # every position under the 8 symmetries of the board (chapter 3)
-        return tictactoe_examples(augment_with_symmetries(records))
+        return tictactoe_examples(augment_with_symmetries(records), worked_lines=settings.worked_lines)
     options = dict(settings.env_options)
     if game == "cookingworld":
         options["fold"] = "train"  # never learn from test games

@@ -46,6 +46,9 @@ class GameSettings:
     counterfactual_recipes: bool = False
     #: with ``counterfactual_recipes``: further rewritten copies of each cut and cook step
     recipe_step_copies: int = 0
+    #: tic-tac-toe: completions write out the board's 8 lines, and the square that completes each,
+    #: before the move (:func:`tutorial_lib.envs.tictactoe.worked_lines`; chapter 4)
+    worked_lines: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,12 +94,15 @@ PRESETS: dict[str, Preset] = {
             # constant lr and Adam beta2 0.95: with a decaying lr the tiny model stopped before it
             # learnt to copy a legal move (chapter 4). 60 epochs (6,480 steps, ~190 s): against
             # random, loss .27 and invalid .02; 20 epochs gave .475 and .10 (the move token was
-            # still right only about a third of the time on the training positions)
+            # still right only about a third of the time on the training positions). Worked lines
+            # before the move: loss .27 -> .035, invalid .02; the model alone completed or blocked
+            # a line in only half of its own training positions (benchmarks/results/sft_recipe.md)
             "tictactoe": GameSettings(
                 dict(opponent="random", agent_mark="alternate"),
                 300,
                 dict(epochs=60, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 rl=dict(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
+                worked_lines=True,
             ),
             # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.
             # 500 gold-path games (5,604 examples): with 150 the model memorised which verb goes with

@@ -46,19 +46,55 @@ LINES = [tuple((r, c) for c in range(3)) for r in range(3)] + [tuple((r, c) for 
     ((0, 0), (1, 1), (2, 2)), ((0, 2), (1, 1), (2, 0))]
 
 
+def _board_rows(board: str) -> list[list[str]]:
+    """The 3x3 cells of ``board_text``'s text (or of a prompt holding it)."""
+    rows = [line.split() for line in board.split("Board:")[-1].strip().splitlines()[:3]]
+    if len(rows) != 3 or any(len(row) != 3 or any(cell not in "xo." for cell in row) for row in rows):
+        raise ValueError(f"not a tic-tac-toe board: {board!r}")
+    return rows
+
+
+def _completion(cells: list[str], mark: str) -> int | None:
+    """The index of the empty cell with which ``mark`` completes this line of three, if any."""
+    return cells.index(".") if cells.count(mark) == 2 and cells.count(".") == 1 else None
+
+
 def completing_squares(board: str, mark: str) -> set[tuple[int, int]]:
     """The empty squares where ``mark`` would complete three in a row, read from ``board_text``'s
     text (or a prompt holding it): where ``mark`` wins by playing now, or, for the opponent's mark,
     where the player to move must block (chapter 4 counts how often a policy does either)."""
-    rows = [line.split() for line in board.split("Board:")[-1].strip().splitlines()[:3]]
-    if len(rows) != 3 or any(len(row) != 3 or any(cell not in "xo." for cell in row) for row in rows):
-        raise ValueError(f"not a tic-tac-toe board: {board!r}")
+    rows = _board_rows(board)
     squares = set()
     for line in LINES:
-        cells = [rows[r][c] for r, c in line]
-        if cells.count(mark) == 2 and cells.count(".") == 1:
-            squares.add(line[cells.index(".")])
+        index = _completion([rows[r][c] for r, c in line], mark)
+        if index is not None:
+            squares.add(line[index])
     return squares
+
+
+def worked_lines(board: str) -> str:
+    """The board's eight lines written out, each followed by the square that completes it.
+
+    ``"Lines: . . o - | . x . - | ... | o x . -"``: rows top to bottom, then columns, then the two
+    diagonals (:data:`LINES`' order); after each line's three cells, the move that would complete
+    it (``o(0,2)``, with the mark of the player who has two there) or ``-``. Written before the
+    move in tic-tac-toe's SFT completions (``GameSettings.worked_lines``): a model trained from
+    scratch that must find "two of a kind and an empty square" in one step did not learn it, but
+    it learns to copy each cell (a fixed distance back in the prompt) and to judge three cells it
+    has just written (chapter 4).
+    """
+    rows = _board_rows(board)
+    parts = []
+    for line in LINES:
+        cells = [rows[r][c] for r, c in line]
+        verdict = "-"
+        for mark in "xo":
+            index = _completion(cells, mark)
+            if index is not None:
+                verdict = f"{mark}({line[index][0]},{line[index][1]})"
+                break
+        parts.append(f"{' '.join(cells)} {verdict}")
+    return "Lines: " + " | ".join(parts)
 
 
 def task_text(mark: str) -> str:
