@@ -167,15 +167,17 @@ pd.DataFrame(rows).T.round(1)
 # at its best of several rounds.) Every turn keeps what training needs: the prompt's and the
 # action's token ids, the sampler's log-probability of each action token, the reward, and whether
 # the episode *terminated* (the game ended) or was *truncated* (it ran out of turns: a critic would
-# bootstrap there, chapter 6). A tic-tac-toe turn (its policy is less sure of itself than the
-# GuessTheNumber one, which writes almost every token with probability ~1):
+# bootstrap there, chapter 6). A tic-tac-toe turn (at `ci` the action is chapter 4's worked lines
+# and then the move; the last tokens shown):
 
 # %%
 ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_settings("tictactoe", preset).env_options,
                     num_envs=32)
 turn = ttt_batch.turns[1]
-print("prompt tokens:", len(turn.prompt_ids), "| action:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids))
-print("sampler log-probs:", [round(x, 3) for x in turn.logprobs])
+print("prompt tokens:", len(turn.prompt_ids), "| action tokens:", len(turn.action_ids))
+print("action:", repr(ttt_sft.tokenizer.decode(turn.action_ids, skip_special_tokens=True)))
+print("last tokens:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids[-10:]))
+print("their sampler log-probs:", [round(x, 3) for x in turn.logprobs[-10:]])
 print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", turn.truncated)
 
 # %% [markdown]
@@ -274,17 +276,19 @@ print(f"action tokens sampled with probability > 0.99: {confident:.1%}")
 # probability ~1 is ~0, and nothing changes however good the advantages are. The fix is upstream:
 # keep entropy in the SFT policy (fewer epochs, a final learning rate that decays), sample with a
 # higher temperature (the importance ratio then corrects for the sampler, since its log-probs
-# are recorded), or add an entropy bonus to the loss (chapter 6). Tic-tac-toe's SFT policy is less
-# certain, and there RL has something to work with.
+# are recorded), or add an entropy bonus to the loss (chapter 6). In tic-tac-toe the random
+# opponent makes every game different, so even a confident policy meets positions where its
+# moves win, draw or lose, and RL has something to compare.
 #
 # %% [markdown]
 # ## Tic-tac-toe against the random opponent
 #
-# Chapter 4's tic-tac-toe policy learnt to write legal moves, not to win. Here it plays the random
-# opponent and is rewarded +1 for a win, −1 for a loss. During training an illegal move forfeits
-# the game (`invalid_move="forfeit"`): with the default fallback (a random legal move is played for
-# it) an illegal move costs nothing, and RL has no reason to stop writing them. Evaluation keeps the
-# default rules, as in chapter 4.
+# Chapter 4's tic-tac-toe policy writes out the board's lines and then its move; it completes and
+# blocks lines, but it still loses some games and writes an occasional illegal move. Here it plays
+# the random opponent and is rewarded +1 for a win, −1 for a loss. During training an illegal move
+# forfeits the game (`invalid_move="forfeit"`): with the default fallback (a random legal move is
+# played for it) an illegal move costs nothing, and RL has no reason to stop writing them.
+# Evaluation keeps the default rules, as in chapter 4.
 
 # %%
 ttt = sft_policy("tictactoe", preset)
@@ -311,7 +315,7 @@ fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_ra
 
 # %%
 variants = {"γ=0.9, ReBN": dict(), "γ=1.0, ReBN": dict(gamma=1.0), "γ=0.9, raw returns": dict(normalise="none")}
-short = 20
+short = 10  # each iteration writes ~50-token actions (chapter 4's worked lines): keep the chapter short
 ablation, ablation_eval = {}, {}
 for name, change in variants.items():
     policy = sft_policy("tictactoe", preset)  # a fresh copy of the SFT checkpoint
