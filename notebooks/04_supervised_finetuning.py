@@ -311,7 +311,7 @@ table.round(3)
 # | constant learning rate, Adam β2 0.95, instead of cosine decay and β2 0.999 (tic-tac-toe, 3,000 steps) | invalid .32 | .14 |
 # | the board placed last in the prompt, after the list of legal moves (same data and steps) | invalid .15 | .05 |
 # | tic-tac-toe: 60 epochs instead of 20 (6,480 steps instead of 2,160; ~190 s) | against random: loss .475, invalid .10 | loss .27, invalid .02 |
-# | tic-tac-toe: the completion writes out the board's 8 lines before the move (`worked_lines`; same data and steps) | loss .27, invalid .02; draws against minimax .10 | loss .035, invalid .02; draws .675 |
+# | tic-tac-toe: the completion writes out the board's 8 lines before the move (`worked_lines`; same data and steps; before: data-order seeds 0 and 1; after: the same two runs and this build's) | loss .27-.37, invalid .02-.04; draws against minimax .10-.165 | loss .005-.04, invalid 0-.02; draws .475-.915 |
 # | GuessTheNumber: 20 epochs at a constant rate instead of 6 with cosine decay | success .41 (a fixed 5, 8, 3, 4 whatever the feedback) | .47, guesses that react to the last answer only (5, 8, 9 after "8 is too high") |
 # | GuessTheNumber: 1,000 binary-search games instead of 300 (10 epochs) | .47 | binary search (the table above) |
 # | CookingWorld: recovery data, an invalid command injected before 15% of the gold actions (chapter 3; test games 100-399) | invalid .58, success .15 | invalid .36, success .15-.18 |
