@@ -196,8 +196,8 @@ print("-->", examples[5]["completion"])
 # %% [markdown]
 # The move is MCTS's. At the `ci` preset the completion writes something first
 # (`GameSettings.worked_lines`): the board's eight lines, rows, then columns, then diagonals, each
-# followed by the square that would complete it (`o(0,2)`: o has two there and (0,2) is empty)
-# or `-`. A program computes them from the board, so they are always right. Chapter 4 shows why
+# as four words, its three cells and then the square that would complete it (`o(0,2)`: o has two
+# there and (0,2) is empty) or `-`. A program computes them from the board, so they are always right. Chapter 4 shows why
 # a small model trained from scratch needs them: without them it did not learn to complete or
 # block a line.
 

@@ -43,7 +43,7 @@ SAMPLING: dict[str, dict[str, Any]] = {
 MIN_SHARED_PREFIX = 16
 
 #: how many tokens an action may take, per game (math needs room for its working; a tic-tac-toe
-#: move is 9 tokens, and the worked lines before it, ``GameSettings.worked_lines``, about 45 more)
+#: move is 9 tokens, and the worked lines before it, ``GameSettings.worked_lines``, 33-41 more)
 MAX_NEW_TOKENS: dict[str, int] = {"tictactoe": 64, "cookingworld": 16, "guess_the_number": 16, "math": 128}
 
 

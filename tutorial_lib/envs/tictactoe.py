@@ -75,13 +75,16 @@ def completing_squares(board: str, mark: str) -> set[tuple[int, int]]:
 def worked_lines(board: str) -> str:
     """The board's eight lines written out, each followed by the square that completes it.
 
-    ``"Lines: . . o - | . x . - | ... | o x . -"``: rows top to bottom, then columns, then the two
-    diagonals (:data:`LINES`' order); after each line's three cells, the move that would complete
-    it (``o(0,2)``, with the mark of the player who has two there) or ``-``. Written before the
-    move in tic-tac-toe's SFT completions (``GameSettings.worked_lines``): a model trained from
-    scratch that must find "two of a kind and an empty square" in one step did not learn it, but
-    it learns to copy each cell (a fixed distance back in the prompt) and to judge three cells it
-    has just written (chapter 4).
+    ``". . o - . x . - ... o x . -"``: rows top to bottom, then columns, then the two diagonals
+    (:data:`LINES`' order); after each line's three cells, the move that would complete it
+    (``o(0,2)``, with the mark of the player who has two there) or ``-``. Written before the move
+    in tic-tac-toe's SFT completions (``GameSettings.worked_lines``): a model trained from scratch
+    that must find "two of a kind and an empty square" in one step did not learn it, but it learns
+    to copy each cell (a fixed distance back in the prompt) and to judge three cells it has just
+    written (chapter 4). No label and no separators: every token here is written at every turn of
+    training, sampling and evaluation, and a line is always four words. (A first version, with
+    ``"Lines: "`` in front and ``" | "`` between lines, was 11 tokens longer and did not learn
+    better: benchmarks/results/sft_recipe.md.)
     """
     rows = _board_rows(board)
     parts = []
@@ -94,7 +97,7 @@ def worked_lines(board: str) -> str:
                 verdict = f"{mark}({line[index][0]},{line[index][1]})"
                 break
         parts.append(f"{' '.join(cells)} {verdict}")
-    return "Lines: " + " | ".join(parts)
+    return " ".join(parts)
 
 
 def task_text(mark: str) -> str:
