@@ -327,8 +327,8 @@ fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_ra
 # game in 150-250 with no illegal move (`benchmarks/results/reinforce_tictactoe.md`).
 #
 # The SFT run behind this chapter is deliberately not the strongest chapter 4 could make: 45
-# epochs instead of 60. A policy at loss .005 and invalid 0 against random, which 60 epochs gave
-# in one run, leaves REINFORCE nothing to win, and 60 of its iterations then moved the rates by
+# epochs instead of 60. A policy at loss .005 and invalid 0 against random, which 60 epochs (and
+# a first, longer version of the lines) gave in one run, leaves REINFORCE nothing to win, and 60 of its iterations then moved the rates by
 # a few games either way (`benchmarks/results/reinforce_tictactoe.md`).
 
 # %% [markdown]
@@ -355,9 +355,9 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 
 # %% [markdown]
 # From this start the three are hard to tell apart: after 10 iterations their greedy rates differ
-# by a game or two out of 200, less than another set of evaluation games would change them. Two
-# things make the choice matter little here. Most games are won, so raw returns are mostly +1 and
-# push up what the policy already does; and a game lasts 3 to 5 turns, so γ = 0.9 and γ = 1
+# by a few games out of 200, about what another set of evaluation games would change. Two things
+# make the choice matter little here. Most training games are won, so raw returns are mostly
+# positive and push up what the policy already does; and a game lasts 3 to 5 turns, so γ = 0.9 and γ = 1
 # weigh its turns almost alike. In the curves of this run, raw returns climbed fastest in the
 # first iterations and kept the most illegal moves at the end. The baseline matters where
 # returns are mostly failures or all alike (exercise 2, and chapter 7's groups of answers to one
