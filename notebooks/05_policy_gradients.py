@@ -287,8 +287,8 @@ print(f"action tokens sampled with probability > 0.99: {confident:.1%}")
 #
 # Chapter 4's tic-tac-toe policy writes out the board's lines and then its move. It wins most of
 # its games against the random player, but not all it could: it still loses some and now and then
-# writes an illegal move (the first row below). Here it plays the random opponent and is rewarded
-# +1 for a win, −1 for a loss. During training an illegal move forfeits the game
+# writes an illegal move (the first column below). Here it plays the random opponent and is
+# rewarded +1 for a win, −1 for a loss. During training an illegal move forfeits the game
 # (`invalid_move="forfeit"`): with the default fallback (a random legal move is played for it) an
 # illegal move costs nothing, and RL has no reason to stop writing them. Evaluation keeps the
 # default rules, as in chapter 4, and also plays minimax, an opponent the policy never trains
@@ -304,11 +304,11 @@ after["tictactoe"] = evaluate("tictactoe", ttt)
 after_minimax = evaluate("tictactoe", ttt, opponent="minimax")
 print(f"RL: {ttt_run.seconds:.0f} s for {len(ttt_run.history)} iterations")
 pd.concat({
-    "vs random": pd.DataFrame({"SFT": before["tictactoe"], "SFT + REINFORCE": after["tictactoe"]}).T[
+    "vs random": pd.DataFrame({"SFT": before["tictactoe"], "SFT + REINFORCE": after["tictactoe"]}).loc[
         ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]],
-    "vs minimax": pd.DataFrame({"SFT": before_minimax, "SFT + REINFORCE": after_minimax}).T[
+    "vs minimax": pd.DataFrame({"SFT": before_minimax, "SFT + REINFORCE": after_minimax}).loc[
         ["draw_rate", "loss_rate", "invalid_rate"]],
-}, axis=1).round(3)
+}).round(3)
 
 # %%
 fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_rate", "invalid_rate", "entropy"],
