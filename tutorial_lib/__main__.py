@@ -13,6 +13,14 @@ chapter-4 checkpoint of the game (trained now if the cache has none); it writes 
 TensorBoard logs, a resumable ``checkpoint/`` and the final ``model/`` (PPO adds ``value_model.pt``
 to it), and prints one JSON line.
 
+Every stage takes ``--preset ci|small|full`` (default: ``TUTORIAL_SCALE``) and smallest-count options
+for a smoke run of the whole path (``data --episodes``, ``sft --max-steps``, ``rl --iterations
+--turns-per-iteration``, ``evaluate --episodes``): CI runs every stage this way at ``full`` with
+``TUTORIAL_MODEL=smollm2-135m``, so the pretrained-model path cannot rot unseen. ``--policy`` and
+``--init`` take ``tiny``, an offline model's name (``smollm2-135m``), a hub id or a folder.
+Math at ``full`` reads GSM8K through ``datasets`` (network); ``--math-source generated`` uses the
+offline generator instead, and only when asked.
+
 ``evaluate`` prints one JSON object of metrics (``win_rate``, ``draw_rate``, ``loss_rate``,
 ``invalid_rate`` for tic-tac-toe; ``success_rate``, ``mean_score``, ``mean_steps``,
 ``invalid_rate`` for CookingWorld; ``success_rate``, ``mean_turns``, ``invalid_rate`` for
@@ -31,11 +39,34 @@ from . import envs
 from .presets import SCALES, get_preset
 
 
+def _preset(args):
+    """The preset, with the command line's count and source options applied."""
+    from dataclasses import replace
+
+    preset = get_preset(args.preset)
+    game = preset.game(args.game)
+    changes = {}
+    if getattr(args, "episodes", None) is not None and args.command == "data":
+        changes["expert_episodes"] = args.episodes
+    if getattr(args, "math_source", None) and args.game == "math":
+        changes["env_options"] = {**game.env_options, "source": args.math_source}
+        for field_name in ("ppo", "grpo"):
+            options = getattr(game, field_name).get("env_options")
+            if options is not None:
+                changes[field_name] = {**getattr(game, field_name), "env_options": {**options, "source": args.math_source}}
+    if changes:
+        preset = replace(preset, games={**preset.games, args.game: replace(game, **changes)})
+        if args.command == "data" and args.game == "tictactoe" and args.episodes is not None:
+            preset = replace(preset, selfplay={**preset.selfplay, "episodes": args.episodes},
+                             mcts_vs_random_games=min(preset.mcts_vs_random_games, args.episodes))
+    return preset
+
+
 def _data(args) -> int:
     from .expert_data import load_examples, save_examples
     from .pipeline import make_expert_data
 
-    preset = get_preset(args.preset)
+    preset = _preset(args)
     examples = make_expert_data(args.game, preset, progress=not args.quiet)
     path = save_examples(examples, Path(args.out) / f"{args.game}.jsonl")
     dataset = load_examples(path)
@@ -46,15 +77,17 @@ def _data(args) -> int:
 def _sft(args) -> int:
     from .expert_data import load_examples
     from .models import load_policy
-    from .pipeline import make_expert_data, sft_settings
+    from .pipeline import lora_for, make_expert_data, sft_settings
     from .sft import train_sft
 
-    preset = get_preset(args.preset)
+    preset = _preset(args)
     examples = load_examples(args.data).to_list() if args.data else make_expert_data(args.game, preset, progress=not args.quiet)
     settings = sft_settings(args.game, preset)
     if args.epochs is not None:
         settings.epochs = args.epochs
-    policy = load_policy(preset.model, lora=None if preset.model == "tiny" else True, load_in_4bit=args.load_in_4bit)
+    if args.max_steps is not None:
+        settings.max_steps = args.max_steps
+    policy = load_policy(preset.model, lora=lora_for(preset), load_in_4bit=args.load_in_4bit)
     if args.load_in_4bit:
         settings.optim = "paged_adamw_8bit"
     # Progress and the Trainer's log lines go to stderr: stdout is the one JSON line below.
@@ -70,7 +103,7 @@ def _evaluate(args) -> int:
     from .evaluate import run_episodes, summarize
     from .models import load_policy
 
-    preset = get_preset(args.preset)
+    preset = _preset(args)
     options = dict(preset.game(args.game).env_options) if args.game in preset.games else {}
     if args.game == "tictactoe":
         options["opponent"] = args.opponent
@@ -84,8 +117,14 @@ def _evaluate(args) -> int:
     policy = load_policy(args.policy, sampling=args.sampling, seed=args.seed)
     episodes = args.episodes or preset.game(args.game).eval_episodes
     # Test-fold and evaluation seeds start at 0; a different --seed gives other games.
-    records = run_episodes(args.game, policy, range(args.seed, args.seed + episodes), env_options=options,
-                           batch_size=args.batch_size, progress=not args.json)
+    try:
+        records = run_episodes(args.game, policy, range(args.seed, args.seed + episodes), env_options=options,
+                               batch_size=args.batch_size, progress=not args.json)
+    except RuntimeError as error:
+        if args.game == "math" and options.get("source") == "gsm8k":  # GSM8K could not be read
+            raise RuntimeError(f"{error}\nOn the command line: --math-source generated uses the offline "
+                               "generator instead") from error
+        raise
     metrics = summarize(records)
     metrics.update(game=args.game, policy=args.policy, sampling=args.sampling, **({"fold": args.fold} if args.game in ("cookingworld", "math") else {}),
                    **({"opponent": args.opponent} if args.game == "tictactoe" else {}))
@@ -95,18 +134,24 @@ def _evaluate(args) -> int:
 
 def _rl(args) -> int:
     from .models import load_policy
-    from .pipeline import rl_settings, sft_policy
+    from .pipeline import lora_for, rl_settings, sft_policy
     from .ppo import train_ppo
     from .reinforce import train_reinforce
 
-    preset = get_preset(args.preset)
+    preset = _preset(args)
     settings = rl_settings(args.game, preset, args.algo)
     train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
     if args.iterations is not None:
         settings.iterations = args.iterations
+    if args.turns_per_iteration is not None:
+        settings.turns_per_iteration = args.turns_per_iteration
+        settings.num_envs = min(settings.num_envs, args.turns_per_iteration)
+        if hasattr(settings, "minibatch_turns"):
+            settings.minibatch_turns = min(settings.minibatch_turns, args.turns_per_iteration)
     with contextlib.redirect_stdout(sys.stderr):
         if args.init:
-            policy = load_policy(args.init, lora=None if preset.model == "tiny" else True)
+            # a folder of adapters trains them further; a base model gets new ones
+            policy = load_policy(args.init, lora=lora_for(preset) and True)
         else:
             policy = sft_policy(args.game, preset, progress=not args.quiet)
         result = train(policy, args.game, settings, out_dir=args.out, resume=args.resume, progress=not args.quiet)
@@ -123,22 +168,28 @@ def main(argv: list[str] | None = None) -> int:
 
     def common(p):
         p.add_argument("--game", required=True, choices=envs.GAMES)
-        p.add_argument("--preset", choices=SCALES, default=None, help="ci or full (default: from TUTORIAL_SCALE)")
+        p.add_argument("--preset", choices=SCALES, default=None,
+                       help="ci, small or full (default: from TUTORIAL_SCALE)")
+        p.add_argument("--math-source", choices=["generated", "gsm8k"],
+                       help="math problems from the offline generator or GSM8K (default: the preset's)")
 
     data = commands.add_parser("data", help="make expert data (JSON lines)")
     common(data)
     data.add_argument("--out", required=True)
+    data.add_argument("--episodes", type=int, help="expert episodes (self-play games) instead of the preset's")
     data.add_argument("--quiet", action="store_true")
     sft = commands.add_parser("sft", help="supervised fine-tuning on expert data")
     common(sft)
     sft.add_argument("--out", required=True)
     sft.add_argument("--data", help="a JSON-lines file from `data` (made now when omitted)")
     sft.add_argument("--epochs", type=float)
+    sft.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
     sft.add_argument("--load-in-4bit", action="store_true", help="QLoRA: 4-bit base weights (CUDA only)")
     sft.add_argument("--quiet", action="store_true")
     ev = commands.add_parser("evaluate", help="play a policy and print its metrics")
     common(ev)
-    ev.add_argument("--policy", required=True, help="'tiny', a hub id, or a folder written by `sft`")
+    ev.add_argument("--policy", required=True,
+                    help="'tiny', an offline model ('smollm2-135m'), a hub id, or a folder written by `sft` or `rl`")
     ev.add_argument("--opponent", choices=["random", "mcts", "minimax"], default="random")
     ev.add_argument("--episodes", type=int)
     ev.add_argument("--fold", choices=["train", "dev", "test"], default="test",
@@ -155,11 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--out", required=True)
     rl.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     rl.add_argument("--iterations", type=int)
+    rl.add_argument("--turns-per-iteration", type=int)
     rl.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     try:
         return {"data": _data, "sft": _sft, "evaluate": _evaluate, "rl": _rl}[args.command](args)
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
+    except (ValueError, FileNotFoundError, RuntimeError) as error:  # ModelUnavailableError included
         print(f"error: {error}", file=sys.stderr)
         return 2
 

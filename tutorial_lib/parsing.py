@@ -3,7 +3,11 @@
 Every parser here takes *any* string and returns a :class:`Parsed` -- a value or the reason there is
 none. None of them raises: text that does not parse is an ordinary event in RL (an untrained policy
 produces little else), so it is counted and penalised by the game, never allowed to crash a rollout.
-The property tests in ``tests/test_parsing.py`` feed them arbitrary Unicode to hold them to that.
+The property tests in ``tests/test_parsing.py`` feed them arbitrary Unicode to hold them to that, and
+``tests/test_hostile_input.py`` adds what breaks parsers in practice: answers that are well formed
+except for a number thousands of digits long (Python's ``int()`` refuses more than 4,300), very long
+text, control characters and lone surrogates. Every number is therefore length-checked before it
+is converted, and every pattern runs in time linear in the text.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ def _fail(reason: str) -> Parsed:
 # -- tic-tac-toe: <move>x(1,2)</move> ----------------------------------------------------------
 _MOVE_TAGGED = re.compile(r"<move>\s*([xoXO])\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)\s*</move>")
 _MOVE_BARE = re.compile(r"\b([xoXO])\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+#: a row or column written with more digits than this is refused before int() reads it (int() of
+#: more than 4,300 digits raises, and is slow long before that). Leading zeros count: no one
+#: writes row 1 as 0000001.
+_MAX_MOVE_DIGITS = 6
 
 
 def parse_tictactoe_move(text: str) -> Parsed[str]:
@@ -50,12 +58,15 @@ def parse_tictactoe_move(text: str) -> Parsed[str]:
     match = _MOVE_TAGGED.search(text) or _MOVE_BARE.search(text)
     if match is None:
         return _fail("no move of the form <move>x(row,col)</move>")
-    mark, row, col = match.group(1).lower(), int(match.group(2)), int(match.group(3))
-    return Parsed(f"{mark}({row},{col})")
+    mark, row, col = match.group(1).lower(), match.group(2), match.group(3)
+    if max(len(row), len(col)) > _MAX_MOVE_DIGITS:
+        return _fail(f"row/column number too long (more than {_MAX_MOVE_DIGITS} digits)")
+    return Parsed(f"{mark}({int(row)},{int(col)})")
 
 
 # -- GuessTheNumber: \boxed{N} -------------------------------------------------------------------
 _BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
+_MAX_GUESS_DIGITS = 18  # no game's range is wider; int() of a longer string is slow, or raises
 
 
 def parse_boxed_integer(text: str) -> Parsed[int]:
@@ -66,13 +77,16 @@ def parse_boxed_integer(text: str) -> Parsed[int]:
     if not matches:
         return _fail("no integer inside \\boxed{}")
     digits = matches[-1]
-    if len(digits.lstrip("-")) > 18:  # int() of a huge string is slow and no range is that wide
-        return _fail("number too long")
+    if len(digits.lstrip("-")) > _MAX_GUESS_DIGITS:
+        return _fail(f"number too long (more than {_MAX_GUESS_DIGITS} digits)")
     return Parsed(int(digits))
 
 
 # -- math: the answer after #### -----------------------------------------------------------------
-_FINAL_ANSWER = re.compile(r"####\s*\$?\s*(-?[\d,]*\.?\d+)")
+# "\s*(?:\$\s*)?" rather than "\s*\$?\s*": two \s* side by side split a run of spaces every possible
+# way before giving up, quadratic in its length ("####" and 20,000 spaces took 9 s).
+_FINAL_ANSWER = re.compile(r"####\s*(?:\$\s*)?(-?[\d,]*\.?\d+)")
+_MAX_ANSWER_CHARS = 40  # digits, sign and point: far more than any answer; Fraction() of more is slow
 
 
 def parse_final_answer(text: str) -> Parsed[Fraction]:
@@ -87,8 +101,8 @@ def parse_final_answer(text: str) -> Parsed[Fraction]:
     if not matches:
         return _fail("no number after ####")
     raw = matches[-1].replace(",", "")
-    if len(raw) > 40:
-        return _fail("number too long")
+    if len(raw) > _MAX_ANSWER_CHARS:
+        return _fail(f"number too long (more than {_MAX_ANSWER_CHARS} characters)")
     try:
         return Parsed(Fraction(raw))
     except (ValueError, ZeroDivisionError):

@@ -26,6 +26,7 @@ from .expert_data import (
     save_examples,
     tictactoe_examples,
 )
+from .models import is_pretrained
 from .presets import Preset
 from .tiny_model import RECIPE_VERSION, TinyConfig, cache_root
 
@@ -73,8 +74,10 @@ def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> li
 def expert_data_path(game: str, preset: Preset) -> Path:
     settings = preset.game(game)
     tictactoe = (preset.selfplay, preset.mcts_vs_random_games) if game == "tictactoe" else None
-    # only what makes the data and the SFT run; RL settings must not invalidate the SFT checkpoint
-    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in (*RL_ALGORITHMS, "grpo")}, tictactoe)
+    # only what makes the data: training and evaluation settings must not invalidate it (the small
+    # preset shares ci's expert data)
+    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in (*RL_ALGORITHMS, "grpo", "sft", "eval_episodes")},
+               tictactoe)
     return cache_root() / "expert_data" / f"{game}-{key}.jsonl"
 
 
@@ -89,13 +92,18 @@ def expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[di
 def sft_settings(game: str, preset: Preset):
     from .sft import SFTSettings
 
-    base = SFTSettings() if preset.model == "tiny" else SFTSettings.for_pretrained()
-    return SFTSettings(**{**asdict(base), **preset.game(game).sft})
+    base = SFTSettings() if not is_pretrained(preset.model) else SFTSettings.for_pretrained()
+    return SFTSettings(**{**asdict(base), **preset.sft, **preset.game(game).sft})
+
+
+def lora_for(preset: Preset):
+    """What ``load_policy(preset.model, lora=...)`` gets: LoRA for a pretrained model, none for tiny."""
+    return (preset.lora or True) if is_pretrained(preset.model) else None
 
 
 def sft_dir(game: str, preset: Preset) -> Path:
     key = _key(game, str(expert_data_path(game, preset).name), asdict(sft_settings(game, preset)), preset.model,
-               asdict(TinyConfig()) if preset.model == "tiny" else None)
+               asdict(TinyConfig()) if preset.model == "tiny" else None, preset.lora if is_pretrained(preset.model) else None)
     return cache_root() / "sft" / f"{game}-{key}"
 
 
@@ -121,7 +129,7 @@ def sft_policy(game: str, preset: Preset, *, progress: bool = False, **policy_op
 
     folder = sft_dir(game, preset)
     if not (folder / "sft_result.json").exists():
-        policy = load_policy(preset.model, lora=None if preset.model == "tiny" else True)
+        policy = load_policy(preset.model, lora=lora_for(preset))
         # the trainer's live table and log lines only when asked for (a notebook would fill with them)
         settings = replace(sft_settings(game, preset), progress=progress)
         train_sft(policy, expert_data(game, preset, progress=progress), settings, output_dir=folder)

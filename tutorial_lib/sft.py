@@ -43,6 +43,9 @@ class SFTSettings:
 
     #: passes over the data
     epochs: float = 3.0
+    #: stop after this many optimiser steps, whatever ``epochs`` says (``None``: run the epochs). A
+    #: pretrained model on a CPU is budgeted in steps: a fraction of one epoch already fits its data
+    max_steps: int | None = None
     #: peak learning rate (linear warm-up, then cosine decay)
     learning_rate: float = 1e-3
     #: examples per optimiser step per device
@@ -85,6 +88,8 @@ class SFTSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1 (or None); got {self.max_steps}")
         if self.micro_batches < 1 or self.batch_size % self.micro_batches:
             raise ValueError(f"micro_batches must be >= 1 and divide batch_size ({self.batch_size}); "
                              f"got {self.micro_batches}")
@@ -249,6 +254,7 @@ def train_sft(
     config = SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps if settings.max_steps is not None else -1,
         learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.batch_size // settings.micro_batches,
         gradient_accumulation_steps=settings.gradient_accumulation_steps * settings.micro_batches,
@@ -261,7 +267,8 @@ def train_sft(
         activation_checkpointing=settings.gradient_checkpointing,  # the new name of gradient checkpointing
         max_length=settings.max_length,
         optim=settings.optim,
-        logging_steps=settings.logging_steps,
+        # a run shorter than the logging interval still logs its loss once
+        logging_steps=min(settings.logging_steps, settings.max_steps or settings.logging_steps),
         save_strategy="steps" if settings.save_steps else "no",
         save_steps=settings.save_steps or 500,
         seed=settings.seed,

@@ -27,10 +27,26 @@ bootstrap through a termination but should through a truncation.
 from __future__ import annotations
 
 import abc
+import operator
 import random
 from typing import Any
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+def _check_seed(seed: Any) -> int | None:
+    """``seed`` as a Python int (or None); a clear TypeError for anything that is not an integer."""
+    if seed is None:
+        return None
+    if not isinstance(seed, bool):
+        try:
+            return operator.index(seed)
+        except TypeError:
+            pass
+    raise TypeError(
+        f"seed must be an int (a Python int or a numpy integer such as np.int64) or None; "
+        f"got {seed!r} of type {type(seed).__name__}"
+    )
 
 
 class TextEnv(abc.ABC):
@@ -53,7 +69,16 @@ class TextEnv(abc.ABC):
 
     # -- the Gymnasium-style API ------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        """Start a new episode. The same seed gives the same episode."""
+        """Start a new episode. The same seed gives the same episode.
+
+        ``seed`` is ``None`` (a random episode) or an integer: a Python ``int`` or anything that
+        says it is one through ``__index__`` (``numpy.int64`` and the other numpy integer types),
+        and it reaches the game as a Python ``int``, so ``np.int64(7)`` and ``7`` give the same
+        episode. Anything else raises ``TypeError``: a float (``1.5``, and ``7.0`` too, which would
+        otherwise seed a different episode than ``7`` in some games), a string, and ``True`` or
+        ``False``, which are ints to Python but a bug as a seed.
+        """
+        seed = _check_seed(seed)
         self._rng = random.Random(seed)
         self.num_steps = 0
         observation, info = self._reset(seed)

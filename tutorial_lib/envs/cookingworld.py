@@ -23,6 +23,19 @@ unwinnable and caps every policy's success rate far below 1. At 32 every gold pa
 least 7 steps to spare for looking around or a wrong turn, while a random agent still wins almost
 none (it truncates or fails). ``step_limit="tutorial"`` restores 16 for comparison with the tutorial.
 
+**The default limit fits each game: at least 32, and never less than the gold path plus 7.** A
+fixed 32 is right for this world only. Larger worlds have longer plans: with ``num_locations=4,
+num_ingredients=3, include_doors=0`` six of the first 200 train games need 33 to 40 steps (train
+seed 38: 35), and TWX's own defaults up to 119, so under a fixed 32 the expert itself would fail
+them and a perfect imitator could not reach a success rate of 1. So the default
+(``step_limit="default"``) is ``max(32, len(gold_path) + GOLD_PATH_SLACK)`` with
+``GOLD_PATH_SLACK = 7``, the margin this world's longest plan has under 32: in this world it is
+always 32; elsewhere every game can be won, with room for a wrong turn. It depends on the game
+alone (the same seed, the same limit). The gold path costs a TWX replay to compute, so it is
+computed only when an episode reaches 32 steps (or when ``step_limit`` or ``gold_path`` is read):
+shorter episodes pay nothing. An explicit int (``step_limit=16``, or ``32``) and the name
+``"tutorial"`` (16) are honoured exactly, whatever the game.
+
 **Seeds and folds.** TWX keeps train, dev and test games apart by seed range: the valid seeds are
 0-999 (train), 10000-10999 (dev) and 20000-20999 (test), and the fold is an input of the
 generator too.
@@ -57,7 +70,11 @@ from tutorial_lib.envs.base import StepResult, TextEnv
 from tutorial_lib.parsing import parse_text_action
 
 TUTORIAL_WORLD = dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2)
+#: the named step limits. "default" is the *least* default limit: see GOLD_PATH_SLACK and the
+#: module docstring. An int passed as ``step_limit`` (32 included) is a fixed limit.
 STEP_LIMITS = {"default": 32, "tutorial": 16}
+#: the default limit is ``max(STEP_LIMITS["default"], len(gold_path) + GOLD_PATH_SLACK)``
+GOLD_PATH_SLACK = 7
 FOLDS = ("train", "dev", "test")
 
 # TWX's valid ranges for CookingWorld parameters (its README); checked here, before any JVM starts.
@@ -87,18 +104,27 @@ def clean_text(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def _resolve_step_limit(step_limit: int | str) -> int:
+def _resolve_step_limit(step_limit: int | str) -> int | None:
+    """The fixed limit ``step_limit`` asks for, or ``None`` for the default (fitted to each game)."""
     if isinstance(step_limit, str):
         if step_limit not in STEP_LIMITS:
-            names = ", ".join(f"{k!r} ({v})" for k, v in STEP_LIMITS.items())
+            names = f"'default' (fitted to the game, at least {STEP_LIMITS['default']}), " + ", ".join(
+                f"{k!r} ({v})" for k, v in STEP_LIMITS.items() if k != "default"
+            )
             raise ValueError(f"unknown step_limit name {step_limit!r}; the names are {names}")
-        return STEP_LIMITS[step_limit]
-    if isinstance(step_limit, bool) or not isinstance(step_limit, int) or step_limit < 1:
+        return None if step_limit == "default" else STEP_LIMITS[step_limit]
+    limit = None
+    if not isinstance(step_limit, bool):  # True is an int to Python, and a bug here
+        try:
+            limit = operator.index(step_limit)  # ints, numpy ints; not floats
+        except TypeError:
+            pass
+    if limit is None or limit < 1:
         raise ValueError(
             f"step_limit must be an int >= 1 or one of {', '.join(map(repr, STEP_LIMITS))}; "
             f"got {step_limit!r}"
         )
-    return step_limit
+    return limit
 
 
 def _check_world(world: dict[str, Any]) -> dict[str, int]:
@@ -118,8 +144,10 @@ class CookingWorldEnv(TextEnv):
 
     Args:
         fold: ``"train"``, ``"dev"`` or ``"test"``: which of TWX's disjoint game sets to play.
-        step_limit: turns per episode (invalid commands count), an int >= 1 or a name in
-            ``STEP_LIMITS``: ``"default"`` (32) or ``"tutorial"`` (16).
+        step_limit: turns per episode (invalid commands count): ``"default"``, fitted to each
+            game so that its gold path fits with room to spare (``max(32, len(gold_path) + 7)``,
+            see the module docstring), or a fixed limit honoured exactly: an int >= 1 or
+            ``"tutorial"`` (16). ``env.step_limit`` is the current episode's limit.
         num_locations, include_doors, num_distractor_items, num_ingredients,
         limit_inventory_size: the world, as TWX's ``numLocations`` (1-11), ``includeDoors``
             (0/1), ``numDistractorItems`` (0-10), ``numIngredients`` (1-5) and
@@ -144,7 +172,7 @@ class CookingWorldEnv(TextEnv):
     def __init__(
         self,
         fold: str = "train",
-        step_limit: int | str = STEP_LIMITS["default"],
+        step_limit: int | str = "default",
         num_locations: int = TUTORIAL_WORLD["num_locations"],
         include_doors: int = TUTORIAL_WORLD["include_doors"],
         num_distractor_items: int = TUTORIAL_WORLD["num_distractor_items"],
@@ -156,7 +184,7 @@ class CookingWorldEnv(TextEnv):
         if fold not in FOLDS:
             raise ValueError(f"fold must be one of {', '.join(map(repr, FOLDS))}; got {fold!r}")
         self.fold = fold
-        self.step_limit = _resolve_step_limit(step_limit)
+        self._fixed_step_limit = _resolve_step_limit(step_limit)  # None: fitted to each game
         self.world = _check_world(
             dict(
                 num_locations=num_locations,
@@ -223,6 +251,23 @@ class CookingWorldEnv(TextEnv):
         return self._task
 
     @property
+    def step_limit(self) -> int:
+        """The current episode's step limit: the fixed one asked for, or by default
+        ``max(32, len(gold_path) + GOLD_PATH_SLACK)`` (32 before the first ``reset``). Reading it
+        computes the gold path, if that is not known yet."""
+        if self._fixed_step_limit is not None:
+            return self._fixed_step_limit
+        if self.game_seed is None:
+            return STEP_LIMITS["default"]
+        return max(STEP_LIMITS["default"], len(self.gold_path) + GOLD_PATH_SLACK)
+
+    def _out_of_steps(self) -> bool:
+        """Whether the episode is at its step limit (``num_steps`` counts the current step)."""
+        if self._fixed_step_limit is None and self.num_steps < STEP_LIMITS["default"]:
+            return False  # the default limit is never lower: no need to compute the gold path
+        return self.num_steps >= self.step_limit
+
+    @property
     def gold_path(self) -> list[str]:
         """A winning action sequence for this episode: TWX's gold path, all of it valid here."""
         if self.game_seed is None:
@@ -235,9 +280,8 @@ class CookingWorldEnv(TextEnv):
         seeds = self.fold_seeds()
         if seed is None:
             index = random.randrange(len(seeds))
-        else:
-            # operator.index accepts numpy integers and rejects floats
-            index = operator.index(seed) % len(seeds)
+        else:  # TextEnv.reset has made it a Python int
+            index = seed % len(seeds)
         self.game_seed = int(seeds[index])
         twx_info = self._twx_reset(gold=False)
         self._gold = None  # computed on demand: see _compute_gold_path
@@ -305,7 +349,7 @@ class CookingWorldEnv(TextEnv):
 
     def _step(self, action_text: str) -> StepResult:
         java = self._claim_jvm()
-        truncated = self.num_steps >= self.step_limit
+        truncated = self._out_of_steps()
         parsed = parse_text_action(action_text, self._valid_actions)
         if not parsed.ok:
             observation = f"Invalid command: {parsed.error}. Nothing happens.\n{self._look}"
