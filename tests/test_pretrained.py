@@ -13,7 +13,13 @@ import torch
 
 from tutorial_lib.evaluate import run_episodes, summarize
 from tutorial_lib.expert_data import expert_examples
-from tutorial_lib.models import OFFLINE_MODELS, ModelUnavailableError, load_policy, offline_model_dir, offline_model_file
+from tutorial_lib.models import (
+    OFFLINE_MODELS,
+    ModelUnavailableError,
+    load_policy,
+    offline_model_dir,
+    offline_model_file,
+)
 from tutorial_lib.prompts import render_chat
 from tutorial_lib.rollout import action_logprobs, collate_turns, collect
 from tutorial_lib.tokenization import IGNORE_INDEX, encode_prompt_completion

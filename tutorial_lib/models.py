@@ -37,8 +37,12 @@ from .progress import quiet_transformers
 from .tiny_model import TinyConfig, cache_root, tiny_model_dir
 
 # PEFT, saving adapters whose base is an offline model's name (not a folder), looks for that
-# folder's config to check whether the vocabulary was resized; we never resize it.
+# model's config, locally and then on the hub, to check whether the vocabulary was resized; we
+# never resize it, and offline the lookup can only fail.
 warnings.filterwarnings("ignore", message="Could not find a config file in")
+warnings.filterwarnings("ignore", message="Unable to fetch remote file")
+# peft 0.21 calls an API transformers 5 renamed (when it wraps, saves or loads adapters); harmless
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 #: LoRA defaults for ``lora=True``: every linear projection of attention and MLP
 DEFAULT_LORA: dict[str, Any] = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
@@ -257,9 +261,7 @@ def load_policy(
     if lora:
         from peft import get_peft_model
 
-        with warnings.catch_warnings():  # peft 0.21 calls an API transformers 5 renamed; harmless
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            model = get_peft_model(model, lora_config(lora))
+        model = get_peft_model(model, lora_config(lora))
         if name in OFFLINE_MODELS:
             # saved adapters name their base by this name, not by a path inside this machine's cache
             model.peft_config["default"].base_model_name_or_path = name

