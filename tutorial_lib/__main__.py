@@ -110,6 +110,7 @@ def _evaluate(args) -> int:
         options.setdefault("agent_mark", "alternate")
     if args.game == "cookingworld":
         options["fold"] = args.fold
+    options.update(dict(args.env or []))
     if args.game == "math":  # the generator and GSM8K have a train and a test split, no dev split
         if args.fold == "dev":
             raise ValueError("math has no dev split: use --fold train or --fold test")
@@ -162,6 +163,14 @@ def _rl(args) -> int:
     return 0
 
 
+def _env_option(text: str) -> tuple[str, object]:
+    """``key=value`` -> (key, value), the value an int when it reads as one."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, int(value) if value.lstrip("-").isdigit() else value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -197,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--sampling", choices=["greedy", "standard", "liberal"], default="greedy")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--env", type=_env_option, action="append", metavar="KEY=VALUE",
+                    help="a game option for this evaluation, e.g. --env preset=hard (GuessTheNumber's 1-50 range)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     rl = commands.add_parser("rl", help="reinforcement learning from a policy")
     common(rl)

@@ -217,7 +217,7 @@ PRESETS: dict[str, Preset] = {
                 expert_episodes=300,
                 sft=dict(max_steps=40, logging_steps=5),
                 eval_episodes=100,
-                rl=dict(iterations=6, turns_per_iteration=48, num_envs=16, microbatch_turns=8, learning_rate=5e-5,
+                rl=dict(iterations=4, turns_per_iteration=32, num_envs=16, microbatch_turns=8, learning_rate=5e-5,
                         env_options={"preset": "hard"}),
             ),
             "math": GameSettings(

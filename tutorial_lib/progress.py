@@ -1,21 +1,42 @@
 """Progress bars that read well both in a terminal and in the built book (all chapters).
 
 In a terminal tqdm redraws one line in place. Where output is captured as text -- an executed
-notebook in the book, a CI log -- every redraw becomes a new line, so there the bar prints at most
-one line every 15 seconds.
+notebook in the book, a CI log -- every redraw becomes a new line, and a three-minute loop left a
+dozen lines of stale bars in a chapter; there the bar draws nothing while it runs and writes one
+line, its final state (count, time, rate), when it closes.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 from contextlib import contextmanager
 
 from tqdm import tqdm
 
 
+class FinalLineBar(tqdm):
+    """A tqdm bar for captured output: silent while it runs, one line (its final state) at close."""
+
+    def __init__(self, *args, file=None, **kwargs) -> None:
+        self._target = file or sys.stderr
+        super().__init__(*args, file=io.StringIO(), **kwargs)  # tqdm's own redraws go nowhere
+
+    def close(self) -> None:
+        if self.disable:  # closed already, or disabled by the caller
+            return super().close()
+        line = str(self)
+        super().close()
+        print(line, file=self._target, flush=True)
+
+
 def progress_bar(iterable=None, **kwargs) -> tqdm:
-    kwargs.setdefault("mininterval", 0.1 if sys.stderr.isatty() else 15.0)
-    return tqdm(iterable, **kwargs)
+    """A progress bar: tqdm's own in a terminal, a :class:`FinalLineBar` where output is captured."""
+    target = kwargs.get("file") or sys.stderr
+    if target.isatty():
+        kwargs.setdefault("mininterval", 0.1)
+        return tqdm(iterable, **kwargs)
+    return FinalLineBar(iterable, **kwargs)
 
 
 @contextmanager
