@@ -54,6 +54,7 @@ if "google.colab" in sys.modules:
 # %%
 import json
 import resource
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -74,6 +75,11 @@ real = pretrained_preset(preset)
 print(describe(preset))
 print(f"this chapter's pretrained model: {real.model}, with the settings of the {real.name!r} preset")
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
+
+
+def say(sentence):
+    """Print a sentence the cell's results decide, wrapped to the page."""
+    print(textwrap.fill(sentence, 96))
 
 
 def play(game, policy, episodes, **options):
@@ -154,10 +160,10 @@ for game, text in examples_of_output.items():
 # %%
 invalid = {game: zero_shot[game][f"invalid rate, {real.model}"] for game in zero_shot_options}
 worst = max(invalid, key=invalid.get)
-print(f"Zero-shot, the pretrained model's invalid-action rate is {invalid[worst]:.2f} in {worst} and "
+say(f"Zero-shot, the pretrained model's invalid-action rate is {invalid[worst]:.2f} in {worst} and "
       + ", ".join(f"{invalid[g]:.2f} in {g}" for g in invalid if g != worst) + ".")
 fmt = zero_shot["math"]["format accuracy"]
-print(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
+say(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
       f"(accuracy {zero_shot['math'][real.model]:.2f}).")
 
 # %% [markdown]
@@ -254,11 +260,11 @@ sft_table.round(3)
 # %%
 smol_name, tiny_name, own_name = (f"{real.model}, {steps} steps", f"tiny, {steps} steps", "tiny, chapter 4's budget")
 success = {key: row["success_rate"] for key, row in sft_rows.items()}
-print(f"Easy game after {steps} steps: {real.model} {success[(smol_name, 'easy')]:.2f}, "
+say(f"Easy game after {steps} steps: {real.model} {success[(smol_name, 'easy')]:.2f}, "
       f"the tiny model {success[(tiny_name, 'easy')]:.2f} "
       + ("(the pretrained model learns the format and the strategy from far fewer examples)."
          if success[(smol_name, "easy")] > success[(tiny_name, "easy")] + 0.2 else "."))
-print(f"Hard game (numbers never seen in training): {real.model} {success[(smol_name, 'hard')]:.2f}, "
+say(f"Hard game (numbers never seen in training): {real.model} {success[(smol_name, 'hard')]:.2f}, "
       f"the tiny model with chapter 4's budget {success[(own_name, 'hard')]:.2f} "
       + ("-- pretraining carries the idea of halving a range to numbers the fine-tuning data never held."
          if success[(smol_name, "hard")] > success[(own_name, "hard")] + 0.1
@@ -312,9 +318,9 @@ tiny_turns = tiny_rl.iterations * tiny_rl.turns_per_iteration
 # holds more turns than the budget
 turns = sum(row["turns"] for row in rl_result.history)
 turns_per_second = turns / rl_result.seconds
-print(f"One REINFORCE iteration ({turns:.0f} hard-game turns) took {per_iteration:.0f} s "
+say(f"One REINFORCE iteration ({turns:.0f} hard-game turns) took {per_iteration:.0f} s "
       f"({turns_per_second:.2f} turns per second, collection and update together).")
-print(f"Chapter 5's tiny-model GuessTheNumber run plays at least {tiny_turns:,} turns; at this speed that many "
+say(f"Chapter 5's tiny-model GuessTheNumber run plays at least {tiny_turns:,} turns; at this speed that many "
       f"SmolLM2 turns would take {tiny_turns / turns_per_second / 3600:.1f} hours on this machine.")
 
 # %% [markdown]

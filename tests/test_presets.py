@@ -109,3 +109,18 @@ def test_counterfactual_recipes_setting_reaches_the_cookingworld_data(tmp_path, 
                 for _ in range(1 + copies * is_recipe_step(e["completion"]))]
     assert [(e["seed"], e["turn"]) for e in rewritten] == expected
     assert expert_data_path("cookingworld", on) != expert_data_path("cookingworld", off)
+
+
+def test_chapter_9_runs_a_pretrained_model_at_every_scale(monkeypatch):
+    """At ci chapter 9 takes the small preset's settings with CI-sized counts; with a pretrained
+    model it takes the preset as it is."""
+    from tutorial_lib.pipeline import lora_for, sft_settings
+
+    ci = presets.pretrained_preset(presets.PRESETS["ci"])
+    small = presets.PRESETS["small"]
+    assert ci.model == presets.DEFAULT_OFFLINE_MODEL and lora_for(ci) == presets.PRETRAINED_LORA
+    assert sft_settings("guess_the_number", ci).max_steps < sft_settings("guess_the_number", small).max_steps
+    assert ci.game("guess_the_number").rl["iterations"] < small.game("guess_the_number").rl["iterations"]
+    assert ci.game("guess_the_number").rl["learning_rate"] == small.game("guess_the_number").rl["learning_rate"]
+    assert presets.pretrained_preset(small) is small
+    assert presets.pretrained_preset(presets.PRESETS["full"]) is presets.PRESETS["full"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -190,16 +191,20 @@ class LanguagePolicy:
             # generate runs greedy over the sampler's one finite score; the checkpoint's generation
             # config cannot add a penalty or a warper of its own (do_sample and the penalty are set).
             sampler = TokenSampler(preset)
-            sequences = self.model.generate(
-                **batch,
-                **({"past_key_values": cache} if cache is not None else {}),
-                do_sample=False,
-                repetition_penalty=1.0,
-                logits_processor=LogitsProcessorList([sampler]),
-                max_new_tokens=max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id,
-            )
+            with warnings.catch_warnings():
+                # transformers 5.23 warns that generate's past_key_values is to be called cache; the
+                # old name still works and says nothing the reader can act on
+                warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
+                sequences = self.model.generate(
+                    **batch,
+                    **({"past_key_values": cache} if cache is not None else {}),
+                    do_sample=False,
+                    repetition_penalty=1.0,
+                    logits_processor=LogitsProcessorList([sampler]),
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                    eos_token_id=self.tokenizer.eos_token_id,
+                )
         finally:
             self.model.train(was_training)
         # With left padding every prompt ends at the same column, so new tokens start there.
