@@ -97,8 +97,8 @@ def play(game, policy, episodes, **options):
 # SmolLM2's weights ship as a GGUF file, llama.cpp's format, quantised to 4 bits (`Q4_1`: blocks of
 # 32 weights sharing a scale and an offset). `transformers` reads GGUF and dequantises it to
 # float32, but refuses to save a model loaded that way; `load_policy("smollm2-135m")` therefore
-# converts it once into an ordinary checkpoint folder in the cache (about 20 s) and loads that
-# folder every time after. From there it is a `LlamaForCausalLM` like any hub model.
+# converts it once into an ordinary checkpoint folder in the cache and loads that folder every
+# time after (the cell below prints how long this load took). From there it is a `LlamaForCausalLM` like any hub model.
 
 # %%
 start = time.perf_counter()
@@ -130,8 +130,8 @@ pd.DataFrame({name: {"characters": len(text), "tokens": len(policy.tokenizer(tex
 # Before any training, the pretrained model plays each game from the prompt alone (greedy decoding,
 # the library's prompts and parsers). Beside it, the random policy: a uniformly random
 # *well-formed* action. CookingWorld games are cut at 8 steps here: zero-shot, the question is
-# whether the model writes valid commands at all, and 32 steps of ~300-token prompts would cost
-# minutes.
+# whether the model writes valid commands at all, and full games of CookingWorld's long prompts
+# would cost minutes.
 
 # %%
 zero_shot_options = {"cookingworld": {"fold": "test", "step_limit": 8}, "tictactoe": {}, "math": {},

@@ -57,8 +57,8 @@ def _preset(args):
     if changes:
         preset = replace(preset, games={**preset.games, args.game: replace(game, **changes)})
         if args.command == "data" and args.game == "tictactoe" and args.episodes is not None:
-            preset = replace(preset, selfplay={**preset.selfplay, "episodes": args.episodes},
-                             mcts_vs_random_games=min(preset.mcts_vs_random_games, args.episodes))
+            # self-play takes expert_episodes; the games against a random player are capped too
+            preset = replace(preset, mcts_vs_random_games=min(preset.mcts_vs_random_games, args.episodes))
     return preset
 
 
@@ -134,8 +134,8 @@ def _evaluate(args) -> int:
 
 
 def _rl(args) -> int:
-    from .models import load_policy
-    from .pipeline import lora_for, rl_settings, sft_policy
+    from .models import is_pretrained, load_policy
+    from .pipeline import rl_settings, sft_policy
     from .ppo import train_ppo
     from .reinforce import train_reinforce
 
@@ -151,8 +151,8 @@ def _rl(args) -> int:
             settings.minibatch_turns = min(settings.minibatch_turns, args.turns_per_iteration)
     with contextlib.redirect_stdout(sys.stderr):
         if args.init:
-            # a folder of adapters trains them further; a base model gets new ones
-            policy = load_policy(args.init, lora=lora_for(preset) and True)
+            # lora=True: a folder of adapters trains them further, a base model gets the default ones
+            policy = load_policy(args.init, lora=True if is_pretrained(preset.model) else None)
         else:
             policy = sft_policy(args.game, preset, progress=not args.quiet)
         result = train(policy, args.game, settings, out_dir=args.out, resume=args.resume, progress=not args.quiet)
