@@ -99,8 +99,14 @@ print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
 # ### CookingWorld
 # [TextWorldExpress](https://github.com/cognitiveailab/TextWorldExpress)'s CookingWorld: find the
 # cookbook, collect and prepare the ingredients, then prepare and eat the meal. The default world is
-# the TextWorld tutorial's (3 rooms with doors, 2 ingredients, 2 distractor items). Games are split
-# into train, dev and test folds; every turn lists the valid commands.
+# the TextWorld tutorial's (3 rooms with doors, 2 ingredients, 2 distractor items), and it is the
+# world this chapter plays and the `full` preset trains on. Games are split into train, dev and
+# test folds; every turn lists the valid commands.
+#
+# The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item; the world
+# each chapter prints with its preset), small enough for a model trained from scratch on a CPU to
+# learn in minutes. Chapters 3 to 7 use it at `ci`; chapter 8 compares the two worlds' gold paths
+# and step limits.
 
 # %%
 cooking = envs.make("cookingworld", fold="train")

@@ -50,6 +50,7 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import torch
 
 from tutorial_lib.envs.tictactoe import completing_squares
 from tutorial_lib.evaluate import math_accuracy, run_episodes, summarize
@@ -57,8 +58,9 @@ from tutorial_lib.models import load_policy
 from tutorial_lib.parsing import parse_tictactoe_move
 from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
 from tutorial_lib.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
-from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.presets import PRETRAINED_LORA, describe, get_preset
 from tutorial_lib.prompts import render_chat
+from tutorial_lib.report import compare_rates, say
 from tutorial_lib.sft import train_sft
 
 preset = get_preset()
@@ -79,9 +81,8 @@ use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune
 #    label -- same loss, about twice the steps per second for the tiny model;
 # 3. saves the model and tokenizer, which `load_policy(output_dir)` loads back.
 #
-# At `full` the same call trains LoRA adapters on a pretrained model (`load_policy(name, lora=True)`),
-# or QLoRA with `load_in_4bit=True` and `optim="paged_adamw_8bit"` on a CUDA GPU. The settings of
-# this run:
+# The tiny model is fine-tuned fully: every weight trains. A pretrained model is trained with LoRA
+# adapters instead (next section), through the same call. The settings of this run:
 
 # %%
 pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games}).T[
@@ -89,6 +90,71 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 ]
 
 # %% [markdown]
+# ## LoRA: what trains when the model is large
+#
+# Full fine-tuning keeps, for every weight, a gradient and Adam's two moments: three more copies
+# of the model. For the tiny model that is nothing; for a pretrained model of hundreds of millions
+# of parameters it is most of a GPU. LoRA {cite}`hu2021lora` freezes each chosen linear layer's
+# pretrained weight $W$ and learns a low-rank change beside it:
+#
+# $$ h = W x + \frac{\alpha}{r} B A x, \qquad A \in \mathbb{R}^{r \times d_\text{in}},\; B \in \mathbb{R}^{d_\text{out} \times r}. $$
+#
+# - **Rank** $r$: how many directions the layer's change may use. A $d \times d$ layer gets
+#   $2dr$ trainable numbers instead of $d^2$, a fraction $2r/d$ that shrinks as models widen.
+# - **Alpha** $\alpha$: the update is scaled by $\alpha/r$, so a learning rate that works at one rank
+#   roughly works at another.
+# - **Target modules**: which layers get adapters. `all-linear` (this book's choice) puts them on
+#   every projection of attention and MLP; the original paper adapted only the attention's query
+#   and value projections.
+# - $B$ starts at zero, so before the first step the adapted model computes exactly what the
+#   pretrained one does.
+# - **Merging**: after training, $W + \frac{\alpha}{r}BA$ is one matrix again
+#   (`merge_and_unload()`), and inference costs nothing extra. The book saves the adapters
+#   unmerged: a checkpoint of a few MB beside a shared base model.
+#
+# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (bitsandbytes, CUDA only) and
+# trains the same adapters in 16 bits: `load_policy(name, lora=True, load_in_4bit=True)`, with
+# `optim="paged_adamw_8bit"`. The library's call, here on the tiny model with the settings the
+# pretrained presets use (chapter 9 makes the same call on SmolLM2-135M):
+
+# %%
+lora_policy = load_policy("tiny", lora=PRETRAINED_LORA)
+config = lora_policy.model.peft_config["default"]
+trainable, total = lora_policy.num_parameters(trainable_only=True), lora_policy.num_parameters()
+print(f"load_policy('tiny', lora={PRETRAINED_LORA})")
+print(f"rank {config.r}, alpha {config.lora_alpha}: updates scaled by alpha/r = {config.lora_alpha / config.r:g}")
+print("adapted layers in each block:", sorted({name.rsplit(".", 1)[-1] for name in config.target_modules}))
+print(f"trainable: {trainable:,} of {total:,} parameters ({trainable / total:.1%})")
+width = lora_policy.model.config.hidden_size
+print(f"a {width} x {width} layer: 2dr / d^2 = {2 * config.r / width:.0%} of its weights train; "
+      f"at d = 576 (SmolLM2-135M) {2 * config.r / 576:.1%}, at d = 896 (Qwen2.5-0.5B) {2 * config.r / 896:.1%}")
+
+# %% [markdown]
+# The two properties that make LoRA safe to start from and free to deploy, checked on this model:
+# with $B = 0$ the adapted model's logits equal the base model's, and once $B$ has changed (here a
+# random change, as training would make), the merged matrix computes what the adapters do.
+
+# %%
+ids = torch.tensor([lora_policy.tokenizer.encode("You are playing tic-tac-toe.")])
+with torch.no_grad():
+    adapted = lora_policy.model(ids).logits
+    with lora_policy.model.disable_adapter():
+        base = lora_policy.model(ids).logits
+    print(f"B = 0: largest |adapted - base| logit: {(adapted - base).abs().max():.1e}")
+    for name, weight in lora_policy.model.named_parameters():
+        if "lora_B" in name:
+            weight.normal_(0, 0.02)
+    trained = lora_policy.model(ids).logits
+    merged = lora_policy.model.merge_and_unload()(ids).logits
+print(f"after a change of B: |adapted - base| up to {(trained - base).abs().max():.2f}; "
+      f"|merged - adapted| up to {(merged - trained).abs().max():.1e}")
+del lora_policy
+
+# %% [markdown]
+# At 0.2 M parameters, rank-16 adapters are a large share of the tiny model and full fine-tuning is
+# cheap, so the `ci` preset trains every weight; the `small` and `full` presets use LoRA
+# (`lora_for(preset)`).
+#
 # ## Fine-tuning each game
 #
 # For every game: load the untrained policy, measure it, fine-tune it on chapter 3's data (made now
@@ -203,10 +269,10 @@ pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "inv
 # blocked). `completing_squares` reads both off the board.
 #
 # Trained on the move alone, the same model, data and settings did the right thing in only about
-# half of these positions, and not only in new ones: on the very prompts it was trained on it
-# completed a line in 52% of the positions where it could and blocked in 51% of those where it
-# had to (in its games: 63% and 41%; it lost 27% of its games against random, the recipe table
-# below). That is underfitting, not a failure to generalise. To find "two of a kind and an empty
+# half of these positions in the recorded runs, and not only in new ones: on the very prompts it
+# was trained on it missed about as often as in its games, and it lost a large share of its games
+# against random (`benchmarks/results/sft_recipe.md`). That is underfitting, not a failure to
+# generalise. To find "two of a kind and an empty
 # square" the model must look at three squares of each of eight lines and name the one square
 # left, all while writing a single move token, and a 2-layer model trained from scratch did not
 # learn it: not with more MCTS games, other board layouts, other schedules, tactical positions
@@ -247,20 +313,23 @@ answers = [answer for i in range(0, len(seen), 256) for answer in ttt.generate(
     [render_chat(ttt.tokenizer, [{"role": "user", "content": p}]) for p in seen[i:i + 256]],
     max_new_tokens=MAX_NEW_TOKENS["tictactoe"])]
 print("one answer:", answers[5])
+lengths = {"with the worked lines": [len(ttt.tokenizer(c, add_special_tokens=False).input_ids) for _, c in labels],
+           "the move alone": [len(ttt.tokenizer(c.splitlines()[-1], add_special_tokens=False).input_ids)
+                              for _, c in labels]}
+print("completion tokens per move:", {k: round(sum(v) / len(v), 1) for k, v in lengths.items()})
 pd.DataFrame({"training labels (MCTS)": tactics(labels),
               "SFT policy on its training prompts": tactics(zip(seen, answers)),
               "SFT policy, 200 games vs random": tactics(played)}).T.round(2)
 
 # %% [markdown]
-# The labels complete every line they can and block every threat that can be blocked (the others
-# are double threats: the game is lost), and these positions are most of the data. With the
-# worked lines the policy does the same nearly as often as its labels on its training prompts,
-# and a little less often in its games; move only, it managed about half (above). What it still
-# misses costs it a few games against random, and is what chapter 5's RL works on. The price of
-# the lines is length: a completion is about 41 tokens instead of 9, so every move costs more
-# generation, and the SFT run more time (the timings above). The lines carry no label and no
-# separators for that reason (each line is always four words): a first version with both was 11
-# tokens longer and learnt no better.
+# Compare the policy's rows with its labels' (MCTS completes every line it can and blocks every
+# threat that can be blocked; the others are double threats, where the game is lost). Whatever
+# the policy still misses, above all in its own games, costs it games against random, and is what
+# chapter 5's RL works on. The price of the lines is length: the completion tokens per move
+# printed above, so every move costs more generation, and the SFT run more time (the timings
+# above). The lines carry no label and no separators for that reason (each line is always four
+# words): a first version with both was longer and learnt no better
+# (`benchmarks/results/sft_recipe.md`).
 #
 # ## Math: training problems and new problems
 #
@@ -268,14 +337,19 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
 
 # %%
 math_policy = load_policy(str(sft_dir("math", preset)))
-pd.Series(math_accuracy(math_policy, preset.game("math").env_options)).to_frame("SFT").T.round(3)
+math_sft = math_accuracy(math_policy, preset.game("math").env_options)
+single = [k for k in range(101) if len(math_policy.tokenizer(str(k), add_special_tokens=False).input_ids) == 1]
+say(f"Accuracy on the problems it was trained on: {math_sft['accuracy (training problems)']:.3f}; on new problems: "
+    f"{math_sft['accuracy (new problems)']:.3f}. Of the numbers 0-100, {len(single)} are single tokens of the "
+    f"tokenizer, the largest run from 0 being 0-{next(k for k in range(102) if k not in single) - 1}.")
+pd.Series(math_sft).to_frame("SFT").T.round(3)
 
 # %% [markdown]
-# The model answers the problems it saw far more often than new ones: it learnt a good part of its
-# answers by heart. The tiny tokenizer learnt most of the numbers in these problems as single
-# tokens (every number up to 50 among them), so "17 + 25" is a lookup in a table of facts rather
-# than digit-by-digit arithmetic, and 600 problems cover only a small part of that table. The RL
-# chapters report both numbers.
+# Where the training problems score well above the new ones, the model learnt part of its answers
+# by heart. The tiny tokenizer learnt most of the small numbers in these problems as single tokens
+# (the count above), so "17 + 25" is a lookup in a table of facts rather than digit-by-digit
+# arithmetic, and the training problems cover only a small part of that table. The RL chapters
+# report both numbers.
 #
 # ## CookingWorld: train games and test games
 #
@@ -291,6 +365,14 @@ for fold in ["train", "test"]:
         rows[(fold, name)] = evaluate("cookingworld", policy, range(n), fold=fold)
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
 print("world:", preset.game("cookingworld").env_options)
+train, test = table.loc[("train", "SFT"), "success_rate"], table.loc[("test", "SFT"), "success_rate"]
+folds = compare_rates("SFT success from the train fold to the test fold", train, test, n)
+say(f"In this run, {folds}.", {"noise": "The two folds score alike: the policy reads the recipe about as well in "
+                                        "games whose combinations it never saw.",
+                                "worse": "The held-out games are harder for it: some of what it learnt is tied to "
+                                         "the training games.",
+                                "better": "The test games happened to suit it better; a different set of games or "
+                                          "data order can reverse that (chapter 8)."}[folds.verdict])
 table.round(3)
 
 # %% [markdown]
@@ -307,78 +389,49 @@ table.round(3)
 #
 # ## What made the tiny model learn
 #
-# The recipe above is not the first one tried. What changed the results, each measured while
-# building this chapter with everything else fixed (commands and numbers in
-# `benchmarks/results/sft_recipe.md`):
+# The recipe above is not the first one tried. Each change that mattered was measured while
+# building this chapter, one at a time with everything else fixed; the commands, seeds and numbers
+# are in `benchmarks/results/sft_recipe.md` (its first table summarises them). Four lessons
+# generalise.
 #
-# | change | before | after |
-# |---|---|---|
-# | tic-tac-toe moves as one token each instead of digits (`x(1,2)` = 6 tokens) | invalid ~45% | 3% (3,000 steps) |
-# | constant learning rate, Adam β2 0.95, instead of cosine decay and β2 0.999 (tic-tac-toe, 3,000 steps) | invalid .32 | .14 |
-# | the board placed last in the prompt, after the list of legal moves (same data and steps) | invalid .15 | .05 |
-# | tic-tac-toe: 60 epochs instead of 20 (6,480 steps instead of 2,160; ~190 s) | against random: loss .475, invalid .10 | loss .27, invalid .02 |
-# | tic-tac-toe: the completion writes out the board's 8 lines before the move (`worked_lines`; same data and steps; before: data-order seeds 0 and 1; after: the same two runs and a third) | loss .27-.37, invalid .02-.04; draws against minimax .10-.165 | loss .005-.04, invalid 0-.02; draws .475-.915 |
-# | tic-tac-toe: those lines without label and separators (33 tokens instead of 44), and 45 epochs instead of 60 (now in the preset; data-order seeds 0 and 1) | SFT 273 s; loss .005-.04, invalid 0-.02 | 196-208 s; loss .03 and .06, invalid .006 and .028 (chapter 5's RL then takes both to 0 and 0) |
-# | GuessTheNumber: 20 epochs at a constant rate instead of 6 with cosine decay | success .41 (a fixed 5, 8, 3, 4 whatever the feedback) | .47, guesses that react to the last answer only (5, 8, 9 after "8 is too high") |
-# | GuessTheNumber: 1,000 binary-search games instead of 300 (10 epochs) | .47 | binary search (the table above) |
-# | CookingWorld: recovery data, an invalid command injected before 15% of the gold actions (chapter 3; test games 100-399) | invalid .58, success .15 | invalid .36, success .15-.18 |
-# | CookingWorld (no recovery data): 1,000 games x 5 epochs instead of 500 x 10 (same steps; test games 0-99) | success .23 | .20 |
-# | CookingWorld (no recovery data): the recipe and the past actions placed last, just before the answer (test games 0-99) | success .23 | .15 |
-# | CookingWorld: counterfactual recipes, every training episode rewritten with permuted cut and cook verbs (chapter 3; test games 0-299) | success .15-.18 | .43 |
-# | CookingWorld: and 2 more rewritten copies of each cut and cook step, 8 epochs instead of 10 (about the same steps; test games 0-299) | .43 | .77 (train games .87) |
-# | CookingWorld: the same examples in other orders (data-order seeds 1 and 2 instead of 0; test games 0-399) | .84-.86 | .41-.53 and .64-.69 |
-# | CookingWorld: batches of examples of similar length (`group_by_length`; a random batch is 35% padding, a grouped one 1-14%; seed 0) | SFT 390-444 s, test .84-.86 | 235-288 s, .14-.40 |
-# | CookingWorld: each random batch cut into 4 micro-batches of similar length, gradients accumulated (`micro_batches=4`, now in the preset; 8% padding; test games 0-99, data-order seeds 0, 1, 2) | SFT 390-444 s; .84, .53, .64 | 282 s; .63, .36, .67 |
-# | loss computed at the completion's positions only, no gradient checkpointing | 4.9 steps/s | 10.6 steps/s |
+# 1. **Make the right answer easy to copy and easy to find.** A model trained from scratch has no
+#    copying skill to fall back on: one token per tic-tac-toe move instead of digits, and the board
+#    placed last in the prompt (at a fixed distance from the answer), each cut the invalid moves
+#    several-fold. Where finding the answer takes more computation than the model does in one
+#    token, the completion can *carry the steps* (the worked lines).
+# 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared after some two
+#    thousand steps; a schedule that decays the learning rate to zero ended training just before
+#    they did, so the `ci` recipes keep it constant.
+# 3. **Demonstrations without mistakes say nothing about what to do after one.** Without recovery
+#    data, a CookingWorld policy that wrote one invalid command went on writing them until the
+#    step limit; chapter 3's injected mistakes taught it to get back on the path.
+# 4. **When a shortcut explains the labels, a small model takes it.** In the gold paths each
+#    ingredient is prepared the same few ways, so "cilantro: dice" predicts the label as well as
+#    reading the recipe does, and the test fold asks for combinations the training games never
+#    show (chapter 3 counts them). Rewriting the training episodes with permuted recipes
+#    (counterfactual recipes) makes the recipe the only predictor, and was the largest single gain
+#    on the test fold.
 #
-# Two lessons generalise. A model trained from scratch has no copying skill to fall back on, so
-# the format must make the right answer *easy to copy* (one token per move) and *easy to find*
-# (the board at a fixed distance from the answer), and where finding it takes more computation
-# than the model does in one token, the completion can *carry the steps* (the worked lines). And
-# a tiny model's skills arrive late and
-# suddenly (legal moves after ~2,000 steps): a schedule that decays the learning rate to zero can
-# end training just before they do. A third lesson is imitation learning's oldest: demonstrations
-# without mistakes say nothing about what to do after one. Before the recovery data, 38 of 100
-# CookingWorld test games first went wrong with an invalid command, and none of the 38 recovered:
-# the model went on writing invalid commands until the step limit. With it, the invalid-action rate on test
-# games fell from .58 to .36 (300 games), but success hardly moved. What remained was a wrong step
-# that the game accepts, the wrong cut (slice for dice) or the wrong appliance, and its cause was
-# in the data, which is the fourth lesson: when a shortcut explains the labels, a small model takes
-# it. In the gold paths each ingredient is prepared the same few ways, so "cilantro: dice" predicts
-# the label as well as reading the recipe does; the test fold asks for combinations the training
-# games never show (chapter 3 counts them). Rewriting the training episodes with permuted recipes
-# makes the recipe the only predictor: test success .15-.18 -> .43, and .77 once the cut and cook
-# steps, where the recipe decides, came three times each (the cooking steps map a verb to an
-# appliance, "roast" to the oven, which is harder than copying "dice").
-#
-# A caution about every row: each is one training run. The same CookingWorld examples in three
-# orders gave test success .84, .64 and .41 (whole batches; with the micro-batches described below,
-# .63, .67 and .36), a larger change than most rows above, so a difference smaller than that needs
-# several seeds to settle; the `ci` preset's figures are one draw. That is also why batching by
-# length stays off: it nearly halved the time of the CookingWorld run, but each grouped run (one
-# seed each) ended below every random-order run. A grouped batch holds turns from one stage of the
-# game only, since a prompt's length tracks how far into its game a turn is. Micro-batches keep the
-# random batch and group only its pieces: the optimiser step is the same (the loss is divided by
-# the whole batch's completion tokens, which the tests check), only most of the padding goes. That
-# saved a third of the time. Over three orders each, test success averaged .55 against .67 with
-# whole batches, a difference well inside the spread between orders; the preset uses micro-batches,
-# and the `ci` run above is the first of those three draws.
+# A caution about every line of that record: each is one training run, and the same CookingWorld
+# examples shuffled in other orders moved test success by more than most single changes did. A
+# difference smaller than that spread needs several seeds to settle, and the `ci` run above is one
+# draw from it (chapter 8 measures how much of a result is the draw). That is also why batching by
+# length stays off: it nearly halved the time of the CookingWorld run, but every grouped run ended
+# below the random-order runs. Micro-batches keep the random batch and group only its pieces: the
+# optimiser step is the same (the loss is divided by the whole batch's completion tokens, which the
+# tests check), only most of the padding goes.
 #
 # ## Summary
-# - SFT teaches the answer format: in GuessTheNumber and math the invalid answers disappear, and
-#   GuessTheNumber learns to use the feedback. Math accuracy is far higher on the training problems
-#   than on new ones: part of it is memorised answers.
-# - Tic-tac-toe: the model learns to copy a legal move from the list first and some tactics only
-#   much later (the recipe table: three times the steps). Trained on the move alone it stalled
-#   there, getting half of its own training positions wrong; writing out the board's lines before
-#   the move (a scratchpad computed by a program) let it complete and block lines nearly as often
-#   as MCTS does. Chapter 5 rewards winning directly.
-# - On CookingWorld, gold paths alone taught each ingredient's usual verb, not to read the recipe:
-#   good on the train games, poor on the test fold, which asks for other combinations.
-#   Counterfactual recipes (chapter 3) closed most of that gap in this run (other orders of the
-#   same examples: test success from about .4 to .7); recovery data (injected invalid commands)
-#   lets the model get back on track after an invalid command. Chapter 8 takes the
-#   remaining gap between training and evaluation apart.
+# - SFT teaches the answer format: in GuessTheNumber and math the invalid answers disappear (the
+#   before/after table), and GuessTheNumber learns to use the feedback. Math accuracy on the
+#   training problems and on new ones differ (the math table): part of it is memorised answers.
+# - Tic-tac-toe: a move-only model learns to copy a legal move first and tactics only much later, if
+#   at all; writing out the board's lines before the move (a scratchpad computed by a program) let
+#   it complete and block lines about as often as its MCTS labels on its training prompts (the
+#   tactics table). Chapter 5 rewards winning directly.
+# - CookingWorld: counterfactual recipes and recovery data let a policy trained on train-fold gold
+#   paths play held-out test games; the sentence under the CookingWorld table says how the two
+#   folds compared in this run. Chapter 8 takes the gap between training and evaluation apart.
 # - The checkpoints are cached for the RL chapters.
 #
 # ## Exercises

@@ -58,6 +58,7 @@ from tutorial_lib.plotting import learning_curves
 from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.report import compare_rates, halves, say, trend
 from tutorial_lib.tiny_model import cache_root
 
 preset = get_preset()
@@ -159,6 +160,12 @@ pd.DataFrame(costs).T.round(1)
 
 # %%
 comparison = pd.DataFrame(final).T
+start_row = final["SFT (start)"]
+for name in runs:
+    changes = [compare_rates(f"on {which}", start_row[key], final[name][key], n)
+               for which, key, n in (("training problems", "accuracy (training problems)", 200),
+                                     ("new problems", "accuracy (new problems)", 400))]
+    say(f"{name}: greedy accuracy " + "; ".join(str(c) for c in changes) + ".")
 comparison.round(3)
 
 # %%
@@ -179,19 +186,45 @@ fig.tight_layout()
 fig = learning_curves({"GRPO (TRL)": runs["GRPO (TRL)"]}, ["mean_return", "frac_reward_zero_std", "entropy"],
                       title="GRPO on math: reward, groups with nothing to learn, entropy")
 
+# %%
+grpo_history = runs["GRPO (TRL)"]
+first, second = halves(grpo_history, "frac_reward_zero_std")
+say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')};",
+    f"{trend(grpo_history, 'mean_return', 'mean reward')}; {trend(grpo_history, 'entropy')}.",
+    f"So {first:.0%} and then {second:.0%} of the groups contributed no gradient at all:",
+    "each update learnt from fewer and fewer problems." if second > first + 0.05 else
+    "about the same share of the problems taught nothing all through the run.")
+
 # %% [markdown]
-# How to read the comparison (a single seed each, on a tiny model: differences of a few points
-# are within the noise of 400 problems):
+# How to read the comparison (one seed each, on a tiny model: the sentences under the table say
+# which differences exceed two standard errors of their evaluation sets):
 #
 # - **Sample efficiency** is the left plot: accuracy of the answers each algorithm sampled, against
 #   the tokens it had sampled so far. The right plot is the same against wall-clock time, which
 #   also counts what each algorithm does per token: PPO runs extra forward passes (the critic, the
 #   log-probs before the update) and two epochs per batch; GRPO and REINFORCE one update per batch.
-# - **Memory**: PPO with a shared critic adds a 65-parameter head here; a separate critic (the
-#   GSM8K tutorial's choice) or a reference model would double the model's share. GRPO keeps G
-#   answers per problem in memory at once.
-# - **New problems** are the honest column: the training split is small (600 problems the model
-#   saw in SFT), and all three mostly get better at *those*.
+# - **Memory**: PPO with a shared critic adds one linear layer on the hidden state (chapter 6 counts
+#   its parameters); a separate critic (the GSM8K tutorial's choice) or a reference model would
+#   double the model's share. GRPO keeps G answers per problem in memory at once.
+# - **New problems** are the honest column. The training split is small (600 problems the model
+#   saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
+#   those without any gain on new ones.
+# - **GRPO's zero-std groups.** A group whose G answers all got the same reward has advantage 0 for
+#   every answer: with this policy that is mostly a problem it always gets wrong the same way
+#   (format right, number wrong: reward 0.1 for all). The sentence under the GRPO curves gives the
+#   share. When it is high and rising, raise the temperature or the group size, or train on
+#   problems of the right difficulty (curriculum); exercise 1 removes the per-group scaling.
+#
+# ## Summary
+#
+# - Three algorithms, one budget of sampled tokens, one start: the tables above are measured, not
+#   assumed, and at `ci` they are one draw each. What the tiny model can gain on math is bounded by
+#   what it memorised in SFT; RL reshuffles probability among answers it can already write.
+# - REINFORCE with ReBN is the simplest and, per token, the cheapest; PPO pays for a critic and
+#   several epochs per batch with more compute per token; GRPO replaces the critic with groups, and
+#   loses every group whose answers all score alike.
+# - Read each algorithm's own diagnostic before its reward curve: ReBN's entropy (chapter 5), PPO's
+#   explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std` (above).
 #
 # ## Multi-turn games and TRL's `environment_factory`
 #

@@ -107,15 +107,9 @@ PRESETS: dict[str, Preset] = {
         math_source="generated",
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
         games={
-            # constant lr and Adam beta2 0.95: with a decaying lr the tiny model stopped before it
-            # learnt to copy a legal move (chapter 4). Move only, 60 epochs (6,480 steps): against
-            # random, loss .27 and invalid .02; 20 epochs gave .475 and .10. Worked lines before the
-            # move: loss .27 -> .035, invalid .02 (data-order seed 1: .37 -> .04); the model alone
-            # completed or blocked a line in only half of its own training positions. The lines
-            # without label or separators (11 tokens fewer) and 45 epochs (~200 s): loss .03 and
-            # .06, invalid .006 and .028 (seeds 0 and 1), which leaves REINFORCE something to do:
-            # its 60 iterations from there reached loss 0 and invalid 0 over 200 games from both
-            # seeds (benchmarks/results/sft_recipe.md, reinforce_tictactoe.md)
+            # Constant lr and Adam beta2 0.95 (a decaying lr stopped before legal moves were learnt);
+            # worked lines before the move, 45 epochs. Why each setting, with the runs behind it:
+            # benchmarks/results/sft_recipe.md and reinforce_tictactoe*.md (chapters 4 and 5).
             "tictactoe": GameSettings(
                 dict(opponent="random", agent_mark="alternate"),
                 300,
@@ -124,22 +118,11 @@ PRESETS: dict[str, Preset] = {
                 worked_lines=True,
             ),
             # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.
-            # 500 gold-path games (5,604 examples): with 150 the model memorised which verb goes with
-            # which ingredient instead of reading the recipe (test success .02; .21 with 500).
-            # Recovery data: an invalid command before 15% of the gold actions (chapter 3); without
-            # it the model, after one invalid command, kept writing invalid ones. Over test games
-            # 100-399 it cut the invalid-action rate from .58 to .36; success stayed at .15-.18.
-            # Counterfactual recipes (chapter 3): the test fold prepares ingredients in ways no
-            # training game does, and the model had learnt each ingredient's verb instead of
-            # reading the recipe; every episode rewritten with permuted cut and cook verbs: test
-            # success .43 (300 games); with 2 more rewritten copies of each cut and cook step and 8
-            # epochs instead of 10 (about the same steps): .77, train games .87. The library's run
-            # (data-order seed 0): test .84-.86; the same examples in other orders (seeds 1, 2):
-            # .41-.53, .64-.69 -- one draw from a wide spread. Batches grouped by length (SFTSettings.
-            # group_by_length) nearly halve the time but learnt less. Each random batch of 16 cut
-            # into 4 micro-batches of similar length (the same update, 35% -> 8% padding): 390-444 s
-            # -> 282 s, test games 0-99 over seeds 0/1/2: .63/.36/.67 against .84/.53/.64 -- no
-            # difference three seeds can tell (benchmarks/results/sft_recipe.md)
+            # 500 gold-path games with recovery data (an invalid command before 15% of the gold
+            # actions) and counterfactual recipes (permuted cut and cook verbs, cut and cook steps
+            # copied twice more), 8 epochs, random batches of 16 in 4 length-grouped micro-batches.
+            # Each choice and its measured effect, over data-order seeds where the spread matters:
+            # benchmarks/results/sft_recipe.md (chapter 4).
             "cookingworld": GameSettings(
                 dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
                 500,
@@ -147,10 +130,8 @@ PRESETS: dict[str, Preset] = {
                      extra={"adam_beta2": 0.95}),
                 100,
                 # PPO trains on the train fold only; a CookingWorld update costs ~10x a math one
-                # (prompts of ~300 tokens, episodes of ~15 turns), so few, small iterations at ci; a
-                # batch holds ~8 episodes, and the KL to the SFT policy keeps the noisy updates near it
-                # (8 iterations, train fold greedy success .54 -> .57, invalid .31 -> .25; without KL
-                # at lr 1e-4, .55 and .30)
+                # (prompts of ~300 tokens, episodes of ~15 turns), so few, small iterations at ci,
+                # and the KL to the SFT policy keeps the noisy updates near it (chapter 6)
                 ppo=dict(iterations=8, turns_per_iteration=128, num_envs=16, learning_rate=3e-4, gamma=0.99,
                          gae_lambda=0.95, kl_coef=0.1, minibatch_turns=64, microbatch_turns=32, save_every=2,
                          env_options={"fold": "train"}),
@@ -158,8 +139,8 @@ PRESETS: dict[str, Preset] = {
                 counterfactual_recipes=True,
                 recipe_step_copies=2,
             ),
-            # 1,000 binary-search games, 10 epochs: success 1.0 in 2.93 turns; 300 games x 20 epochs
-            # (60% of the steps) gave .47, with guesses that ignored earlier feedback
+            # 1,000 binary-search games, 10 epochs; 300 games learnt guesses that ignored earlier
+            # feedback (benchmarks/results/sft_recipe.md)
             "guess_the_number": GameSettings(
                 dict(preset="easy"),
                 1000,

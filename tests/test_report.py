@@ -1,0 +1,85 @@
+"""The sentences chapters print from their results: noise thresholds, verdicts, spreads."""
+
+import math
+
+import pytest
+
+from tutorial_lib import report
+
+
+def test_rate_noise_is_two_standard_errors_of_a_difference():
+    # .5 and .5 over 100 games each: sqrt(.25/100 + .25/100) = .0707..., twice that
+    assert report.rate_noise(0.5, 0.5, 100) == pytest.approx(2 * math.sqrt(0.005))
+    # more games, less noise
+    assert report.rate_noise(0.3, 0.4, 1000) < report.rate_noise(0.3, 0.4, 100)
+
+
+def test_rates_at_the_edge_still_have_noise():
+    # 0 wins out of 200 twice is not a sure difference of exactly 0
+    assert report.rate_noise(0.0, 0.0, 200) > 0
+    assert report.rate_noise(1.0, 1.0, 200) == pytest.approx(report.rate_noise(0.0, 0.0, 200))
+
+
+def test_rate_noise_rejects_empty_evaluations():
+    with pytest.raises(ValueError, match="episodes"):
+        report.rate_noise(0.5, 0.5, 0)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "higher_is_better", "verdict"),
+    [
+        (0.50, 0.52, True, "noise"),  # 2 points on 200 games: noise
+        (0.20, 0.60, True, "better"),
+        (0.20, 0.60, False, "worse"),  # a loss rate that rose
+        (0.40, 0.05, False, "better"),  # a loss rate that fell
+    ],
+)
+def test_verdicts(before, after, higher_is_better, verdict):
+    change = report.compare_rates("rate", before, after, 200, higher_is_better=higher_is_better)
+    assert change.verdict == verdict
+    sentence = str(change)
+    assert f"{before:.3f}" in sentence and f"{after:.3f}" in sentence
+    assert ("within the noise" in sentence) == (verdict == "noise")
+    if verdict != "noise":
+        assert ("rose" if after > before else "fell") in sentence and verdict in sentence
+
+
+def test_spread_and_count_phrases():
+    assert report.spread([0.1, 0.3, 0.2]) == "mean 0.200 (min 0.100, max 0.300, 3 runs)"
+    assert report.spread([0.5]).endswith("1 run)")
+    with pytest.raises(ValueError):
+        report.spread([])
+    assert report.count_phrase(3, 3, "seeds") == "all 3 seeds"
+    assert report.count_phrase(0, 3, "seeds") == "none of the 3 seeds"
+    assert report.count_phrase(2, 3, "seeds") == "2 of 3 seeds"
+
+
+def test_halves_and_trend():
+    history = [{"x": 0.0}, {"x": 1.0}, {"x": 2.0}, {"x": 4.0}, {"y": 9.0}]
+    assert report.halves(history, "x") == (0.5, 3.0)
+    assert report.trend(history, "x", "the x", digits=1) == "the x 0.5 over the first half of the run, 3.0 over the second"
+    with pytest.raises(ValueError, match="at least 2"):
+        report.halves(history, "y")
+
+
+def test_say_wraps_to_the_page(capsys):
+    report.say("word " * 60, "and a second sentence.")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 2 and all(len(line) <= report.WIDTH for line in lines)
+    assert lines[-1].endswith("and a second sentence.")
+
+
+def test_recorded_runs_reads_json_lines_and_tolerates_a_missing_record(tmp_path, monkeypatch, capsys):
+    (tmp_path / "study.jsonl").write_text('{"seed": 0, "after": 0.5}\n\n{"seed": 1, "after": 0.7}\n')
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
+    assert report.recorded_runs("absent.jsonl") == []
+    assert "clone the repository" in capsys.readouterr().out
+
+
+def test_chapter_five_record_exists_with_several_seeds():
+    runs = report.recorded_runs("reinforce_tictactoe_seeds.jsonl")
+    assert len({run["sft_seed"] for run in runs}) >= 3
+    for run in runs:
+        for key in ("before_loss", "after_loss", "before_minimax_draw", "after_minimax_draw"):
+            assert 0.0 <= run[key] <= 1.0

@@ -1,0 +1,139 @@
+"""Sentences a notebook's own results decide (every chapter).
+
+A chapter that states a result in prose must not write the number down: the tiny model's training
+is deterministic on one CPU but not across CPUs, so a reader's run differs from the authors'. A
+cell computes the comparison and prints the sentence instead::
+
+    change = compare_rates("loss rate", before["loss_rate"], after["loss_rate"], episodes=200,
+                           higher_is_better=False)
+    say(f"Against random, the {change}.")   # "... loss rate fell from 0.040 to 0.010 (better)."
+
+:func:`compare_rates` calls a difference *noise* when it is within two standard errors of the
+difference of two rates measured over ``episodes`` games each: another set of evaluation games
+could move it that far.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+WIDTH = 96
+
+
+def say(*sentences: str, width: int = WIDTH) -> None:
+    """Print sentences as one paragraph wrapped to the page (a notebook's output is not reflowed)."""
+    print(textwrap.fill(" ".join(s.strip() for s in sentences if s.strip()), width))
+
+
+def rate_noise(before: float, after: float, episodes: int, episodes_after: int | None = None) -> float:
+    """Two standard errors of ``after - before`` for rates measured over independent episodes.
+
+    A rate of exactly 0 or 1 has no spread of its own; it is counted as half an episode away from
+    the edge, so that 0 against 0 over 200 games is not called a sure difference of 0.
+    """
+    if episodes < 1 or (episodes_after is not None and episodes_after < 1):
+        raise ValueError("episodes must be at least 1")
+    n1, n2 = episodes, episodes_after or episodes
+
+    def variance(rate: float, n: int) -> float:
+        rate = min(max(rate, 0.5 / n), 1 - 0.5 / n)
+        return rate * (1 - rate) / n
+
+    return 2 * math.sqrt(variance(before, n1) + variance(after, n2))
+
+
+@dataclass(frozen=True)
+class Change:
+    """A metric before and after, and whether the difference is more than noise."""
+
+    name: str
+    before: float
+    after: float
+    noise: float
+    higher_is_better: bool = True
+
+    @property
+    def difference(self) -> float:
+        return self.after - self.before
+
+    @property
+    def verdict(self) -> str:
+        """``"better"``, ``"worse"`` or ``"noise"`` (within two standard errors)."""
+        if abs(self.difference) <= self.noise:
+            return "noise"
+        return "better" if (self.difference > 0) == self.higher_is_better else "worse"
+
+    def __str__(self) -> str:
+        if self.verdict == "noise":
+            return (f"{self.name} went from {self.before:.3f} to {self.after:.3f}, within the noise "
+                    f"(two standard errors: {self.noise:.3f})")
+        verb = "rose" if self.difference > 0 else "fell"
+        return f"{self.name} {verb} from {self.before:.3f} to {self.after:.3f} ({self.verdict})"
+
+
+def compare_rates(name: str, before: float, after: float, episodes: int, episodes_after: int | None = None,
+                  higher_is_better: bool = True) -> Change:
+    """A rate before and after, measured over ``episodes`` games (``episodes_after`` for the second,
+    if different). For a rate per action (the invalid-action rate) pass the number of actions."""
+    return Change(name, float(before), float(after), rate_noise(before, after, episodes, episodes_after),
+                  higher_is_better)
+
+
+def spread(values: Sequence[float]) -> str:
+    """``"mean 0.512 (min 0.470, max 0.560, 3 runs)"``: how a result varies over seeds."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("no values")
+    return (f"mean {statistics.fmean(values):.3f} (min {min(values):.3f}, max {max(values):.3f}, "
+            f"{len(values)} run{'s' if len(values) > 1 else ''})")
+
+
+def count_phrase(count: int, of: int, what: str) -> str:
+    """``"2 of 3 seeds"``, ``"all 3 seeds"``, ``"none of the 3 seeds"``."""
+    if count == of:
+        return f"all {of} {what}"
+    if count == 0:
+        return f"none of the {of} {what}"
+    return f"{count} of {of} {what}"
+
+
+#: where the repository keeps recorded benchmark runs (a clone has it; a pip install does not)
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def recorded_runs(name: str) -> list[dict]:
+    """The JSON lines of ``benchmarks/results/<name>``: a multi-seed study a chapter reads.
+
+    Such studies cost more than a chapter's budget, so a script in ``benchmarks/`` runs them and a
+    chapter plots the record beside its own run. Without a clone of the repository (a pip install)
+    the file is absent: the chapter is told so and gets no rows, rather than an error.
+    """
+    path = RESULTS_DIR / name
+    if not path.exists():
+        say(f"(The recorded runs {name} ship with the repository's benchmarks/results folder, which this "
+            "installation does not have; clone the repository to see them.)")
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def halves(history: Sequence[dict], key: str) -> tuple[float, float]:
+    """Mean of ``key`` over the first and the second half of a run's iterations (training curves
+    are noisy from one batch to the next; half-run means are steadier than any single point)."""
+    values = [float(row[key]) for row in history if key in row]
+    if len(values) < 2:
+        raise ValueError(f"need at least 2 iterations with {key!r}; got {len(values)}")
+    half = len(values) // 2
+    return statistics.fmean(values[:half]), statistics.fmean(values[half:])
+
+
+def trend(history: Sequence[dict], key: str, label: str | None = None, digits: int = 3) -> str:
+    """``"explained variance 0.120 over the first half of the run, 0.310 over the second"``."""
+    first, second = halves(history, key)
+    return (f"{label or key.replace('_', ' ')} {first:.{digits}f} over the first half of the run, "
+            f"{second:.{digits}f} over the second")
