@@ -399,9 +399,9 @@ table.round(3)
 #    placed last in the prompt (at a fixed distance from the answer), each cut the invalid moves
 #    several-fold. Where finding the answer takes more computation than the model does in one
 #    token, the completion can *carry the steps* (the worked lines).
-# 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared after some two
-#    thousand steps; a schedule that decays the learning rate to zero ended training just before
-#    they did, so the `ci` recipes keep it constant.
+# 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared only after thousands
+#    of steps; a schedule that decays the learning rate to zero ended training just before they
+#    did, so the `ci` recipes keep it constant.
 # 3. **Demonstrations without mistakes say nothing about what to do after one.** Without recovery
 #    data, a CookingWorld policy that wrote one invalid command went on writing them until the
 #    step limit; chapter 3's injected mistakes taught it to get back on the path.
@@ -422,13 +422,13 @@ table.round(3)
 # tests check), only most of the padding goes.
 #
 # ## Summary
-# - SFT teaches the answer format: in GuessTheNumber and math the invalid answers disappear (the
-#   before/after table), and GuessTheNumber learns to use the feedback. Math accuracy on the
+# - SFT teaches the answer format: in GuessTheNumber and math the invalid answers all but disappear
+#   (the before/after table), and GuessTheNumber learns to use the feedback. Math accuracy on the
 #   training problems and on new ones differ (the math table): part of it is memorised answers.
 # - Tic-tac-toe: a move-only model learns to copy a legal move first and tactics only much later, if
 #   at all; writing out the board's lines before the move (a scratchpad computed by a program) let
-#   it complete and block lines about as often as its MCTS labels on its training prompts (the
-#   tactics table). Chapter 5 rewards winning directly.
+#   it complete and block lines far more often (the tactics table sets it beside its MCTS labels).
+#   Chapter 5 rewards winning directly.
 # - CookingWorld: counterfactual recipes and recovery data let a policy trained on train-fold gold
 #   paths play held-out test games; the sentence under the CookingWorld table says how the two
 #   folds compared in this run. Chapter 8 takes the gap between training and evaluation apart.

@@ -210,19 +210,21 @@ say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of gro
 #   saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
 #   those without any gain on new ones.
 # - **GRPO's zero-std groups.** A group whose G answers all got the same reward has advantage 0 for
-#   every answer: with this policy that is mostly a problem it always gets wrong the same way
-#   (format right, number wrong: reward 0.1 for all). The sentence under the GRPO curves gives the
+#   every answer: a problem the policy gets right every time, or one it gets wrong every time
+#   (with the format right, reward 0.1 for all). The sentence under the GRPO curves gives the
 #   share. When it is high and rising, raise the temperature or the group size, or train on
 #   problems of the right difficulty (curriculum); exercise 1 removes the per-group scaling.
 #
 # ## Summary
 #
 # - Three algorithms, one budget of sampled tokens, one start: the tables above are measured, not
-#   assumed, and at `ci` they are one draw each. What the tiny model can gain on math is bounded by
-#   what it memorised in SFT; RL reshuffles probability among answers it can already write.
-# - REINFORCE with ReBN is the simplest and, per token, the cheapest; PPO pays for a critic and
-#   several epochs per batch with more compute per token; GRPO replaces the critic with groups, and
-#   loses every group whose answers all score alike.
+#   assumed, and at `ci` they are one draw each. RL can only reweight answers the policy already
+#   samples, so what the tiny model can gain on math is bounded by what SFT gave it.
+# - REINFORCE with ReBN is the simplest (no critic, no groups); PPO adds a critic and several
+#   epochs per batch; GRPO replaces the critic with groups, and loses every group whose answers all
+#   score alike. What each cost per token on your machine is in the cost table: on a CPU, how an
+#   implementation batches its work (TRL's trainer against this book's loops) matters as much as
+#   the algorithm.
 # - Read each algorithm's own diagnostic before its reward curve: ReBN's entropy (chapter 5), PPO's
 #   explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std` (above).
 #
