@@ -54,7 +54,6 @@ if "google.colab" in sys.modules:
 # %%
 import json
 import resource
-import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -67,6 +66,7 @@ from tutorial_lib.policies import RandomPolicy
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
 from tutorial_lib.prompts import render_chat
 from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.report import say
 from tutorial_lib.sft import train_sft
 from tutorial_lib.tiny_model import cache_root
 
@@ -75,11 +75,6 @@ real = pretrained_preset(preset)
 print(describe(preset))
 print(f"this chapter's pretrained model: {real.model}, with the settings of the {real.name!r} preset")
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
-
-
-def say(sentence):
-    """Print a sentence the cell's results decide, wrapped to the page."""
-    print(textwrap.fill(sentence, 96))
 
 
 def play(game, policy, episodes, **options):

@@ -74,7 +74,7 @@ def test_recorded_runs_reads_json_lines_and_tolerates_a_missing_record(tmp_path,
     monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
     assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
     assert report.recorded_runs("absent.jsonl") == []
-    assert "clone the repository" in capsys.readouterr().out
+    assert "clone the repository" in " ".join(capsys.readouterr().out.split())
 
 
 def test_chapter_five_record_exists_with_several_seeds():

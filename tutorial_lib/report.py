@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-WIDTH = 96
+# the book's output boxes show about 75 characters of monospace before they scroll
+WIDTH = 72
 
 
 def say(*sentences: str, width: int = WIDTH) -> None:
