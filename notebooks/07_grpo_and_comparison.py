@@ -58,7 +58,7 @@ from tutorial_lib.plotting import learning_curves
 from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.reinforce import train_reinforce
-from tutorial_lib.report import compare_rates, halves, say, trend
+from tutorial_lib.report import compare_math, halves, say, trend
 from tutorial_lib.tiny_model import cache_root
 
 preset = get_preset()
@@ -162,10 +162,7 @@ pd.DataFrame(costs).T.round(1)
 comparison = pd.DataFrame(final).T
 start_row = final["SFT (start)"]
 for name in runs:
-    changes = [compare_rates(f"on {which}", start_row[key], final[name][key], n)
-               for which, key, n in (("training problems", "accuracy (training problems)", 200),
-                                     ("new problems", "accuracy (new problems)", 400))]
-    say(f"{name}: greedy accuracy " + "; ".join(str(c) for c in changes) + ".")
+    say(f"{name}: " + "; ".join(str(c) for c in compare_math(start_row, final[name])) + ".")
 comparison.round(3)
 
 # %%

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 9. A pretrained model: SmolLM2 on the four games
 #
-# Every chapter so far ran the tiny model: 0.2 M parameters, trained from nothing on the games'
+# Every chapter so far ran the tiny model: {glue:text}`tiny_parameters:,d` parameters, trained from nothing on the games'
 # own text, with a tokenizer made for them. It is what lets each chapter run in minutes on a CPU,
 # but it is not what this book is about. This chapter runs a real pretrained language model
 # through the same library calls: SmolLM2-135M-Instruct {cite}`allal2025smollm2`, a 135 M-parameter
@@ -58,6 +58,7 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from myst_nb import glue
 
 from tutorial_lib.evaluate import run_episodes, summarize
 from tutorial_lib.models import OFFLINE_MODELS, load_policy
@@ -111,6 +112,7 @@ print(f"{real.model}: {base.num_parameters():,} parameters, loaded in {load_seco
 
 # %%
 tiny = load_policy("tiny")
+glue("tiny_parameters", tiny.num_parameters(), display=False)
 gtn_prompt = expert_data("guess_the_number", real)[0]["prompt"]
 rendered = {name: render_chat(policy.tokenizer, [{"role": "user", "content": gtn_prompt}])
             for name, policy in [("tiny", tiny), (real.model, base)]}

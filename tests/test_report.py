@@ -83,3 +83,27 @@ def test_chapter_five_record_exists_with_several_seeds():
     for run in runs:
         for key in ("before_loss", "after_loss", "before_minimax_draw", "after_minimax_draw"):
             assert 0.0 <= run[key] <= 1.0
+
+
+def test_compare_summaries_counts_episodes_or_actions_from_the_summaries():
+    before = {"episodes": 200, "mean_steps": 4.0, "loss_rate": 0.10, "invalid_rate": 0.02, "win_rate": 0.5}
+    after = {"episodes": 200, "mean_steps": 5.0, "loss_rate": 0.02, "invalid_rate": 0.01, "win_rate": 0.5}
+    loss = report.compare_summaries("loss", before, after, "loss_rate")
+    assert loss.verdict == "better"  # a loss rate that fell
+    assert loss.noise == pytest.approx(report.rate_noise(0.10, 0.02, 200))
+    invalid = report.compare_summaries("invalid", before, after, "invalid_rate")
+    # a rate per action: counted over the 800 and 1,000 moves played, not the 200 games
+    assert invalid.noise == pytest.approx(report.rate_noise(0.02, 0.01, 800, 1000))
+    assert report.compare_summaries("win", before, after, "win_rate").verdict == "noise"
+
+
+def test_compare_math_uses_math_accuracys_problem_counts():
+    from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+
+    before = {"accuracy (training problems)": 0.2, "accuracy (new problems)": 0.05}
+    after = {"accuracy (training problems)": 0.4, "accuracy (new problems)": 0.06}
+    training, new = report.compare_math(before, after)
+    assert training.verdict == "better" and new.verdict == "noise"
+    assert training.noise == pytest.approx(report.rate_noise(0.2, 0.4, MATH_TRAINING_PROBLEMS))
+    assert new.noise == pytest.approx(report.rate_noise(0.05, 0.06, MATH_NEW_PROBLEMS))
+    assert str(training).startswith("greedy accuracy on training problems rose")

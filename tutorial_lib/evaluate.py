@@ -175,12 +175,17 @@ def steps_per_second(game: str, *, steps: int = 2000, env_options: dict[str, Any
         env.close()
 
 
+#: problems :func:`math_accuracy` plays by default, seen in training and new (a chapter's noise
+#: threshold for a change in either accuracy counts these)
+MATH_TRAINING_PROBLEMS, MATH_NEW_PROBLEMS = 200, 400
+
+
 def math_accuracy(
     policy: Policy,
     env_options: dict[str, Any] | None = None,
     *,
-    training_problems: int = 200,
-    new_problems: int = 400,
+    training_problems: int = MATH_TRAINING_PROBLEMS,
+    new_problems: int = MATH_NEW_PROBLEMS,
     batch_size: int = 100,
 ) -> dict[str, float]:
     """Accuracy on math problems the policy trained on and on problems it never saw (chapters 4, 6, 7).

@@ -86,6 +86,32 @@ def compare_rates(name: str, before: float, after: float, episodes: int, episode
                   higher_is_better)
 
 
+#: summary metrics where a fall is an improvement (every other rate a chapter compares should rise)
+LOWER_IS_BETTER = frozenset({"loss_rate", "invalid_rate", "truncated_rate"})
+
+
+def compare_summaries(name: str, before: dict, after: dict, key: str) -> Change:
+    """``key`` of two :func:`~tutorial_lib.evaluate.summarize` results. The counts behind the noise
+    come from the summaries themselves: episodes, or the actions played for the per-action
+    invalid rate."""
+
+    def count(summary: dict) -> int:
+        return max(1, round(summary["episodes"] * (summary["mean_steps"] if key == "invalid_rate" else 1)))
+
+    return compare_rates(name, before[key], after[key], count(before), count(after),
+                         higher_is_better=key not in LOWER_IS_BETTER)
+
+
+def compare_math(before: dict, after: dict, prefix: str = "greedy accuracy on") -> list[Change]:
+    """Both accuracies of two :func:`~tutorial_lib.evaluate.math_accuracy` results (its default
+    problem counts), training problems first."""
+    from .evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+
+    return [compare_rates(f"{prefix} {which} problems", before[f"accuracy ({which} problems)"],
+                          after[f"accuracy ({which} problems)"], count)
+            for which, count in (("training", MATH_TRAINING_PROBLEMS), ("new", MATH_NEW_PROBLEMS))]
+
+
 def spread(values: Sequence[float]) -> str:
     """``"mean 0.512 (min 0.470, max 0.560, 3 runs)"``: how a result varies over seeds."""
     values = [float(v) for v in values]
