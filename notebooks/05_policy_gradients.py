@@ -38,8 +38,9 @@
 # are either nearly perfect (GuessTheNumber) or strong on the games they trained on (tic-tac-toe
 # against random), so RL at `ci` has little room, few iterations and one seed per run. Expect:
 #
-# - **clear gains where the start has room**: tic-tac-toe against minimax, an opponent the policy
-#   never trains with, rose in every one of several recorded seeds (chapter 5's seed table);
+# - **clear gains where the start has room**: draws against minimax, an opponent the policy never
+#   trains with, rose beyond noise in every recorded seed, with REINFORCE (this chapter's seed
+#   table) and with PPO (chapter 6's);
 # - **changes within noise elsewhere**: each chapter prints, beside its tables, whether a change
 #   exceeds two standard errors of its evaluation set, and what its diagnostics (entropy, explained
 #   variance, GRPO's zero-std groups) say about why a run did not move;
@@ -413,9 +414,9 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 #
 # How much of this holds from one run to the next? The run above is one draw: the tiny model's
 # training is deterministic on one CPU but not across CPUs, and a start this strong has little
-# room. `benchmarks/reinforce_seeds.py` runs the same recipe from several SFT data orders and RL
-# seeds (the first is this chapter's own checkpoint and seed), and records each run in
-# `benchmarks/results/reinforce_tictactoe_seeds.jsonl` (longer and faster variants are in
+# room. `benchmarks/tictactoe_rl_seeds.py --algo reinforce` runs the same recipe from several SFT
+# data orders and RL seeds (the first is this chapter's own checkpoint and seed), and records each
+# run in `benchmarks/results/reinforce_tictactoe_seeds.jsonl` (longer and faster variants are in
 # `reinforce_tictactoe.md`). The cell below reads that record: the spread that the chapter's
 # conclusions may rely on.
 

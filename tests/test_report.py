@@ -77,12 +77,38 @@ def test_recorded_runs_reads_json_lines_and_tolerates_a_missing_record(tmp_path,
     assert "clone the repository" in " ".join(capsys.readouterr().out.split())
 
 
-def test_chapter_five_record_exists_with_several_seeds():
-    runs = report.recorded_runs("reinforce_tictactoe_seeds.jsonl")
+@pytest.mark.parametrize("record", ["reinforce_tictactoe_seeds.jsonl", "ppo_tictactoe_seeds.jsonl"])
+def test_tictactoe_records_exist_with_several_seeds(record):
+    runs = report.recorded_runs(record)
     assert len({run["sft_seed"] for run in runs}) >= 3
     for run in runs:
         for key in ("before_loss", "after_loss", "before_minimax_draw", "after_minimax_draw"):
             assert 0.0 <= run[key] <= 1.0
+
+
+def test_math_record_has_each_study_and_algorithm_over_several_seeds():
+    runs = report.recorded_runs("math_rl_seeds.jsonl")
+    studies = {(run["study"], run["algo"]) for run in runs}
+    assert studies == {("chapter 6", "PPO"), ("chapter 7", "REINFORCE + ReBN"), ("chapter 7", "PPO"),
+                       ("chapter 7", "GRPO (TRL)")}
+    for study in studies:
+        seeds = [run["data_seed"] for run in runs if (run["study"], run["algo"]) == study]
+        assert len(set(seeds)) >= 3 and len(seeds) == len(set(seeds))
+    for run in runs:
+        for key in ("before_train", "after_train", "before_new", "after_new"):
+            assert 0.0 <= run[key] <= 1.0
+
+
+def test_across_runs_counts_each_runs_verdict():
+    rows = [{"b": 0.50, "a": 0.80}, {"b": 0.50, "a": 0.52}, {"b": 0.50, "a": 0.90}]
+    sentence = report.across_runs(rows, "draws", "b", "a", episodes=200)
+    assert sentence.startswith("draws: better in 2 of 3 runs, within noise in 1 of 3 runs (before: mean 0.500")
+    assert "after: mean 0.740 (min 0.520, max 0.900, 3 runs)" in sentence
+    falling = [{"b": 0.2, "a": 0.0}] * 2
+    assert "better in all 2 runs" in report.across_runs(falling, "losses", "b", "a", 200, higher_is_better=False)
+    assert "worse in all 2 runs" in report.across_runs(falling, "wins", "b", "a", 200)
+    with pytest.raises(ValueError, match="no runs"):
+        report.across_runs([], "x", "b", "a", 200)
 
 
 def test_compare_summaries_counts_episodes_or_actions_from_the_summaries():

@@ -122,15 +122,24 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
     return settings_class(**{**overrides, "env_options": env_options})
 
 
-def sft_policy(game: str, preset: Preset, *, progress: bool = False, **policy_options):
-    """Chapter 4's fine-tuned policy for ``game``, from the cache or trained now (and cached)."""
+def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progress: bool = False,
+               **policy_options):
+    """Chapter 4's fine-tuned policy for ``game``, from the cache or trained now (and cached).
+
+    ``data_seed`` trains the same recipe with another order of the examples (the multi-seed studies
+    of ``benchmarks/``); ``None`` or the preset's own seed is chapter 4's checkpoint.
+    """
     from .models import load_policy
     from .sft import train_sft
 
+    settings = sft_settings(game, preset)
     folder = sft_dir(game, preset)
+    if data_seed is not None and data_seed != settings.seed:
+        settings = replace(settings, seed=data_seed)
+        folder = folder.with_name(f"{folder.name}-data-seed-{data_seed}")
     if not (folder / "sft_result.json").exists():
         policy = load_policy(preset.model, lora=lora_for(preset))
         # the trainer's live table and log lines only when asked for (a notebook would fill with them)
-        settings = replace(sft_settings(game, preset), progress=progress)
-        train_sft(policy, expert_data(game, preset, progress=progress), settings, output_dir=folder)
+        train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),
+                  output_dir=folder)
     return load_policy(str(folder), **policy_options)

@@ -115,6 +115,10 @@ PRESETS: dict[str, Preset] = {
                 300,
                 dict(epochs=45, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 rl=dict(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
+                # chapter 6: the same start, opponent, batch size and constant lr as chapter 5's
+                # REINFORCE, PPO's two epochs over each batch (benchmarks/results/ppo_tictactoe_seeds.jsonl)
+                ppo=dict(iterations=20, learning_rate=1e-3, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
+                         minibatch_turns=128, microbatch_turns=128, env_options={"invalid_move": "forfeit"}),
                 worked_lines=True,
             ),
             # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.
@@ -181,6 +185,8 @@ PRESETS: dict[str, Preset] = {
                 eval_episodes=50,
                 rl=dict(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
                         learning_rate=5e-5, env_options={"invalid_move": "forfeit"}),
+                ppo=dict(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
+                         learning_rate=5e-5, gamma=1.0, env_options={"invalid_move": "forfeit"}),
             ),
             "cookingworld": GameSettings(
                 env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
@@ -232,6 +238,8 @@ PRESETS: dict[str, Preset] = {
             "tictactoe": GameSettings(
                 dict(opponent="random", agent_mark="alternate"), 1000, dict(epochs=1),
                 rl=dict(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
+                ppo=dict(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0,
+                         env_options={"invalid_move": "forfeit"}),
             ),
             "cookingworld": GameSettings(
                 dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2), 900, dict(epochs=1), 200,

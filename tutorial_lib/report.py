@@ -130,6 +130,24 @@ def count_phrase(count: int, of: int, what: str) -> str:
     return f"{count} of {of} {what}"
 
 
+def across_runs(rows: Sequence[dict], name: str, before_key: str, after_key: str, episodes: int,
+                higher_is_better: bool = True) -> str:
+    """How one before/after change fared over recorded runs (seeds): each run's verdict, as
+    :func:`compare_rates` gives it over ``episodes``, counted, and the spread before and after.
+
+        "draws against minimax: better in all 3 runs (before: mean ..., after: mean ...)"
+    """
+    if not rows:
+        raise ValueError("no runs")
+    verdicts = [compare_rates(name, row[before_key], row[after_key], episodes,
+                              higher_is_better=higher_is_better).verdict for row in rows]
+    phrases = {"better": "better", "noise": "within noise", "worse": "worse"}
+    counted = ", ".join(f"{phrase} in {count_phrase(verdicts.count(verdict), len(rows), 'runs')}"
+                        for verdict, phrase in phrases.items() if verdict in verdicts)
+    return (f"{name}: {counted} (before: {spread([row[before_key] for row in rows])}; after: "
+            f"{spread([row[after_key] for row in rows])})")
+
+
 #: where the repository keeps recorded benchmark runs (a clone has it; a pip install does not)
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 

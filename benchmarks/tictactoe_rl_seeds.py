@@ -1,0 +1,67 @@
+"""Tic-tac-toe RL over several seeds (chapter 5's REINFORCE, chapter 6's PPO): does RL improve on
+SFT, and how reliably?
+
+    python benchmarks/tictactoe_rl_seeds.py --algo reinforce [--seeds 0 1 2] [--preset ci] [--out F]
+    python benchmarks/tictactoe_rl_seeds.py --algo ppo [--seeds 0 1 2] [--preset ci] [--out F]
+
+For each seed s: chapter 4's tic-tac-toe SFT with data-order seed s (seed 0 is the chapter's own
+checkpoint, from the cache), then the preset's RL run of the chosen algorithm with RL seed s,
+unchanged otherwise. Before and after, greedy play on the chapters' 200 evaluation games against
+random (the training opponent) and against minimax (never seen in training). One JSON line per
+seed, the keys chapters 5 and 6 read (``benchmarks/results/<algo>_tictactoe_seeds.jsonl``). The
+tiny model's training is deterministic on one CPU but not across CPUs: the spread over seeds is
+the spread a reader's machine can land anywhere in.
+"""
+
+import argparse
+import json
+import time
+from dataclasses import replace
+
+from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.ppo import train_ppo
+from tutorial_lib.presets import get_preset
+from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.tiny_model import cache_root
+
+
+def evaluate(policy, preset, opponent: str) -> dict[str, float]:
+    options = {**preset.game("tictactoe").env_options, "opponent": opponent}
+    return summarize(run_episodes("tictactoe", policy, range(200), env_options=options, batch_size=100))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", choices=("reinforce", "ppo"), required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--preset", default="ci")
+    parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
+    args = parser.parse_args()
+    preset = get_preset(args.preset)
+    for seed in args.seeds:
+        start = time.perf_counter()
+        policy = sft_policy("tictactoe", preset, data_seed=seed)
+        sft_seconds = time.perf_counter() - start
+        before = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
+        settings = replace(rl_settings("tictactoe", preset, args.algo), seed=seed)
+        train = train_ppo if args.algo == "ppo" else train_reinforce
+        run = train(policy, "tictactoe", settings,
+                    out_dir=cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}")
+        after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
+        row = {"algo": args.algo, "sft_seed": seed, "rl_seed": seed, "iterations": settings.iterations,
+               "learning_rate": settings.learning_rate, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1)}
+        for when, results in (("before", before), ("after", after)):
+            row.update({f"{when}_win": results["random"]["win_rate"], f"{when}_loss": results["random"]["loss_rate"],
+                        f"{when}_invalid": results["random"]["invalid_rate"],
+                        f"{when}_minimax_draw": results["minimax"]["draw_rate"],
+                        f"{when}_minimax_invalid": results["minimax"]["invalid_rate"]})
+        line = json.dumps(row)
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
