@@ -80,6 +80,24 @@ def evaluate(game, policy, episodes=None, **options):
     return summarize(records)
 
 
+def ppo_before_and_after(game, evaluations, columns):
+    """Chapter 4's policy for ``game`` evaluated under each of ``evaluations`` (name -> game options),
+    trained with the preset's PPO, evaluated again; the results go into ``before`` and ``after``."""
+    policy = sft_policy(game, preset)
+    for name, options in evaluations.items():
+        before[name] = evaluate(game, policy, **options)
+    run = train_ppo(policy, game, rl_settings(game, preset, "ppo"), out_dir=runs_dir / f"ppo-{game}", progress=True)
+    for name, options in evaluations.items():
+        after[name] = evaluate(game, policy, **options)
+    print(f"PPO: {run.seconds:.0f} s for {len(run.history)} iterations")
+    table = pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
+                          for name in evaluations}).T[columns]
+    return run, table.round(3)
+
+
+before, after = {}, {}  # greedy results of every workload, before and after PPO
+
+
 # %% [markdown]
 # ## A value head on the policy
 #
@@ -186,18 +204,10 @@ fig.tight_layout()
 # and every missed win.
 
 # %%
-before, after = {}, {}
-ttt_policy = sft_policy("tictactoe", preset)
-ttt_settings = rl_settings("tictactoe", preset, "ppo")
-for opponent in ("random", "minimax"):
-    before[f"tictactoe vs {opponent}"] = evaluate("tictactoe", ttt_policy, opponent=opponent)
-ttt_run = train_ppo(ttt_policy, "tictactoe", ttt_settings, out_dir=runs_dir / "ppo-tictactoe", progress=True)
-for opponent in ("random", "minimax"):
-    after[f"tictactoe vs {opponent}"] = evaluate("tictactoe", ttt_policy, opponent=opponent)
-print(f"PPO: {ttt_run.seconds:.0f} s for {len(ttt_run.history)} iterations")
-pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
-              for name in ("tictactoe vs random", "tictactoe vs minimax")}).T[
-    ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]].round(3)
+ttt_run, table = ppo_before_and_after("tictactoe", {f"tictactoe vs {opponent}": {"opponent": opponent}
+                                                    for opponent in ("random", "minimax")},
+                                      ["win_rate", "draw_rate", "loss_rate", "invalid_rate"])
+table
 
 # %%
 fig = learning_curves({"tictactoe": ttt_run.history},
@@ -322,17 +332,9 @@ if len(math_seeds):
 # this chapter. Before and after, on the training games' fold and on held-out test games:
 
 # %%
-cw_policy = sft_policy("cookingworld", preset)
-cw_settings = rl_settings("cookingworld", preset, "ppo")
-for fold in ("train", "test"):
-    before[f"cookingworld {fold}"] = evaluate("cookingworld", cw_policy, fold=fold)
-cw_run = train_ppo(cw_policy, "cookingworld", cw_settings, out_dir=runs_dir / "ppo-cookingworld", progress=True)
-for fold in ("train", "test"):
-    after[f"cookingworld {fold}"] = evaluate("cookingworld", cw_policy, fold=fold)
-print(f"PPO: {cw_run.seconds:.0f} s for {len(cw_run.history)} iterations")
-pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
-              for name in ("cookingworld train", "cookingworld test")}).T[
-    ["success_rate", "mean_score", "mean_steps", "invalid_rate"]].round(3)
+cw_run, table = ppo_before_and_after("cookingworld", {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")},
+                                     ["success_rate", "mean_score", "mean_steps", "invalid_rate"])
+table
 
 # %%
 fig = learning_curves({"cookingworld": cw_run.history},
