@@ -10,7 +10,6 @@ study and algorithm (``benchmarks/results/math_rl_seeds.jsonl``, read by chapter
 """
 
 import argparse
-import json
 import time
 from dataclasses import replace
 
@@ -19,6 +18,7 @@ from tutorial_lib.evaluate import math_accuracy
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import get_preset
+from tutorial_lib.report import record_run
 from tutorial_lib.tiny_model import cache_root
 
 SHORT = {"accuracy (training problems)": "train", "accuracy (new problems)": "new", "format_accuracy": "format"}
@@ -51,10 +51,7 @@ def main() -> None:
         lines += [row(seed, "chapter 7", algo, comparison.start, comparison.final[algo],
                       comparison.costs[algo]["wall seconds"]) for algo in comparison.final]
         for line in lines:
-            print(json.dumps(line), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(line) + "\n")
+            record_run(line, args.out)
 
 
 if __name__ == "__main__":

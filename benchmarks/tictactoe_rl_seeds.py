@@ -14,7 +14,6 @@ the spread a reader's machine can land anywhere in.
 """
 
 import argparse
-import json
 import time
 from dataclasses import replace
 
@@ -23,6 +22,7 @@ from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import get_preset
 from tutorial_lib.reinforce import train_reinforce
+from tutorial_lib.report import record_run
 from tutorial_lib.tiny_model import cache_root
 
 
@@ -56,11 +56,7 @@ def main() -> None:
                         f"{when}_invalid": results["random"]["invalid_rate"],
                         f"{when}_minimax_draw": results["minimax"]["draw_rate"],
                         f"{when}_minimax_invalid": results["minimax"]["invalid_rate"]})
-        line = json.dumps(row)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        record_run(row, args.out)
 
 
 if __name__ == "__main__":

@@ -246,8 +246,8 @@ if len(ppo_seeds):
     display(ppo_seeds[list(columns)].rename(columns=columns).round(3))
 
 # %% [markdown]
-# At `ci` chapter 5's REINFORCE runs three times as many batches of the same size from the same
-# starts; this PPO uses each of its batches twice. That is not a race between the two (chapter 7
+# Chapter 5's REINFORCE runs more batches of the same size from the same starts; this PPO uses
+# each of its batches twice. That is not a race between the two (chapter 7
 # holds the sampled tokens equal for that), only a second algorithm on the same task and the same
 # held-out test.
 #

@@ -77,6 +77,15 @@ def test_recorded_runs_reads_json_lines_and_tolerates_a_missing_record(tmp_path,
     assert "clone the repository" in " ".join(capsys.readouterr().out.split())
 
 
+def test_record_run_prints_and_appends_what_recorded_runs_reads(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    report.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl")
+    report.record_run({"seed": 1, "after": 0.7}, tmp_path / "study.jsonl")
+    report.record_run({"seed": 2, "after": 0.9})  # printed only
+    assert capsys.readouterr().out.splitlines()[-1] == '{"seed": 2, "after": 0.9}'
+    assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
+
+
 @pytest.mark.parametrize("record", ["reinforce_tictactoe_seeds.jsonl", "ppo_tictactoe_seeds.jsonl"])
 def test_tictactoe_records_exist_with_several_seeds(record):
     runs = report.recorded_runs(record)

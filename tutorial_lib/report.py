@@ -167,6 +167,16 @@ def recorded_runs(name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def record_run(row: dict, out: str | Path | None = None) -> None:
+    """Print one run of a multi-seed study as a JSON line, and append it to ``out`` if given: the
+    lines :func:`recorded_runs` reads back."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
 def halves(history: Sequence[dict], key: str) -> tuple[float, float]:
     """Mean of ``key`` over the first and the second half of a run's iterations (training curves
     are noisy from one batch to the next; half-run means are steadier than any single point)."""
