@@ -1,8 +1,9 @@
-"""Tic-tac-toe RL over several seeds (chapter 5's REINFORCE, chapter 6's PPO): does RL improve on
-SFT, and how reliably?
+"""Tic-tac-toe RL over several seeds (chapter 5's REINFORCE, chapter 6's PPO, chapter 7's GRPO on
+single moves): does RL improve on SFT, and how reliably?
 
     python benchmarks/tictactoe_rl_seeds.py --algo reinforce [--seeds 0 1 2] [--preset ci] [--out F]
     python benchmarks/tictactoe_rl_seeds.py --algo ppo [--seeds 0 1 2] [--preset ci] [--out F]
+    python benchmarks/tictactoe_rl_seeds.py --algo grpo [--seeds 0 1 2] [--preset ci] [--out F]
 
 For each seed s: chapter 4's tic-tac-toe SFT with data-order seed s (seed 0 is the chapter's own
 checkpoint, from the cache), then the preset's RL run of the chosen algorithm with RL seed s,
@@ -18,11 +19,12 @@ import time
 from dataclasses import replace
 
 from tutorial_lib.evaluate import run_episodes, summarize
-from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
 from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import get_preset
 from tutorial_lib.reinforce import train_reinforce
 from tutorial_lib.report import record_run
+from tutorial_lib.tictactoe_moves import train_grpo_on_moves
 from tutorial_lib.tiny_model import cache_root
 
 
@@ -33,7 +35,7 @@ def evaluate(policy, preset, opponent: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algo", choices=("reinforce", "ppo"), required=True)
+    parser.add_argument("--algo", choices=("reinforce", "ppo", "grpo"), required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--preset", default="ci")
     parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
@@ -44,12 +46,18 @@ def main() -> None:
         policy = sft_policy("tictactoe", preset, data_seed=seed)
         sft_seconds = time.perf_counter() - start
         before = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
-        settings = replace(rl_settings("tictactoe", preset, args.algo), seed=seed)
-        train = train_ppo if args.algo == "ppo" else train_reinforce
-        run = train(policy, "tictactoe", settings,
-                    out_dir=cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}")
+        out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}"
+        if args.algo == "grpo":
+            settings = replace(grpo_settings("tictactoe", preset), seed=seed)
+            run = train_grpo_on_moves(policy, settings, out_dir=out_dir)
+        else:
+            settings = replace(rl_settings("tictactoe", preset, args.algo), seed=seed)
+            train = train_ppo if args.algo == "ppo" else train_reinforce
+            run = train(policy, "tictactoe", settings, out_dir=out_dir)
         after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
-        row = {"algo": args.algo, "sft_seed": seed, "rl_seed": seed, "iterations": settings.iterations,
+        iterations = settings.steps if args.algo == "grpo" else settings.iterations
+        row = {"algo": args.algo, "sft_seed": seed, "rl_seed": seed, "iterations": iterations,
+               "action_tokens": sum(r.get("action_tokens", 0) for r in run.history),
                "learning_rate": settings.learning_rate, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1)}
         for when, results in (("before", before), ("after", after)):
             row.update({f"{when}_win": results["random"]["win_rate"], f"{when}_loss": results["random"]["loss_rate"],

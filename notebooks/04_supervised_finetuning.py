@@ -162,6 +162,13 @@ del lora_policy
 # For every game: load the untrained policy, measure it, fine-tune it on chapter 3's data (made now
 # if the cache is empty), measure it again. The checkpoint goes to the cache, where chapter 5 will
 # find it.
+#
+# The two longest runs, tic-tac-toe and CookingWorld, take several minutes each, so they run in
+# parts, one cell each: `train_sft(..., stage=(i, n))` trains the i-th of n equal parts and stops at
+# a checkpoint holding the weights, the optimiser's moments, the learning-rate schedule and the random
+# generators; the next part resumes from it. The parts train exactly what one call would (the test
+# `test_a_run_in_stages_trains_what_one_call_trains` compares the weights), and a run interrupted
+# between parts picks up where it stopped.
 
 # %%
 def evaluate(game, policy, seeds, **options):
@@ -172,22 +179,26 @@ def evaluate(game, policy, seeds, **options):
 results, curves, timings = {}, {}, {}
 
 
-def finetune(game):
-    """Measure the untrained policy, fine-tune it on the game's expert data, measure it again."""
+def finetune(game, stage=(1, 1)):
+    """Part ``stage`` of the game's SFT run; the first part measures the untrained policy, the last the tuned one."""
     examples = expert_data(game, preset)
     seeds = range(preset.game(game).eval_episodes)
     # held-out evaluation where the game has held-out instances: CookingWorld's test games, new math problems
     options = {"cookingworld": {"fold": "test"}, "math": {"split": "test"}}.get(game, {})
     policy = load_policy(preset.model, lora=True if use_lora else None)
-    before = evaluate(game, policy, seeds, **options)
+    if stage[0] == 1:
+        results[game] = [evaluate(game, policy, seeds, **options)]
     # progress=False: the Trainer's live table would fill the page; the loss curves below show the same
     settings = replace(sft_settings(game, preset), progress=False)
-    result = train_sft(policy, examples, settings, output_dir=sft_dir(game, preset))
-    after = evaluate(game, policy, seeds, **options)
-    results[game], curves[game] = (before, after), result.losses
+    result = train_sft(policy, examples, settings, output_dir=sft_dir(game, preset), stage=stage)
+    if not result.finished:
+        return print(f"part {stage[0]} of {stage[1]}: step {result.step:,} of {result.total_steps:,}, "
+                     f"loss {result.losses[-1][1]:.3f}, {result.seconds:.0f} s of training so far")
+    results[game].append(evaluate(game, policy, seeds, **options))
+    curves[game] = result.losses
     timings[game] = {"examples": result.examples, "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
-    return pd.DataFrame({"before SFT": before, "after SFT": after}).T.round(3)
+    return pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T.round(3)
 
 
 # %% [markdown]
@@ -199,10 +210,13 @@ finetune("guess_the_number")
 # %% [markdown]
 # **Tic-tac-toe**: MCTS self-play and MCTS against a random player, every position under the
 # board's 8 symmetries, each completion with the board's lines worked out before the move
-# (chapter 3); evaluated against the random opponent, playing x and o alternately.
+# (chapter 3); evaluated against the random opponent, playing x and o alternately. Two parts.
 
 # %%
-finetune("tictactoe")
+finetune("tictactoe", stage=(1, 2))
+
+# %%
+finetune("tictactoe", stage=(2, 2))
 
 # %% [markdown]
 # **Math** (level 1, one operation): the generator's worked answers, evaluated on the test split:
@@ -213,10 +227,16 @@ finetune("math")
 
 # %% [markdown]
 # **CookingWorld**: gold paths of train-fold games, with chapter 3's recovery data and counterfactual
-# recipes, evaluated on the test fold.
+# recipes, evaluated on the test fold. Three parts.
 
 # %%
-finetune("cookingworld")
+finetune("cookingworld", stage=(1, 3))
+
+# %%
+finetune("cookingworld", stage=(2, 3))
+
+# %%
+finetune("cookingworld", stage=(3, 3))
 
 # %%
 fig, axes = plt.subplots(1, len(curves), figsize=(12, 2.8))

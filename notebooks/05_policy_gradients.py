@@ -40,7 +40,7 @@
 #
 # - **clear gains where the start has room**: draws against minimax, an opponent the policy never
 #   trains with, rose beyond noise in every recorded seed, with REINFORCE (this chapter's seed
-#   table) and with PPO (chapter 6's);
+#   table), with PPO (chapter 6's) and with GRPO on single moves (chapter 7's);
 # - **changes within noise elsewhere**: each chapter prints, beside its tables, whether a change
 #   exceeds two standard errors of its evaluation set, and what its diagnostics (entropy, explained
 #   variance, GRPO's zero-std groups) say about why a run did not move;

@@ -80,16 +80,23 @@ def evaluate(game, policy, episodes=None, **options):
     return summarize(records)
 
 
-def ppo_before_and_after(game, evaluations, columns):
+def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
     """Chapter 4's policy for ``game`` evaluated under each of ``evaluations`` (name -> game options),
-    trained with the preset's PPO, evaluated again; the results go into ``before`` and ``after``."""
+    trained with the preset's PPO, evaluated again; the results go into ``before`` and ``after``.
+    A long run goes in parts, ``stage=(i, n)``, one cell each: the first part evaluates before
+    training, the last after, and each part resumes from the previous one's checkpoint."""
     policy = sft_policy(game, preset)
-    for name, options in evaluations.items():
-        before[name] = evaluate(game, policy, **options)
-    run = train_ppo(policy, game, rl_settings(game, preset, "ppo"), out_dir=runs_dir / f"ppo-{game}", progress=True)
+    if stage[0] == 1:
+        for name, options in evaluations.items():
+            before[name] = evaluate(game, policy, **options)
+    settings = rl_settings(game, preset, "ppo")
+    run = train_ppo(policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=True, stage=stage)
+    seconds = sum(row["sample_seconds"] + row["train_seconds"] for row in run.history)
+    print(f"PPO: {len(run.history)} of {settings.iterations} iterations, {seconds:.0f} s")
+    if not run.finished:
+        return run, None
     for name, options in evaluations.items():
         after[name] = evaluate(game, policy, **options)
-    print(f"PPO: {run.seconds:.0f} s for {len(run.history)} iterations")
     table = pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
                           for name in evaluations}).T[columns]
     return run, table.round(3)
@@ -329,11 +336,16 @@ if len(math_seeds):
 # policy (β = 0.1, the tutorial uses 0.2) keeps the policy close to what it imitated: a batch of
 # a few hundred turns holds few episodes (the run prints how many), so each update follows a
 # noisy signal, and without the penalty the invalid-action rate drifted up while building
-# this chapter. Before and after, on the training games' fold and on held-out test games:
+# this chapter. Before and after, on the training games' fold and on held-out test games, with the
+# run in two parts (two cells) that each stay within a few minutes:
 
 # %%
-cw_run, table = ppo_before_and_after("cookingworld", {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")},
-                                     ["success_rate", "mean_score", "mean_steps", "invalid_rate"])
+cw_evaluations = {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")}
+cw_columns = ["success_rate", "mean_score", "mean_steps", "invalid_rate"]
+cw_run, _ = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns, stage=(1, 2))
+
+# %%
+cw_run, table = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns, stage=(2, 2))
 table
 
 # %%

@@ -46,3 +46,14 @@ def test_every_chapter_is_in_the_toc():
     assert chapters, "no chapters found"
     for stem in chapters:
         assert f"notebooks/{stem}" in toc
+
+
+def test_the_package_docstring_indexes_every_module():
+    import tutorial_lib
+
+    package = Path(tutorial_lib.__file__).parent
+    modules = {path.stem for path in package.glob("*.py") if path.stem != "__init__"}
+    modules |= {path.name for path in package.iterdir() if (path / "__init__.py").exists()}
+    listed = set(re.findall(r"^``(\w+)``", tutorial_lib.__doc__, flags=re.MULTILINE))
+    assert modules - listed == set(), "modules missing from tutorial_lib's index"
+    assert listed - modules == set(), "index entries with no module"

@@ -241,6 +241,25 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_result(tiny_cache, tmp_path,
     assert len(resumed.history) == 4
 
 
+def test_a_run_in_stages_ends_where_one_call_ends(tiny_cache, tmp_path):
+    """Two parts (one notebook cell each) train exactly what one call trains; only the last saves the model."""
+    settings = small_settings(lr_schedule="warmup_cosine", warmup_iterations=1, save_every=10)
+    straight = fresh_policy(tiny_cache)
+    full = train_ppo(straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
+    with pytest.raises(FileNotFoundError, match="run stage 1 of 2 first"):
+        train_ppo(fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(2, 2))
+    first = train_ppo(fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False,
+                      stage=(1, 2))
+    assert not first.finished and len(first.history) == 2 and not (tmp_path / "b" / "model").exists()
+    staged_policy = fresh_policy(tiny_cache)
+    second = train_ppo(staged_policy, "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(2, 2))
+    assert second.finished and (tmp_path / "b" / "model" / "value_model.pt").exists()
+    assert same(weights(straight.model), weights(staged_policy.model))
+    assert [r["mean_return"] for r in second.history] == [r["mean_return"] for r in full.history]
+    with pytest.raises(ValueError, match="stage must be"):
+        train_ppo(staged_policy, "tictactoe", settings, out_dir=tmp_path / "c", progress=False, stage=(0, 2))
+
+
 def test_resuming_a_reinforce_checkpoint_with_ppo_says_why_not(tiny_cache, tmp_path):
     from tutorial_lib.reinforce import RLSettings, train_reinforce
 

@@ -164,3 +164,31 @@ def test_length_batches_cover_every_example_once_in_batches_of_similar_length_an
     assert list(sampler) != order  # a new draw each epoch
     with pytest.raises(ValueError, match="batch_size"):
         LengthBatches(lengths, batch_size=0)
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_a_run_in_stages_trains_what_one_call_trains(tiny_cache, gtn_examples, tmp_path, micro_batches):
+    """Three parts of a run, each resumed from the last one's checkpoint, end at the weights one
+    call reaches: same data order across epochs, same optimiser state, same (cosine) schedule."""
+    import torch
+
+    settings = SFTSettings(epochs=3, batch_size=8, micro_batches=micro_batches, lr_scheduler="cosine",
+                           warmup_ratio=0.1, logging_steps=1, report_to="none", progress=False)
+    whole_policy = load_policy("tiny", tiny_config=SMALL)
+    whole = train_sft(whole_policy, gtn_examples[:40], settings, output_dir=tmp_path / "whole")
+    staged_dir = tmp_path / "staged"
+    with pytest.raises(FileNotFoundError, match="run stage 1 first"):
+        train_sft(load_policy("tiny", tiny_config=SMALL), gtn_examples[:40], settings, output_dir=staged_dir, stage=(2, 3))
+    parts = [train_sft(load_policy("tiny", tiny_config=SMALL), gtn_examples[:40], settings, output_dir=staged_dir,
+                       stage=(i, 3)) for i in (1, 2, 3)]
+    assert [p.finished for p in parts] == [False, False, True]
+    assert [p.step for p in parts] == [5, 10, 15] and whole.step == whole.total_steps == 15
+    assert json.loads((staged_dir / "sft_result.json").read_text())["examples"] == 40
+    assert not list(staged_dir.glob("checkpoint-*"))  # the finished run keeps only its model
+    staged = load_policy(str(staged_dir))
+    for name, weight in whole_policy.model.named_parameters():
+        torch.testing.assert_close(dict(staged.model.named_parameters())[name], weight)
+    assert [loss for _, loss in parts[-1].losses] == pytest.approx([loss for _, loss in whole.losses], rel=1e-5)
+    assert parts[-1].seconds > parts[0].seconds  # the time adds up over the parts
+    with pytest.raises(ValueError, match="stage must be"):
+        train_sft(whole_policy, gtn_examples[:40], settings, output_dir=tmp_path / "x", stage=(4, 3))

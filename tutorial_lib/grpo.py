@@ -1,4 +1,6 @@
-"""GRPO on math word problems, through TRL's ``GRPOTrainer`` (chapter 7).
+"""GRPO on math word problems, through TRL's ``GRPOTrainer`` (chapter 7). Any other single-turn
+task with a checkable answer passes its own ``dataset`` and ``reward`` (chapter 7's tic-tac-toe
+moves: :mod:`tutorial_lib.tictactoe_moves`).
 
     policy = sft_policy("math", preset)                      # or load_policy("tiny")
     result = train_grpo(policy, GRPOSettings(steps=30), out_dir="runs/grpo-math")
@@ -315,6 +317,9 @@ _RENAMED = {
     "completions/clipped_ratio": "clipped_ratio",
     "kl": "kl_ref",
     "sample_seconds": "sample_seconds",
+    # tic-tac-toe moves (tutorial_lib.tictactoe_moves.minimax_reward)
+    "valid_rate": "valid_rate",
+    "optimal_rate": "optimal_rate",
 }
 
 
@@ -357,6 +362,8 @@ def _history_callback(settings: GRPOSettings, log: MetricsLog, history: list[dic
                 row["success_rate"] = row["accuracy"]
             if "format_accuracy" in row:
                 row["invalid_rate"] = 1.0 - row["format_accuracy"]
+            if "valid_rate" in row:
+                row["invalid_rate"] = 1.0 - row["valid_rate"]
             row["action_tokens"] = float(round(row.get("mean_action_tokens", 0.0) * episodes))
             row["seconds"] = now - self.last
             row["train_seconds"] = row["seconds"] - row.get("sample_seconds", 0.0)
@@ -371,7 +378,9 @@ def _history_callback(settings: GRPOSettings, log: MetricsLog, history: list[dic
                 if spent >= settings.token_budget:
                     control.should_training_stop = True
             if "mean_return" in row:
-                bar.set_postfix(ret=f"{row['mean_return']:.2f}", acc=f"{row.get('accuracy', 0.0):.2f}", refresh=False)
+                shown = {name: f"{row[key]:.2f}" for name, key in (("acc", "accuracy"), ("optimal", "optimal_rate"))
+                         if key in row}
+                bar.set_postfix(ret=f"{row['mean_return']:.2f}", **shown, refresh=False)
 
     return HistoryCallback()
 
@@ -432,8 +441,9 @@ def _quiet():
         yield
 
 
-def build_trainer(policy, settings: GRPOSettings, dataset, *, out_dir: str | Path):
-    """TRL's ``GRPOTrainer`` for ``policy`` on ``dataset`` with :func:`math_reward`, console output off.
+def build_trainer(policy, settings: GRPOSettings, dataset, *, out_dir: str | Path, reward=None):
+    """TRL's ``GRPOTrainer`` for ``policy`` on ``dataset`` with ``reward`` (TRL's reward-function
+    signature; :func:`math_reward` by default), console output off.
 
     With ``beta > 0`` the reference model is a frozen copy of the policy's current weights (under
     PEFT: the model with its adapters disabled, TRL's way). Note that TRL patches
@@ -445,7 +455,7 @@ def build_trainer(policy, settings: GRPOSettings, dataset, *, out_dir: str | Pat
     with _quiet():
         trainer = _trainer_class()(
             model=policy.model,
-            reward_funcs=math_reward,
+            reward_funcs=reward or math_reward,
             args=grpo_config(settings, out_dir),
             train_dataset=dataset,
             processing_class=policy.tokenizer,
@@ -470,6 +480,8 @@ def train_grpo(
     progress: bool = True,
     resume: bool = False,
     dataset=None,
+    reward=None,
+    game: str = GAME,
 ) -> RLResult:
     """Fine-tune ``policy.model`` in place with GRPO on math; logs, checkpoints and the final model
     (``out_dir/model``, with the tokenizer) go to ``out_dir``.
@@ -477,11 +489,15 @@ def train_grpo(
     ``dataset`` replaces the generated training problems (a :func:`math_prompt_dataset`, e.g. over
     GSM8K with ``env_options={"source": "gsm8k"}``); by default there is one fresh problem per
     prompt of every step. ``resume=True`` continues from the last checkpoint in ``out_dir``
-    (``save_steps`` must have been set).
+    (``save_steps`` must have been set). Another single-turn task brings its own ``dataset``,
+    ``reward`` and ``game`` name (the log's label): chapter 7's tic-tac-toe moves
+    (:mod:`tutorial_lib.tictactoe_moves`).
     """
     settings = settings or GRPOSettings()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if game != GAME and (dataset is None or reward is None):
+        raise ValueError(f"GRPO on {game!r} needs both its dataset and its reward function")
     if dataset is None:
         seeds = range(settings.first_seed, settings.first_seed + settings.steps * settings.prompts_per_step)
         dataset = math_prompt_dataset(seeds, env_options=settings.env_options)
@@ -490,7 +506,7 @@ def train_grpo(
         raise FileNotFoundError(f"no checkpoint-* folder in {out_dir} to resume from; start without resume "
                                 "(and set GRPOSettings.save_steps to write checkpoints)")
     (out_dir / "rl_settings.json").write_text(
-        json.dumps({"game": GAME, "algo": "GRPO", **asdict(settings)}, indent=1, default=str)
+        json.dumps({"game": game, "algo": "GRPO", **asdict(settings)}, indent=1, default=str)
     )
     resumed_step = int(checkpoint.name.split("-")[-1]) if checkpoint else None
     log = MetricsLog(out_dir, resume_from=resumed_step)
@@ -500,12 +516,12 @@ def train_grpo(
     patched_before = "forward" in vars(base)
     budgeted = settings.token_budget is not None
     spent = min(sum(r.get("action_tokens", 0.0) for r in history), settings.token_budget) if budgeted else 0
-    bar = progress_bar(total=settings.token_budget if budgeted else settings.steps, desc=f"GRPO {GAME}",
+    bar = progress_bar(total=settings.token_budget if budgeted else settings.steps, desc=f"GRPO {game}",
                        unit=" tokens" if budgeted else "it", disable=not progress,
                        initial=spent if budgeted else resumed_step or 0)
     began = time.perf_counter()
     try:
-        trainer = build_trainer(policy, settings, dataset, out_dir=out_dir)
+        trainer = build_trainer(policy, settings, dataset, out_dir=out_dir, reward=reward)
         trainer.add_callback(_history_callback(settings, log, history, bar))
         with _quiet():
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

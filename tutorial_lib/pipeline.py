@@ -122,6 +122,15 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
     return settings_class(**{**overrides, "env_options": env_options})
 
 
+def grpo_settings(game: str, preset: Preset):
+    """Chapter 7's GRPO settings for ``game`` (math, or tic-tac-toe's single moves): the preset's
+    overrides, with room for the game's longest answer unless the preset says otherwise."""
+    from .grpo import GRPOSettings
+    from .policies import MAX_NEW_TOKENS
+
+    return GRPOSettings(**{"max_completion_length": MAX_NEW_TOKENS[game], **preset.game(game).grpo})
+
+
 def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progress: bool = False,
                **policy_options):
     """Chapter 4's fine-tuned policy for ``game``, from the cache or trained now (and cached).

@@ -407,10 +407,11 @@ def train_ppo(
     out_dir: str | Path,
     resume: bool = False,
     progress: bool = True,
+    stage: tuple[int, int] = (1, 1),
 ) -> RLResult:
     """Train ``policy`` in place with PPO on ``game``; logs, checkpoints and the final model (with
     ``value_model.pt`` beside it) go to ``out_dir``; ``result.algorithm.value_model`` is the critic.
     ``resume=True`` continues a stopped run exactly."""
     settings = settings or PPOSettings()
     return run_rl(policy, game, settings, lambda: PPO(policy, settings), out_dir=out_dir, resume=resume,
-                  progress=progress)
+                  progress=progress, stage=stage)

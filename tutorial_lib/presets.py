@@ -48,7 +48,7 @@ class GameSettings:
     rl: dict = field(default_factory=dict)
     #: overrides of :class:`tutorial_lib.ppo.PPOSettings` (chapter 6)
     ppo: dict = field(default_factory=dict)
-    #: overrides of :class:`tutorial_lib.grpo.GRPOSettings` (chapter 7; math only)
+    #: overrides of :class:`tutorial_lib.grpo.GRPOSettings` (chapter 7: math, and tic-tac-toe's single moves)
     grpo: dict = field(default_factory=dict)
     #: probability of an injected invalid command before each expert action (recovery data,
     #: :class:`tutorial_lib.expert_data.ExpertWithMistakes`; CookingWorld)
@@ -119,6 +119,9 @@ PRESETS: dict[str, Preset] = {
                 # REINFORCE, PPO's two epochs over each batch (benchmarks/results/ppo_tictactoe_seeds.jsonl)
                 ppo=dict(iterations=20, learning_rate=1e-3, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
                          minibatch_turns=128, microbatch_turns=128, env_options={"invalid_move": "forfeit"}),
+                # chapter 7: single moves of decisive positions, the minimax reward; fewer sampled tokens
+                # than chapter 6's PPO run (benchmarks/results/grpo_tictactoe.md)
+                grpo=dict(steps=40, prompts_per_step=16, num_generations=8, learning_rate=3e-4),
                 worked_lines=True,
             ),
             # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.

@@ -188,6 +188,7 @@ def train_reinforce(
     out_dir: str | Path,
     resume: bool = False,
     progress: bool = True,
+    stage: tuple[int, int] = (1, 1),
 ) -> RLResult:
     """Train ``policy`` in place with REINFORCE (+ ReBN) on ``game``; logs and checkpoints to ``out_dir``.
 
@@ -196,4 +197,4 @@ def train_reinforce(
     """
     settings = settings or RLSettings()
     return run_rl(policy, game, settings, lambda: Reinforce(policy, settings), out_dir=out_dir, resume=resume,
-                  progress=progress)
+                  progress=progress, stage=stage)

@@ -68,6 +68,8 @@ class RLResult:
     seconds: float
     #: the algorithm that trained (its optimiser, and modules such as PPO's value model)
     algorithm: Algorithm | None = None
+    #: ``False`` for a part of a staged run (``stage=(i, n)``, i < n): checkpointed, no model saved yet
+    finished: bool = True
 
     def curve(self, key: str) -> list[float]:
         return [row[key] for row in self.history if key in row]
@@ -92,6 +94,7 @@ def run_rl(
     out_dir: str | Path,
     resume: bool = False,
     progress: bool = True,
+    stage: tuple[int, int] = (1, 1),
 ) -> RLResult:
     """Train ``policy`` in place on ``game``; logs, checkpoints and the final model go to ``out_dir``.
 
@@ -100,7 +103,16 @@ def run_rl(
     ``env_options``, ``first_seed``, ``save_every``, ``seed``). ``make_algorithm`` is called once,
     after the random generators are seeded, so a freshly initialised module (a value head) is the
     same in every run with the same seed.
+
+    ``stage=(i, n)`` runs only the i-th of n equal parts of the iterations, so that a long run fits
+    in several notebook cells: part i < n ends at a checkpoint (not a saved model), and part i + 1
+    resumes from it, exactly (the schedule still spans all ``settings.iterations``).
     """
+    part, parts = stage
+    if not 1 <= part <= parts:
+        raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
+    resume = resume or part > 1
+    stop = round(settings.iterations * part / parts)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model = policy.model
@@ -108,6 +120,9 @@ def run_rl(
     algorithm = make_algorithm()
     start, next_seed = 0, settings.first_seed
     if resume:
+        if not (out_dir / "checkpoint").exists():
+            raise FileNotFoundError(f"nothing to resume in {out_dir}: no checkpoint" +
+                                    (f" (run stage {part - 1} of {parts} first)" if part > 1 else ""))
         start, state = load_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, modules=algorithm.modules())
         next_seed = state["next_seed"]
         algorithm.load_state_dict(state.get("algorithm", {}))
@@ -123,8 +138,9 @@ def run_rl(
     bar = progress_bar(desc=f"{algorithm.name} {game}", disable=not progress, unit=" tokens" if budgeted else "it",
                        total=settings.token_budget if budgeted else settings.iterations,
                        initial=min(spent, settings.token_budget) if budgeted else start)
+    over_budget = budgeted and spent >= settings.token_budget  # a resumed part after the budget ran out
     try:
-        for iteration in range(start, settings.iterations):
+        for iteration in range(start, stop if not over_budget else start):
             tick = time.perf_counter()
             seeds = range(next_seed, next_seed + settings.turns_per_iteration)  # >= one turn per episode
             if settings.train_seeds is not None:  # a fixed training split, cycled through
@@ -145,7 +161,7 @@ def run_rl(
             spent += metrics["action_tokens"]
             bar.update(min(metrics["action_tokens"], settings.token_budget - bar.n) if budgeted else 1)
             over_budget = budgeted and spent >= settings.token_budget
-            if (iteration + 1) % settings.save_every == 0 or iteration + 1 == settings.iterations or over_budget:
+            if (iteration + 1) % settings.save_every == 0 or iteration + 1 in (stop, settings.iterations) or over_budget:
                 save_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, step=iteration + 1,
                                 state={"next_seed": next_seed, "algorithm": algorithm.state_dict()},
                                 modules=algorithm.modules())
@@ -155,6 +171,8 @@ def run_rl(
         bar.close()
         log.close()
     model.eval()
+    if part < parts and not over_budget:  # a part of the run: the next part resumes from its checkpoint
+        return RLResult(out_dir, history, time.perf_counter() - began, algorithm, finished=False)
     with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
         model.save_pretrained(out_dir / "model")
     policy.tokenizer.save_pretrained(out_dir / "model")

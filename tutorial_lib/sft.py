@@ -22,6 +22,7 @@ Three regimes, one function:
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -114,6 +115,11 @@ class SFTResult:
     trained_tokens: int
     #: share of the token positions the model ran on that were padding (see ``group_by_length``)
     padding_fraction: float = 0.0
+    #: ``False`` for a part of a staged run (``train_sft(stage=(i, n))``, i < n): no model saved yet
+    finished: bool = True
+    #: optimiser steps done so far, and in the whole run
+    step: int = 0
+    total_steps: int = 0
 
     @property
     def losses(self) -> list[tuple[int, float]]:
@@ -236,6 +242,23 @@ def _completion_only_trainer():
     return CompletionOnlySFTTrainer
 
 
+def _checkpoints(output_dir: Path) -> list[Path]:
+    return sorted(output_dir.glob("checkpoint-*")) if output_dir.is_dir() else []
+
+
+def _StopAtFraction(fraction: float):
+    """A callback that stops training at ``fraction`` of its steps and saves a resumable checkpoint."""
+    from transformers import TrainerCallback
+
+    class StopAtFraction(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= round(state.max_steps * fraction):
+                control.should_save = control.should_training_stop = True
+            return control
+
+    return StopAtFraction()
+
+
 def train_sft(
     policy: LanguagePolicy,
     examples: Sequence[dict[str, Any]],
@@ -243,12 +266,30 @@ def train_sft(
     *,
     output_dir: str | Path,
     resume: bool = False,
+    stage: tuple[int, int] = (1, 1),
 ) -> SFTResult:
-    """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``."""
+    """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``.
+
+    ``stage=(i, n)`` trains only the i-th of n equal parts of the run, so that a long run fits in
+    several notebook cells (or survives an interruption). Part i < n stops at a checkpoint in
+    ``output_dir`` that holds the weights, the optimiser, the schedule and the random generators;
+    part i + 1 resumes from it, and the n parts train exactly what one call would
+    (``tests/test_sft.py`` checks the weights). Only the last part saves the model and
+    ``sft_result.json``; ``SFTResult.finished`` says which kind of result came back.
+    """
     from trl import SFTConfig
 
     settings = settings or SFTSettings()
     output_dir = Path(output_dir)
+    part, parts = stage
+    if not 1 <= part <= parts:
+        raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
+    if part > 1 and not _checkpoints(output_dir):
+        raise FileNotFoundError(f"stage {part} of {parts} resumes from a checkpoint in {output_dir}, and there is "
+                                f"none: run stage {part - 1} first")
+    if part == 1 and parts > 1 and not resume:
+        for stale in _checkpoints(output_dir):  # an interrupted earlier run's stops: part 2 must resume from ours
+            shutil.rmtree(stale)
     dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
     trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
     config = SFTConfig(
@@ -293,15 +334,32 @@ def train_sft(
             # with tqdm off the Trainer prints every log dict instead: hundreds of lines in a chapter
             # (the losses stay in trainer.state.log_history, which SFTResult keeps)
             trainer.remove_callback(PrinterCallback)
+        if part < parts:
+            trainer.add_callback(_StopAtFraction(part / parts))
         start = time.perf_counter()
-        trainer.train(resume_from_checkpoint=resume or None)
+        trainer.train(resume_from_checkpoint=(resume or part > 1) or None)
         seconds = time.perf_counter() - start
         policy.model.eval()
+        # time and padding add up over the parts of a staged run (the Trainer's own state does not keep them)
+        tally_file = output_dir / "sft_stages.json"
+        tally = json.loads(tally_file.read_text()) if part > 1 and tally_file.exists() else {"seconds": 0.0, "padding": [0, 0]}
+        tally = {"seconds": tally["seconds"] + seconds,
+                 "padding": [a + b for a, b in zip(tally["padding"], trainer.padding_seen)]}
+        seconds = tally["seconds"]
+        if part < parts:
+            tally_file.write_text(json.dumps(tally))
+            return SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens),
+                             finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps)
         trainer.save_model(str(output_dir))
     policy.tokenizer.save_pretrained(output_dir)
-    real, positions = trainer.padding_seen
+    for checkpoint in _checkpoints(output_dir):  # the run is whole: its resumable stops are not needed
+        if parts > 1:
+            shutil.rmtree(checkpoint)
+    tally_file.unlink(missing_ok=True)
+    real, positions = tally["padding"]
     padding = round(1 - real / positions, 4) if positions else 0.0
-    result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens), padding)
+    result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens), padding,
+                       step=trainer.state.global_step, total_steps=trainer.state.max_steps)
     (output_dir / "sft_result.json").write_text(
         json.dumps(
             {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
