@@ -128,7 +128,7 @@ ppo = PPO(math_policy, math_settings)
 rollout = collect(math_policy, "math", range(100_000, 100_004), env_options=math_settings.env_options, num_envs=4)
 with torch.no_grad():
     batch = collate_turns(rollout.turns, math_policy.tokenizer.pad_token_id)
-    scores, values = ppo._forward(batch)
+    scores, values = ppo.logprobs_and_values(batch)
 print("hidden state per turn:", tuple(scores.state_hidden.shape), "-> values:", [round(v, 3) for v in values.tolist()])
 print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameters()),
       "| policy parameters:", math_policy.num_parameters())

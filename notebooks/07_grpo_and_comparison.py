@@ -294,10 +294,11 @@ if grpo_ttt_seeds:
     display(table.round(3))
 
 # %% [markdown]
-# What to read here. The zero-std share stays high because from a decisive position the
-# chapter 4 policy often samples the best move in all eight answers: those groups teach nothing,
-# and the gradient comes from the positions it still gets wrong, which is GRPO working as
-# intended. The draws against minimax are the held-out test: minimax punishes every move that
+# What to read here. The zero-std share (printed above) counts the groups whose eight answers all
+# landed on moves of the same value: all keeping the draw, all taking the win, or all losing. Those
+# groups teach nothing; the gradient comes from the positions where the answers disagree, and as
+# the policy gets more of them right, fewer groups disagree. That is GRPO working as intended, and
+# the reason a harder set of positions, or larger groups, would be the next step. The draws against minimax are the held-out test: minimax punishes every move that
 # throws the draw away, which is exactly what the reward penalises, even though no training
 # position came from a game against it. The recorded seeds say whether the change recurs from
 # other starts. The table's three algorithms did not get the same budget (chapter 5's REINFORCE

@@ -12,8 +12,6 @@ from tutorial_lib.advantages import (
     gae,
     group_normalise,
     rebn,
-    spread_over_mask,
-    token_advantages,
     whiten,
 )
 
@@ -284,43 +282,3 @@ def test_whiten_rejects_empty_or_mismatched_mask():
         whiten(torch.ones(3), torch.zeros(3))
     with pytest.raises(ValueError, match="shape"):
         whiten(torch.ones(3), torch.ones(4))
-
-
-# --- spreading turn advantages over tokens -----------------------------------------------------
-
-
-def test_token_advantages_repeats_each_turn_over_its_tokens():
-    assert token_advantages([0.5, -1.0, 2.0], [2, 0, 3]) == [0.5, 0.5, 2.0, 2.0, 2.0]
-    assert token_advantages([], []) == []
-
-
-def test_token_advantages_rejects_bad_lengths():
-    with pytest.raises(ValueError, match="action lengths"):
-        token_advantages([1.0, 2.0], [3])
-    with pytest.raises(ValueError, match="non-negative"):
-        token_advantages([1.0], [-1])
-
-
-def test_spread_over_mask_follows_action_spans():
-    mask = torch.tensor([0, 1, 1, 0, 0, 1, 0, 1, 1, 1])
-    out = spread_over_mask([0.5, -1.0, 2.0], mask)
-    assert out.tolist() == [0.0, 0.5, 0.5, 0.0, 0.0, -1.0, 0.0, 2.0, 2.0, 2.0]
-    assert out.shape == mask.shape
-
-
-def test_spread_over_mask_agrees_with_token_advantages():
-    mask = torch.tensor([True, True, False, True, False, False, True, True, True])
-    turn_adv = [0.25, -0.5, 1.5]
-    out = spread_over_mask(turn_adv, mask)
-    assert out[mask].tolist() == token_advantages(turn_adv, [2, 1, 3])
-
-
-def test_spread_over_mask_rejects_wrong_number_of_spans():
-    with pytest.raises(ValueError, match="2 action spans"):
-        spread_over_mask([1.0], torch.tensor([1, 0, 1]))
-    with pytest.raises(ValueError, match="1-D"):
-        spread_over_mask([1.0], torch.ones(2, 2))
-
-
-def test_spread_over_mask_empty_mask():
-    assert spread_over_mask([], torch.zeros(4)).tolist() == [0.0] * 4

@@ -124,3 +124,12 @@ def test_chapter_9_runs_a_pretrained_model_at_every_scale(monkeypatch):
     assert ci.game("guess_the_number").rl["learning_rate"] == small.game("guess_the_number").rl["learning_rate"]
     assert presets.pretrained_preset(small) is small
     assert presets.pretrained_preset(presets.PRESETS["full"]) is presets.PRESETS["full"]
+
+
+def test_game_settings_are_keyword_only():
+    """``GameSettings(dict(...), 500, dict(...), 100)`` read as anything; each field is named."""
+    from tutorial_lib.presets import GameSettings
+
+    with pytest.raises(TypeError):
+        GameSettings(dict(preset="easy"), 100)
+    assert GameSettings(env_options=dict(preset="easy"), eval_episodes=7).eval_episodes == 7

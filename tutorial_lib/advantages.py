@@ -4,14 +4,14 @@ In a text game the policy acts once per *turn*: it writes one action, the game a
 reward and the next observation. An episode's rewards are therefore a list with one number per
 turn, and every function here works at that level. Policy-gradient methods weight each action's
 log-probability by how much better than expected it turned out -- its *advantage* -- so this module
-turns per-turn rewards into per-turn returns and advantages, and finally spreads them onto the
-action's tokens (only those tokens are trained; chapter 2's loss mask).
+turns per-turn rewards into per-turn returns and advantages. Every token of a turn's action shares
+that turn's advantage (the losses in :mod:`tutorial_lib.reinforce` and :mod:`tutorial_lib.ppo`
+broadcast it over the action's tokens; chapter 2's loss mask keeps the rest out).
 
     returns = batch_returns([[0, 0, 1], [0, -1]], gamma=0.9)  # [[0.81, 0.9, 1.0], [-0.9, -1.0]]
     adv = rebn(returns)                                      # REINFORCE with ReBN (chapter 5)
     adv, targets = gae(rewards, values, gamma=1.0, lam=0.95)  # PPO with a value head
     adv = group_normalise(final_rewards, group_size=8)       # GRPO: 8 samples per prompt
-    token_adv = token_advantages(adv_per_turn, action_lengths)
 
 The estimators, from simplest to most elaborate:
 
@@ -188,40 +188,3 @@ def whiten(
     if not shift_mean:
         whitened = whitened + mean
     return torch.where(mask, whitened, torch.zeros_like(whitened))
-
-
-def token_advantages(turn_advantages: Sequence[float], action_lengths: Sequence[int]) -> list[float]:
-    """Repeat each turn's advantage over that turn's action tokens, turn after turn.
-
-    Every token of an action shares its turn's advantage: the reward is for the whole action.
-    """
-    turn_advantages = _floats(turn_advantages)
-    if len(turn_advantages) != len(action_lengths):
-        raise ValueError(f"{len(turn_advantages)} advantages but {len(action_lengths)} action lengths")
-    if any(n < 0 for n in action_lengths):
-        raise ValueError(f"action lengths must be non-negative, got {list(action_lengths)}")
-    return [a for a, n in zip(turn_advantages, action_lengths) for _ in range(int(n))]
-
-
-def spread_over_mask(turn_advantages: Sequence[float], action_mask: torch.Tensor) -> torch.Tensor:
-    """Per-token advantages aligned with a 1-D ``action_mask`` of one multi-turn sequence.
-
-    Each maximal run of true entries in the mask is one turn's action, in order (observations
-    separate the actions, so two turns never touch). Those tokens get their turn's advantage, all
-    others 0. The result has the mask's shape, as float32.
-    """
-    mask = action_mask.to(torch.bool)
-    if mask.dim() != 1:
-        raise ValueError(f"action_mask must be 1-D, got shape {tuple(mask.shape)}")
-    # A run starts where the mask is true and the previous entry is not; its number (cumsum of the
-    # starts) minus one indexes the turn.
-    previous = torch.cat([mask.new_zeros(1), mask[:-1]])
-    starts = mask & ~previous
-    turn_advantages = torch.tensor(_floats(turn_advantages), dtype=torch.float32)
-    spans = int(starts.sum())
-    if spans != len(turn_advantages):
-        raise ValueError(f"the mask has {spans} action spans but {len(turn_advantages)} advantages")
-    turn_index = (torch.cumsum(starts.long(), dim=0) - 1).clamp(min=0)
-    if len(turn_advantages) == 0:
-        return torch.zeros(mask.shape, dtype=torch.float32)
-    return torch.where(mask, turn_advantages.to(mask.device)[turn_index], torch.zeros((), device=mask.device))

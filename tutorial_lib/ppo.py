@@ -249,7 +249,7 @@ class PPO(Algorithm):
             self.scheduler.load_state_dict(state["scheduler"])
 
     # -- scoring ----------------------------------------------------------------------------
-    def _forward(self, batch) -> tuple[Any, torch.Tensor]:
+    def logprobs_and_values(self, batch) -> tuple[Any, torch.Tensor]:
         """Action log-probs (with entropy) and turn values of a collated batch."""
         shared = self.value_model.backbone is None
         scores = action_logprobs(self.policy.model, batch, with_entropy=True, with_state_hidden=shared,
@@ -267,7 +267,7 @@ class PPO(Algorithm):
         for start in range(0, len(turns), self.settings.microbatch_turns):
             chunk = turns[start : start + self.settings.microbatch_turns]
             batch = collate_turns(chunk, pad)
-            scores, chunk_values = self._forward(batch)
+            scores, chunk_values = self.logprobs_and_values(batch)
             mask = batch["action_mask"].to(scores.logprobs.device)
             log_ratio = (scores.logprobs - batch["sampler_logprobs"].to(mask.device)).masked_fill(~mask, 0.0)
             # KL(sampler || trainer) two ways, as chapter 5 logs it: ~0 when the sampler is the policy
@@ -366,7 +366,7 @@ class PPO(Algorithm):
         for start in range(0, len(turns), s.microbatch_turns):
             chunk = slice(start, start + s.microbatch_turns)
             batch = collate_turns(turns[chunk], self.policy.tokenizer.pad_token_id)
-            scores, values = self._forward(batch)
+            scores, values = self.logprobs_and_values(batch)
             device = values.device
             mask = batch["action_mask"].to(device)
             old = batch["sampler_logprobs"].to(device)  # here: pi_old, laid out by collate_turns

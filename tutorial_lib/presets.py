@@ -31,7 +31,7 @@ DEFAULT_OFFLINE_MODEL = "smollm2-135m"
 PRETRAINED_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GameSettings:
     """How one game is played, imitated and evaluated at one scale (chapters 3-4)."""
 
@@ -111,9 +111,9 @@ PRESETS: dict[str, Preset] = {
             # worked lines before the move, 45 epochs. Why each setting, with the runs behind it:
             # benchmarks/results/sft_recipe.md and reinforce_tictactoe*.md (chapters 4 and 5).
             "tictactoe": GameSettings(
-                dict(opponent="random", agent_mark="alternate"),
-                300,
-                dict(epochs=45, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
+                env_options=dict(opponent="random", agent_mark="alternate"),
+                expert_episodes=300,
+                sft=dict(epochs=45, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 rl=dict(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
                 # chapter 6: the same start, opponent, batch size and constant lr as chapter 5's
                 # REINFORCE, PPO's two epochs over each batch (benchmarks/results/ppo_tictactoe_seeds.jsonl)
@@ -131,11 +131,11 @@ PRESETS: dict[str, Preset] = {
             # Each choice and its measured effect, over data-order seeds where the spread matters:
             # benchmarks/results/sft_recipe.md (chapter 4).
             "cookingworld": GameSettings(
-                dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
-                500,
-                dict(epochs=8, learning_rate=3e-3, batch_size=16, micro_batches=4, lr_scheduler="constant",
-                     extra={"adam_beta2": 0.95}),
-                100,
+                env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
+                expert_episodes=500,
+                sft=dict(epochs=8, learning_rate=3e-3, batch_size=16, micro_batches=4, lr_scheduler="constant",
+                         extra={"adam_beta2": 0.95}),
+                eval_episodes=100,
                 # PPO trains on the train fold only; a CookingWorld update costs ~10x a math one
                 # (prompts of ~300 tokens, episodes of ~15 turns), so few, small iterations at ci,
                 # and the KL to the SFT policy keeps the noisy updates near it (chapter 6)
@@ -149,22 +149,26 @@ PRESETS: dict[str, Preset] = {
             # 1,000 binary-search games, 10 epochs; 300 games learnt guesses that ignored earlier
             # feedback (benchmarks/results/sft_recipe.md)
             "guess_the_number": GameSettings(
-                dict(preset="easy"),
-                1000,
-                dict(epochs=10, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
+                env_options=dict(preset="easy"),
+                expert_episodes=1000,
+                sft=dict(epochs=10, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 # the SFT policy already plays binary search and samples it with probability ~1, so
                 # REINFORCE has nothing to compare (chapter 5): 15 iterations show it as well as 30
                 rl=dict(iterations=15, learning_rate=1e-3),
             ),
             # PPO: the training split is chapter 4's 600 problems (seeds 0-599); sampling at T=0.5
             # (scored at 0.5) puts ~3x more right answers in a batch than T=1 (chapter 6)
-            "math": GameSettings(dict(source="generated", level=1), 600, dict(epochs=25, learning_rate=3e-3),
-                                 ppo=dict(iterations=36, turns_per_iteration=256, num_envs=64, learning_rate=3e-4,
-                                          temperature=0.5, first_seed=0, train_seeds=600, gamma=1.0,
-                                          gae_lambda=1.0, minibatch_turns=64, microbatch_turns=64),
-                                 # chapter 7: GRPO on the same split, temperature and token budget
-                                 grpo=dict(steps=300, prompts_per_step=8, num_generations=8, learning_rate=3e-4,
-                                           temperature=0.5, token_budget=150_000)),
+            "math": GameSettings(
+                env_options=dict(source="generated", level=1),
+                expert_episodes=600,
+                sft=dict(epochs=25, learning_rate=3e-3),
+                ppo=dict(iterations=36, turns_per_iteration=256, num_envs=64, learning_rate=3e-4, temperature=0.5,
+                         first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=64,
+                         microbatch_turns=64),
+                # chapter 7: GRPO on the same split, temperature and token budget
+                grpo=dict(steps=300, prompts_per_step=8, num_generations=8, learning_rate=3e-4, temperature=0.5,
+                          token_budget=150_000),
+            ),
         },
         selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=300,
@@ -239,22 +243,23 @@ PRESETS: dict[str, Preset] = {
         cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
         games={
             "tictactoe": GameSettings(
-                dict(opponent="random", agent_mark="alternate"), 1000, dict(epochs=1),
+                env_options=dict(opponent="random", agent_mark="alternate"), expert_episodes=1000, sft=dict(epochs=1),
                 rl=dict(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
                 ppo=dict(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0,
                          env_options={"invalid_move": "forfeit"}),
             ),
             "cookingworld": GameSettings(
-                dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2), 900, dict(epochs=1), 200,
+                env_options=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+                expert_episodes=900, sft=dict(epochs=1), eval_episodes=200,
                 # the TextWorld tutorial's PPO: GAE lambda 0.95, KL to the SFT policy 0.2
                 ppo=dict(iterations=50, learning_rate=1e-5, critic_learning_rate=1e-4, gamma=0.99, gae_lambda=0.95,
                          kl_coef=0.2, microbatch_turns=8, env_options={"fold": "train"}),
             ),
-            "guess_the_number": GameSettings(dict(preset="hard"), 1000, dict(epochs=1),
+            "guess_the_number": GameSettings(env_options=dict(preset="hard"), expert_episodes=1000, sft=dict(epochs=1),
                                              rl=dict(iterations=100, learning_rate=4e-5)),
             # the GSM8K PPO tutorial: rollout batch 16, minibatch 8, 2 epochs, clip 0.2 / value clip 0.5,
             # actor lr 1e-6, critic lr 1e-5, separate critic, no reference; GSM8K's train split
-            "math": GameSettings(dict(source="gsm8k"), 7473, dict(epochs=1),
+            "math": GameSettings(env_options=dict(source="gsm8k"), expert_episodes=7473, sft=dict(epochs=1),
                                  ppo=dict(iterations=400, turns_per_iteration=16, num_envs=16, minibatch_turns=8,
                                           microbatch_turns=8, learning_rate=1e-6, critic_learning_rate=1e-5,
                                           critic="separate", gamma=1.0, gae_lambda=1.0, temperature=0.9,
