@@ -66,7 +66,7 @@ import torch
 from .advantages import gae, whiten
 from .policies import EpisodeState
 from .reinforce import RLSettings
-from .rl_loop import Algorithm, RLResult, run_rl
+from .rl_loop import Algorithm, RLResult, clip_and_step, run_rl, sampler_kl_sums
 from .rollout import Rollout, TurnSample, action_logprobs, collate_turns, last_hidden_states, state_positions
 from .tokenization import left_padded_batch
 
@@ -271,8 +271,8 @@ class PPO(Algorithm):
             mask = batch["action_mask"].to(scores.logprobs.device)
             log_ratio = (scores.logprobs - batch["sampler_logprobs"].to(mask.device)).masked_fill(~mask, 0.0)
             # KL(sampler || trainer) two ways, as chapter 5 logs it: ~0 when the sampler is the policy
-            k1 += float((-log_ratio)[mask].sum())
-            k3 += float((log_ratio.exp() - 1 - log_ratio)[mask].sum())
+            chunk_k1, chunk_k3 = sampler_kl_sums(log_ratio, mask)
+            k1, k3 = k1 + chunk_k1, k3 + chunk_k3
             if self.reference is not None:
                 ref = action_logprobs(self.reference, batch, temperature=self.settings.temperature).logprobs
                 ref_kl.extend(((scores.logprobs - ref) * mask).sum(1).tolist())
@@ -387,16 +387,8 @@ class PPO(Algorithm):
                 stats["entropy"] += float(entropy)
                 stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
                 stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm) if finite else torch.tensor(float("nan"))
-        if finite and torch.isfinite(grad_norm):
-            self.optimizer.step()
-            skipped = 0.0
-        else:
-            # a non-finite loss or gradient would ruin the weights for good: skip the step, count it
-            self.optimizer.zero_grad(set_to_none=True)
-            skipped = 1.0
-        return {**stats, "grad_norm": float(grad_norm), "skipped": skipped}
+        grad_norm, skipped = clip_and_step(self.optimizer, s.max_grad_norm, finite_loss=finite)
+        return {**stats, "grad_norm": grad_norm, "skipped": skipped}
 
 
 def train_ppo(

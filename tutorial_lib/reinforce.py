@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from .advantages import batch_returns, rebn
-from .rl_loop import Algorithm, RLResult, run_rl
+from .rl_loop import Algorithm, RLResult, clip_and_step, run_rl, sampler_kl_sums
 from .rollout import Rollout, TurnSample, action_logprobs, collate_turns
 
 NORMALISATIONS = ("rebn", "none")
@@ -136,22 +136,11 @@ def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Se
         with torch.no_grad():
             sums["loss"] += float(loss)
             sums["entropy"] += float(scores.entropy[mask].sum())
-            # Two estimators of KL(sampler || trainer) from the sampler's own tokens (Schulman,
-            # "Approximating KL divergence", 2020): k1 = E[-log r] is unbiased but noisy and can
-            # go negative; k3 = E[r - 1 - log r] is unbiased and never negative.
-            sums["kl_k1"] += float((-log_ratio)[mask].sum())
-            sums["kl_k3"] += float((ratio - 1 - log_ratio)[mask].sum())
+            k1, k3 = sampler_kl_sums(log_ratio, mask)
+            sums["kl_k1"] += k1
+            sums["kl_k3"] += k3
             sums["ratio"] += float(ratio[mask].sum())
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        [p for p in model.parameters() if p.requires_grad], settings.max_grad_norm
-    )
-    if not torch.isfinite(grad_norm):
-        # a non-finite gradient would ruin the weights for good: skip the step, count it
-        optimizer.zero_grad(set_to_none=True)
-        skipped = 1.0
-    else:
-        optimizer.step()
-        skipped = 0.0
+    grad_norm, skipped = clip_and_step(optimizer, settings.max_grad_norm)
     return {
         "loss": sums["loss"],
         "entropy": sums["entropy"] / total_tokens,

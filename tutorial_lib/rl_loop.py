@@ -75,6 +75,32 @@ class RLResult:
         return [row[key] for row in self.history if key in row]
 
 
+def sampler_kl_sums(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """Two estimators of KL(sampler || trainer), summed over the masked action tokens.
+
+    ``log_ratio`` is log pi_trainer - log pi_sampler on the sampler's own tokens (Schulman,
+    "Approximating KL divergence", 2020): k1 = E[-log r] is unbiased but noisy and can go negative;
+    k3 = E[r - 1 - log r] is unbiased and never negative. Both ~0 when the sampler is the policy.
+    """
+    with torch.no_grad():
+        k1 = float((-log_ratio)[mask].sum())
+        k3 = float((log_ratio.exp() - 1 - log_ratio)[mask].sum())
+    return k1, k3
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite_loss: bool = True) -> tuple[float, float]:
+    """Clip the gradient of ``optimizer``'s parameters and step, unless the loss or the gradient is
+    not finite: such a step would ruin the weights for good, so it is skipped and counted.
+    Returns (gradient norm, 1.0 if skipped else 0.0)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm) if finite_loss else torch.tensor(float("nan"))
+    if finite_loss and torch.isfinite(grad_norm):
+        optimizer.step()
+        return float(grad_norm), 0.0
+    optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm), 1.0
+
+
 def rollout_metrics(rollout: Rollout) -> dict[str, float]:
     """What every algorithm logs about its batch: returns, outcomes, sizes."""
     summary = rollout.summary()
