@@ -18,8 +18,7 @@ import argparse
 import time
 from dataclasses import replace
 
-from tutorial_lib.evaluate import run_episodes, summarize
-from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
+from tutorial_lib.pipeline import evaluate_policy, grpo_settings, rl_settings, sft_policy
 from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import get_preset
 from tutorial_lib.reinforce import train_reinforce
@@ -29,8 +28,7 @@ from tutorial_lib.tiny_model import cache_root
 
 
 def evaluate(policy, preset, opponent: str) -> dict[str, float]:
-    options = {**preset.game("tictactoe").env_options, "opponent": opponent}
-    return summarize(run_episodes("tictactoe", policy, range(200), env_options=options, batch_size=100))
+    return evaluate_policy("tictactoe", policy, preset=preset, episodes=200, opponent=opponent)
 
 
 def main() -> None:

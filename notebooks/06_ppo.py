@@ -55,10 +55,8 @@ from tutorial_lib.evaluate import (
     MATH_NEW_PROBLEMS,
     MATH_TRAINING_PROBLEMS,
     math_accuracy,
-    run_episodes,
-    summarize,
 )
-from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.ppo import PPO, clipped_surrogate, train_ppo
 from tutorial_lib.presets import describe, get_preset
@@ -73,11 +71,7 @@ runs_dir = cache_root() / "runs" / preset.name
 
 def evaluate(game, policy, episodes=None, **options):
     """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up)."""
-    settings = preset.game(game)
-    env_options = {**settings.env_options, **options}
-    records = run_episodes(game, policy, range(episodes or settings.eval_episodes), env_options=env_options,
-                           batch_size=100)
-    return summarize(records)
+    return evaluate_policy(game, policy, preset=preset, episodes=episodes, **options)
 
 
 def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):

@@ -52,9 +52,9 @@ from IPython.display import display
 
 from tutorial_lib.advantages import group_normalise
 from tutorial_lib.comparison import ALGORITHMS, compare_on_math, comparison_settings
-from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, run_episodes, summarize
+from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 from tutorial_lib.grpo import math_prompt_dataset, math_reward
-from tutorial_lib.pipeline import grpo_settings, sft_policy
+from tutorial_lib.pipeline import evaluate_policy, grpo_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
@@ -251,13 +251,11 @@ print(f"{len(position_dataset(range(ttt_settings.first_seed, ttt_settings.first_
 
 # %%
 ttt_policy = sft_policy("tictactoe", preset)
-ttt_options = preset.game("tictactoe").env_options
 
 
 def play(policy, opponent):
     """200 greedy games against ``opponent`` (x and o alternately), chapters 5 and 6's evaluation."""
-    options = {**ttt_options, "opponent": opponent}
-    return summarize(run_episodes("tictactoe", policy, range(200), env_options=options, batch_size=100))
+    return evaluate_policy("tictactoe", policy, preset=preset, episodes=200, opponent=opponent)
 
 
 ttt_before = {opponent: play(ttt_policy, opponent) for opponent in ("random", "minimax")}
@@ -303,9 +301,8 @@ if grpo_ttt_seeds:
 # position came from a game against it. The recorded seeds say whether the change recurs from
 # other starts. The table's three algorithms did not get the same budget (chapter 5's REINFORCE
 # samples the most, from whole games); it shows where each run ended, not which algorithm is
-# better. The first version of this run, on every position of the random games (decisive or not)
-# with a learning rate of 1e-3, left the draws where they were or lower (the record is in
-# `benchmarks/results/grpo_tictactoe.md`).
+# better. A first setting, trained on every position of the random games, did not move the
+# draws; its record is in `benchmarks/results/grpo_tictactoe.md`.
 #
 # ## Summary
 #

@@ -107,3 +107,16 @@ def test_math_accuracy_separates_training_problems_from_new_ones():
     metrics = math_accuracy(TrainSplitMemoriser(), {"source": "generated", "level": 1, "split": "test"},
                             training_problems=5, new_problems=7, batch_size=4)
     assert metrics == {"accuracy (training problems)": 1.0, "accuracy (new problems)": 0.0, "format_accuracy": 1.0}
+
+
+def test_evaluate_policy_plays_the_presets_options_with_the_callers_on_top():
+    from tutorial_lib.pipeline import evaluate_policy
+    from tutorial_lib.presets import get_preset
+
+    preset = get_preset("ci")
+    summary = evaluate_policy("tictactoe", RandomPolicy(3), preset=preset, episodes=12, opponent="minimax")
+    options = {**preset.game("tictactoe").env_options, "opponent": "minimax"}
+    assert summary == summarize(run_episodes("tictactoe", RandomPolicy(3), range(12), env_options=options))
+    assert summary["episodes"] == 12 and summary["win_rate"] == 0.0  # nobody beats minimax
+    default = evaluate_policy("guess_the_number", RandomPolicy(0), preset=preset)
+    assert default["episodes"] == preset.game("guess_the_number").eval_episodes

@@ -122,6 +122,19 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
     return settings_class(**{**overrides, "env_options": env_options})
 
 
+def evaluate_policy(game: str, policy, *, preset: Preset, episodes: int | None = None, **options) -> dict[str, float]:
+    """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up) with the
+    preset's options for ``game`` and ``options`` on top (an opponent, a fold): the summary
+    chapters 6 and 7 and the seed benchmarks compare before and after training.
+    ``episodes`` defaults to the preset's ``eval_episodes``."""
+    from .evaluate import run_episodes, summarize
+
+    settings = preset.game(game)
+    records = run_episodes(game, policy, range(settings.eval_episodes if episodes is None else episodes),
+                           env_options={**settings.env_options, **options}, batch_size=100)
+    return summarize(records)
+
+
 def grpo_settings(game: str, preset: Preset):
     """Chapter 7's GRPO settings for ``game`` (math, or tic-tac-toe's single moves): the preset's
     overrides, with room for the game's longest answer unless the preset says otherwise."""

@@ -246,7 +246,7 @@ def _checkpoints(output_dir: Path) -> list[Path]:
     return sorted(output_dir.glob("checkpoint-*")) if output_dir.is_dir() else []
 
 
-def _StopAtFraction(fraction: float):
+def _stop_at_fraction(fraction: float):
     """A callback that stops training at ``fraction`` of its steps and saves a resumable checkpoint."""
     from transformers import TrainerCallback
 
@@ -335,7 +335,7 @@ def train_sft(
             # (the losses stay in trainer.state.log_history, which SFTResult keeps)
             trainer.remove_callback(PrinterCallback)
         if part < parts:
-            trainer.add_callback(_StopAtFraction(part / parts))
+            trainer.add_callback(_stop_at_fraction(part / parts))
         start = time.perf_counter()
         trainer.train(resume_from_checkpoint=(resume or part > 1) or None)
         seconds = time.perf_counter() - start
@@ -352,8 +352,8 @@ def train_sft(
                              finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps)
         trainer.save_model(str(output_dir))
     policy.tokenizer.save_pretrained(output_dir)
-    for checkpoint in _checkpoints(output_dir):  # the run is whole: its resumable stops are not needed
-        if parts > 1:
+    if parts > 1:  # the run is whole: its resumable stops are not needed
+        for checkpoint in _checkpoints(output_dir):
             shutil.rmtree(checkpoint)
     tally_file.unlink(missing_ok=True)
     real, positions = tally["padding"]

@@ -27,6 +27,7 @@ from typing import Any
 
 import pyspiel
 
+from .envs.tictactoe import legal_moves
 from .experts import minimax_values
 from .parsing import parse_tictactoe_move
 from .prompts import Turn, build_messages
@@ -96,11 +97,10 @@ def score_move(moves: Sequence[int], text: str) -> tuple[float, dict[str, Any]]:
     state = move_state(moves)
     if state.is_terminal():
         raise ValueError(f"the game after moves {list(moves)} is over: no move to score")
-    player = state.current_player()
     values = minimax_values(state)
     best = max(values.values())
     parsed = parse_tictactoe_move(text if isinstance(text, str) else "")
-    legal = {state.action_to_string(player, a): a for a in values}
+    legal = legal_moves(state)
     if not parsed.ok or parsed.value not in legal:
         return INVALID_REWARD, {"valid": False, "optimal": False, "value": None, "best": best}
     value = values[legal[parsed.value]]

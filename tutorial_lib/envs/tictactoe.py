@@ -114,6 +114,14 @@ def task_text(mark: str) -> str:
     )
 
 
+def legal_moves(state: pyspiel.State) -> dict[str, int]:
+    """The player to move's legal moves, as {OpenSpiel action string (``"x(1,2)"``): action id}."""
+    if state.is_terminal():
+        return {}
+    player = state.current_player()
+    return {state.action_to_string(player, a): a for a in state.legal_actions()}
+
+
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
@@ -266,12 +274,8 @@ class TicTacToeEnv(TextEnv):
         return move
 
     def _legal_moves(self) -> dict[str, int]:
-        """The agent's legal moves now, as {OpenSpiel action string: action id}."""
-        if self._state.is_terminal():
-            return {}
-        return {
-            self._state.action_to_string(self._agent, a): a for a in self._state.legal_actions()
-        }
+        """The agent's legal moves now (the agent is the player to move between steps)."""
+        return legal_moves(self._state)
 
     def _info(
         self,
