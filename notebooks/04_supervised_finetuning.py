@@ -54,10 +54,10 @@ import torch
 from myst_nb import glue
 
 from tutorial_lib.envs.tictactoe import completing_squares
-from tutorial_lib.evaluate import math_accuracy, run_episodes, summarize
+from tutorial_lib.evaluate import math_accuracy, run_episodes
 from tutorial_lib.models import load_policy
 from tutorial_lib.parsing import parse_tictactoe_move
-from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
+from tutorial_lib.pipeline import evaluate_policy, expert_data, sft_dir, sft_settings
 from tutorial_lib.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import PRETRAINED_LORA, describe, get_preset
 from tutorial_lib.prompts import render_chat
@@ -171,30 +171,24 @@ del lora_policy
 # between parts picks up where it stopped.
 
 # %%
-def evaluate(game, policy, seeds, **options):
-    settings = preset.game(game)
-    return summarize(run_episodes(game, policy, seeds, env_options={**settings.env_options, **options}, batch_size=100))
-
-
 results, curves, timings = {}, {}, {}
 
 
 def finetune(game, stage=(1, 1)):
     """Part ``stage`` of the game's SFT run; the first part measures the untrained policy, the last the tuned one."""
     examples = expert_data(game, preset)
-    seeds = range(preset.game(game).eval_episodes)
     # held-out evaluation where the game has held-out instances: CookingWorld's test games, new math problems
     options = {"cookingworld": {"fold": "test"}, "math": {"split": "test"}}.get(game, {})
     policy = load_policy(preset.model, lora=True if use_lora else None)
     if stage[0] == 1:
-        results[game] = [evaluate(game, policy, seeds, **options)]
+        results[game] = [evaluate_policy(game, policy, preset=preset, **options)]
     # progress=False: the Trainer's live table would fill the page; the loss curves below show the same
     settings = replace(sft_settings(game, preset), progress=False)
     result = train_sft(policy, examples, settings, output_dir=sft_dir(game, preset), stage=stage)
     if not result.finished:
         return print(f"part {stage[0]} of {stage[1]}: step {result.step:,} of {result.total_steps:,}, "
                      f"loss {result.losses[-1][1]:.3f}, {result.seconds:.0f} s of training so far")
-    results[game].append(evaluate(game, policy, seeds, **options))
+    results[game].append(evaluate_policy(game, policy, preset=preset, **options))
     curves[game] = result.losses
     timings[game] = {"examples": result.examples, "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
@@ -280,7 +274,7 @@ ttt = load_policy(str(sft_dir("tictactoe", preset)))
 matchups = {}
 for opponent, games in [("random", 200), ("mcts", preset.mcts_games), ("minimax", 200)]:
     options = {"opponent": opponent, "mcts_simulations": preset.mcts_simulations}
-    matchups[opponent] = evaluate("tictactoe", ttt, range(games), **options)
+    matchups[opponent] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=games, **options)
 pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
@@ -384,7 +378,7 @@ n = preset.game("cookingworld").eval_episodes
 rows = {}
 for fold in ["train", "test"]:
     for name, policy in [("random", RandomPolicy(0)), ("SFT", cw), ("gold path", ExpertPolicy())]:
-        rows[(fold, name)] = evaluate("cookingworld", policy, range(n), fold=fold)
+        rows[(fold, name)] = evaluate_policy("cookingworld", policy, preset=preset, episodes=n, fold=fold)
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
 print("world:", preset.game("cookingworld").env_options)
 folds = compare_summaries("SFT success from the train fold to the test fold", rows[("train", "SFT")],

@@ -75,8 +75,7 @@ from IPython.display import display
 from myst_nb import glue
 
 from tutorial_lib.advantages import batch_returns, rebn
-from tutorial_lib.evaluate import run_episodes, summarize
-from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.policies import SAMPLING
 from tutorial_lib.presets import describe, get_preset
@@ -87,10 +86,11 @@ from tutorial_lib.report import (
     count_phrase,
     recorded_runs,
     say,
+    show_source,
     spread,
     trend,
 )
-from tutorial_lib.rollout import action_logprobs, collate_turns, collect
+from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect
 from tutorial_lib.sampling import TokenSampler
 from tutorial_lib.tiny_model import cache_root
 
@@ -99,11 +99,7 @@ print(describe(preset))
 runs_dir = cache_root() / "runs" / preset.name
 
 
-def evaluate(game, policy, episodes=200, **options):
-    """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up)."""
-    settings = preset.game(game)
-    env_options = {**settings.env_options, **options}
-    return summarize(run_episodes(game, policy, range(episodes), env_options=env_options, batch_size=100))
+EPISODES = 200  # greedy games per evaluation, on seeds 0..199 (training uses seeds from 100,000 up)
 
 
 # %% [markdown]
@@ -293,8 +289,8 @@ params = [p for p in ttt_sft.model.parameters() if p.requires_grad]
 ttt_sft.model.zero_grad()
 (-(logprobs * per_token_advantage)[mask].sum() / mask.sum()).backward()  # plain REINFORCE, no ratio
 reinforce_norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
-library = reinforce_step(ttt_sft.model, torch.optim.SGD(params, lr=0.0), turns, advantages,
-                         RLSettings(microbatch_turns=16), ttt_sft.tokenizer.pad_token_id)
+one_batch = TurnBatch.of(turns, ttt_sft.tokenizer.pad_token_id, advantages=torch.tensor(advantages))
+library = reinforce_step(ttt_sft.model, torch.optim.SGD(params, lr=0.0), one_batch, RLSettings(microbatch_turns=16))
 print(f"{len(turns)} turns, {int(mask.sum())} action tokens; advantages from {min(advantages):.2f} to {max(advantages):.2f}")
 print(f"loss by hand {by_hand:+.6f} | library {library['loss']:+.6f}")
 print(f"gradient norm of -mean(A log pi) {float(reinforce_norm):.6f} | library (before clipping) {library['grad_norm']:.6f}")
@@ -303,7 +299,15 @@ torch.testing.assert_close(library["grad_norm"], float(reinforce_norm), rtol=1e-
 ttt_sft.model.zero_grad(set_to_none=True)
 
 # %% [markdown]
-# The library cut the batch into micro-batches of 16 turns and divided each by the *whole* batch's
+# The library's step, as it runs (read from its source when this cell runs). A `TurnBatch` is the
+# batch of turns collated once: `action_mask` and `sampler_logprobs` are (turns, A) tensors with
+# each action right-aligned on the last A columns, `advantages` has one entry per turn.
+
+# %%
+show_source(reinforce_step)
+
+# %% [markdown]
+# It cut the batch into micro-batches of 16 turns and divided each by the *whole* batch's
 # token count, so the sum of their gradients is the gradient of the one loss above. Note what the
 # loss value does not say: at ratio 1 it is the token-weighted mean advantage, close to 0 after
 # ReBN whatever the policy's quality, so a REINFORCE loss curve is no learning curve (watch the
@@ -318,13 +322,13 @@ pd.Series({k: v for k, v in rl_settings("guess_the_number", preset).__dict__.ite
 # The SFT policy before RL, greedy, on 200 evaluation games:
 
 # %%
-before = {"guess_the_number": evaluate("guess_the_number", gtn)}
+before = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES)}
 pd.Series(before["guess_the_number"]).round(3)
 
 # %%
 gtn_run = train_reinforce(gtn, "guess_the_number", rl_settings("guess_the_number", preset),
                           out_dir=runs_dir / "reinforce-gtn", progress=True)
-after = {"guess_the_number": evaluate("guess_the_number", gtn)}
+after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES)}
 print(f"RL: {gtn_run.seconds:.0f} s for {len(gtn_run.history)} iterations")
 pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
     ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].round(3)
@@ -375,12 +379,12 @@ say(f"In this run the {gtn_change}, and the mean number of turns went from "
 
 # %%
 ttt = sft_policy("tictactoe", preset)
-before["tictactoe"] = evaluate("tictactoe", ttt)
-before_minimax = evaluate("tictactoe", ttt, opponent="minimax")
+before["tictactoe"] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES)
+before_minimax = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES, opponent="minimax")
 ttt_run = train_reinforce(ttt, "tictactoe", rl_settings("tictactoe", preset), out_dir=runs_dir / "reinforce-ttt",
                           progress=True)
-after["tictactoe"] = evaluate("tictactoe", ttt)
-after_minimax = evaluate("tictactoe", ttt, opponent="minimax")
+after["tictactoe"] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES)
+after_minimax = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES, opponent="minimax")
 print(f"RL: {ttt_run.seconds:.0f} s for {len(ttt_run.history)} iterations")
 pd.concat({
     "vs random": pd.DataFrame({"SFT": before["tictactoe"], "SFT + REINFORCE": after["tictactoe"]}).loc[
@@ -453,7 +457,7 @@ for name, change in variants.items():
     settings = replace(rl_settings("tictactoe", preset), iterations=short, **change)
     ablation[name] = train_reinforce(policy, "tictactoe", settings, out_dir=runs_dir / f"ablation-{name}",
                                      progress=False).history
-    ablation_eval[name] = evaluate("tictactoe", policy)
+    ablation_eval[name] = evaluate_policy("tictactoe", policy, preset=preset, episodes=EPISODES)
 fig = learning_curves(ablation, ["mean_return", "invalid_rate"], title=f"tic-tac-toe, {short} iterations each")
 losses = {name: results["loss_rate"] for name, results in ablation_eval.items()}
 widest = compare_rates("loss rate", min(losses.values()), max(losses.values()), 200, higher_is_better=False)  # 200 games each

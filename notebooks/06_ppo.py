@@ -58,9 +58,17 @@ from tutorial_lib.evaluate import (
 )
 from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
-from tutorial_lib.ppo import PPO, clipped_surrogate, train_ppo
+from tutorial_lib.ppo import PPO, clipped_surrogate, clipped_value_loss, train_ppo
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import across_runs, compare_math, compare_summaries, recorded_runs, say, trend
+from tutorial_lib.report import (
+    across_runs,
+    compare_math,
+    compare_summaries,
+    recorded_runs,
+    say,
+    show_source,
+    trend,
+)
 from tutorial_lib.rollout import collate_turns, collect
 from tutorial_lib.tiny_model import cache_root
 
@@ -159,8 +167,14 @@ pd.DataFrame({"reward": rewards, "V(s)": values_, "A (truncated: bootstrap)": tr
 
 # %% [markdown]
 # Treating the cut as an ending would tell the policy that the last turns led nowhere, when they
-# led to a state the critic values at 0.6. `PPO.advantages` bootstraps every truncated episode from
-# the value of the prompt the policy would have read next.
+# led to a state the critic values at 0.6. `PPO.prepare` bootstraps every truncated episode from
+# the value of the prompt the policy would have read next. The library's `gae`, which the check
+# above compared against:
+
+# %%
+show_source(gae)
+
+# %% [markdown]
 #
 # ## The clipped objective
 #
@@ -193,8 +207,27 @@ fig.tight_layout()
 # Where the clipped curve is flat the gradient is zero: those tokens have moved as far as this
 # batch allows. The fraction of tokens there, the *clip fraction*, is logged every iteration. The
 # value loss is clipped the same way around the value before the update (±`value_clip_range`), as
-# in the GSM8K PPO tutorial and Huang et al.'s list {cite}`huang2022ppodetails`.
+# in the GSM8K PPO tutorial and Huang et al.'s list {cite}`huang2022ppodetails`. Both losses, as
+# the trainer computes them:
+
+# %%
+show_source(clipped_surrogate)
+show_source(clipped_value_loss)
+
+# %% [markdown]
+# ## One update, top to bottom
 #
+# `PPO.update` puts the pieces together. `prepare` scores the batch once without gradients (π_old
+# and V_old, the KL to the reference), then turns rewards into advantages and value targets
+# (details 3-6 of the table in the summary); the loop is then epochs × minibatches ×
+# micro-batches. A minibatch is one optimiser step; its micro-batches only split the work to fit
+# in memory, and each divides by the *minibatch's* token count so their gradients add up to the
+# minibatch's mean. The numbered comments are the details of the summary's table.
+
+# %%
+show_source(PPO.update)
+
+# %% [markdown]
 # ## Tic-tac-toe: chapter 5's start, a held-out opponent
 #
 # The first run repeats chapter 5's setting with PPO in place of REINFORCE: chapter 4's tic-tac-toe

@@ -64,6 +64,7 @@ from tutorial_lib.report import (
     halves,
     recorded_runs,
     say,
+    show_source,
     trend,
 )
 from tutorial_lib.tictactoe_moves import (
@@ -98,6 +99,13 @@ advantages = group_normalise(flat, group_size=4)
 pd.DataFrame({"rewards": [str(g) for g in groups.values()],
               "advantages": [str([round(a, 2) for a in advantages[i * 4:(i + 1) * 4]]) for i in range(4)]},
              index=list(groups))
+
+# %% [markdown]
+# The library's version of this computation, for reading and for the table above; in training,
+# TRL's `GRPOTrainer` computes its own (its docstring says where the two differ):
+
+# %%
+show_source(group_normalise)
 
 # %% [markdown]
 # A group whose answers all score the same teaches nothing: the problem was too hard (or too easy)

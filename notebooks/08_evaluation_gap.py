@@ -53,7 +53,6 @@ import math
 import statistics
 import textwrap
 from dataclasses import replace
-from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -64,11 +63,11 @@ from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
 from tutorial_lib.evaluate import run_episodes, summarize
 from tutorial_lib.expert_data import recipe_permutations, rewrite_recipe
 from tutorial_lib.pipeline import expert_data, sft_policy
-from tutorial_lib.policies import EpisodeState, ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.prompts import prompt_spec, render_chat
 from tutorial_lib.report import compare_rates, say, spread
-from tutorial_lib.rollout import action_logprobs, collate_turns, collect
+from tutorial_lib.rollout import collect, turn_logprobs
 from tutorial_lib.tokenization import boundary_mismatch, encode_prompt_completion
 
 preset = get_preset()
@@ -292,9 +291,8 @@ layouts = {
                                                                              prompt_spec=tutorial_style),
 }
 gold_game = run_episodes("cookingworld", ExpertPolicy(), [0], env_options={**world, "fold": "test"})[0]
-state = EpisodeState("cookingworld", SimpleNamespace(task=gold_game.task), gold_game.turns[:5])
 for name, layout in layouts.items():
-    text = layout.prompt(state)
+    text = layout.prompt_for("cookingworld", gold_game.task, gold_game.turns[:5])
     shown = text if len(text) <= 900 else text[:900] + " ..."
     print(f"===== {name}: {len(tokenizer(text)['input_ids'])} tokens\n{shown}\n")
 
@@ -333,10 +331,9 @@ def prompt_parity(policy, seeds):
     gold = run_episodes("cookingworld", ExpertPolicy(), seeds, env_options={**world, "fold": "train"}, batch_size=1)
     same = []
     for record in gold:
-        task = SimpleNamespace(task=record.task)
         permutations = recipe_permutations(stored[(record.seed, 0)].get("recipe_swap", ""))
         for t in range(record.length):
-            read = rewrite_recipe(policy.prompt(EpisodeState("cookingworld", task, record.turns[: t + 1])),
+            read = rewrite_recipe(policy.prompt_for("cookingworld", record.task, record.turns[: t + 1]),
                                   *permutations)
             trained = render_chat(tokenizer, [{"role": "user", "content": stored[(record.seed, t)]["prompt"]}])
             same.append(read == trained)
@@ -404,16 +401,6 @@ reasons
 # unchanged weights, which should be 0.
 
 # %%
-@torch.no_grad()
-def trainer_logprob(turns):
-    """Total log-prob of each turn's action ids under the current weights (chapter 5's scoring)."""
-    totals = []
-    for start in range(0, len(turns), 64):
-        batch = collate_turns(turns[start : start + 64], tokenizer.pad_token_id)
-        totals += action_logprobs(policy.model, batch).logprobs.sum(1).tolist()
-    return totals
-
-
 sampled_turns = [s for s, _ in turn_samples["sampled (T=1)"]]
 differ = [s for s in sampled_turns if s.action_ids != retokenised(s)]
 agree = [s for s in sampled_turns if s.action_ids == retokenised(s)][:200]
@@ -422,9 +409,9 @@ for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
     if not group:
         continue
     sampler = [sum(s.logprobs) for s in group]
-    on_sampled = trainer_logprob(group)
-    on_text = trainer_logprob([Sample(s.text, s.prompt_ids, ids, [0.0] * len(ids))
-                               for s in group for ids in [retokenised(s)]])
+    on_sampled = turn_logprobs(policy.model, group, tokenizer.pad_token_id)
+    on_text = turn_logprobs(policy.model, [Sample(s.text, s.prompt_ids, ids, [0.0] * len(ids))
+                                           for s in group for ids in [retokenised(s)]], tokenizer.pad_token_id)
     token_rows[name] = {
         "turns": len(group),
         "mean |log ratio|, sampled ids": statistics.fmean(abs(a - b) for a, b in zip(on_sampled, sampler)),

@@ -3,7 +3,6 @@ variants, the KL reference, the numerical guard, metrics, checkpoints and resume
 
 import csv
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch
 import tutorial_lib.rl_loop as rl_loop
 from tutorial_lib.advantages import gae
 from tutorial_lib.models import load_policy
-from tutorial_lib.policies import EpisodeState, Sample
+from tutorial_lib.policies import Sample
 from tutorial_lib.ppo import (
     PPO,
     PPOSettings,
@@ -21,7 +20,7 @@ from tutorial_lib.ppo import (
     lr_multiplier,
     train_ppo,
 )
-from tutorial_lib.rollout import collect
+from tutorial_lib.rollout import TurnBatch, collect
 from tutorial_lib.tokenization import left_padded_batch
 
 from .conftest import SMALL
@@ -125,8 +124,8 @@ def test_gae_bootstraps_truncated_episodes_from_the_value_of_their_last_state(ti
     settings = PPOSettings(gamma=0.9, gae_lambda=0.8, whiten_advantages=False)
     ppo = PPO(policy, settings)
     torch.nn.init.normal_(ppo.value_model.head.weight)  # a critic with something to say
-    scored = ppo._score(rollout.turns)
-    advantages, targets, _ = ppo.advantages(rollout, scored)
+    batch, _ = ppo.prepare(rollout)
+    advantages, targets, old_values = batch.advantages.tolist(), batch.returns.tolist(), batch.old_values.tolist()
 
     start = 0
     for record in rollout.records:
@@ -134,13 +133,13 @@ def test_gae_bootstraps_truncated_episodes_from_the_value_of_their_last_state(ti
         last_value = 0.0
         if record.truncated:
             # V of the prompt the policy would read next, computed the plain way
-            prompt = policy.prompt(EpisodeState(record.game, SimpleNamespace(task=record.task), record.turns))
+            prompt = policy.prompt_for(record.game, record.task, record.turns)
             ids = policy.tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
             with torch.no_grad():
                 hidden = policy.model.model(input_ids=ids).last_hidden_state[:, -1]
                 last_value = float(ppo.value_model.from_hidden(hidden))
             assert last_value != 0.0
-        adv, ret = gae([t.reward for t in rollout.turns[start:end]], scored.values[start:end], 0.9, 0.8,
+        adv, ret = gae([t.reward for t in rollout.turns[start:end]], old_values[start:end], 0.9, 0.8,
                        last_value=last_value, terminated=not record.truncated)
         assert advantages[start:end] == pytest.approx(adv, abs=1e-5)
         assert targets[start:end] == pytest.approx(ret, abs=1e-5)
@@ -154,11 +153,11 @@ def test_an_update_makes_positive_advantage_actions_more_likely(tiny_cache):
     options = {**TTT, "invalid_move": "random"}
     rollout = collect(policy, "tictactoe", range(16), env_options=options, num_envs=8)
     ppo = PPO(policy, small_settings(ppo_epochs=4, minibatch_turns=64, lr_schedule="constant", env_options=options))
-    before = ppo._score(rollout.turns)
-    advantages, _, _ = ppo.advantages(rollout, before)
+    batch, _ = ppo.prepare(rollout)
+    before = batch.old_logprobs.sum(1)
     metrics = ppo.update(rollout)
-    after = ppo._score(rollout.turns)
-    change = [sum(a) - sum(b) for a, b in zip(after.old_logprobs, before.old_logprobs)]
+    change = (ppo.score_old(batch).logprobs.sum(1) - before).tolist()
+    advantages = batch.advantages.tolist()
     up = [c for c, a in zip(change, advantages) if a > 0]
     down = [c for c, a in zip(change, advantages) if a < 0]
     assert up and down
@@ -273,8 +272,9 @@ def test_resuming_a_reinforce_checkpoint_with_ppo_says_why_not(tiny_cache, tmp_p
 def test_a_tempered_sampler_is_scored_at_its_own_temperature(tiny_cache):
     policy = fresh_policy(tiny_cache)
     rollout = collect(policy, "tictactoe", range(8), env_options=TTT, num_envs=8, temperature=0.5)
-    tempered = PPO(policy, small_settings(temperature=0.5))._score(rollout.turns)
-    plain = PPO(policy, small_settings())._score(rollout.turns)
+    batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id)
+    tempered = PPO(policy, small_settings(temperature=0.5)).score_old(batch)
+    plain = PPO(policy, small_settings()).score_old(batch)
     assert abs(tempered.kl_k3) < 1e-5  # the sampler is the tempered policy
     assert plain.kl_k3 > 1e-3  # scored at temperature 1, the same tokens look off-policy
     with pytest.raises(ValueError, match="temperature"):

@@ -8,7 +8,7 @@ import torch
 from tutorial_lib.advantages import rebn
 from tutorial_lib.models import load_policy
 from tutorial_lib.reinforce import RLSettings, reinforce_step, train_reinforce, turn_advantages
-from tutorial_lib.rollout import collect
+from tutorial_lib.rollout import TurnBatch, collect, turn_logprobs
 from tutorial_lib.tracking import MetricsLog, load_checkpoint, save_checkpoint
 
 from .conftest import SMALL
@@ -56,6 +56,18 @@ def test_turn_advantages_are_rebn_of_discounted_returns(tiny_cache):
     assert len(raw) == len(rollout.turns)
 
 
+def batch_of(policy, turns, advantages):
+    return TurnBatch.of(turns, policy.tokenizer.pad_token_id, advantages=torch.tensor(advantages))
+
+
+def test_a_batch_without_advantages_is_refused(tiny_cache):
+    policy = fresh_policy(tiny_cache)
+    turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
+    optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)
+    with pytest.raises(ValueError, match="advantages"):
+        reinforce_step(policy.model, optimizer, TurnBatch.of(turns, policy.tokenizer.pad_token_id), small_settings())
+
+
 def test_update_raises_the_log_prob_of_positive_advantage_actions(tiny_cache):
     policy = fresh_policy(tiny_cache)
     rollout = collect(policy, "tictactoe", range(4), num_envs=4)
@@ -63,15 +75,12 @@ def test_update_raises_the_log_prob_of_positive_advantage_actions(tiny_cache):
     advantages = [1.0, -1.0, 1.0, -1.0]
     settings = small_settings(learning_rate=1e-2)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2, betas=(0.9, 0.95))
-    from tutorial_lib.rollout import action_logprobs, collate_turns
 
     def turn_logprob():
-        with torch.no_grad():
-            batch = collate_turns(turns, policy.tokenizer.pad_token_id)
-            return action_logprobs(policy.model, batch).logprobs.sum(-1)
+        return torch.tensor(turn_logprobs(policy.model, turns, policy.tokenizer.pad_token_id))
 
     before = turn_logprob()
-    metrics = reinforce_step(policy.model, optimizer, turns, advantages, settings, policy.tokenizer.pad_token_id)
+    metrics = reinforce_step(policy.model, optimizer, batch_of(policy, turns, advantages), settings)
     after = turn_logprob()
     change = after - before
     assert change[0] > 0 and change[2] > 0
@@ -88,7 +97,7 @@ def test_prompt_tokens_get_no_gradient_through_the_loss(tiny_cache):
     policy = fresh_policy(tiny_cache)
     turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
     optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)
-    reinforce_step(policy.model, optimizer, turns, [0.0, 0.0], small_settings(), policy.tokenizer.pad_token_id)
+    reinforce_step(policy.model, optimizer, batch_of(policy, turns, [0.0, 0.0]), small_settings())
     grads = [p.grad for p in policy.model.parameters() if p.grad is not None]
     assert all(float(g.abs().max()) == 0.0 for g in grads)
 
@@ -98,8 +107,7 @@ def test_a_non_finite_gradient_is_skipped_not_applied(tiny_cache):
     turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
     before = weights(policy.model)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
-    metrics = reinforce_step(policy.model, optimizer, turns, [float("inf"), 1.0], small_settings(),
-                             policy.tokenizer.pad_token_id)
+    metrics = reinforce_step(policy.model, optimizer, batch_of(policy, turns, [float("inf"), 1.0]), small_settings())
     assert metrics["skipped_step"] == 1.0
     after = weights(policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)

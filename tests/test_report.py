@@ -142,3 +142,13 @@ def test_compare_math_uses_math_accuracys_problem_counts():
     assert training.noise == pytest.approx(report.rate_noise(0.2, 0.4, MATH_TRAINING_PROBLEMS))
     assert new.noise == pytest.approx(report.rate_noise(0.05, 0.06, MATH_NEW_PROBLEMS))
     assert str(training).startswith("greedy accuracy on training problems rose")
+
+
+def test_show_source_prints_the_current_code_of_a_loss(capsys):
+    from tutorial_lib.ppo import PPO, clipped_surrogate
+
+    report.show_source(clipped_surrogate)  # outside a notebook: printed
+    out = capsys.readouterr().out
+    assert out.startswith("# tutorial_lib.ppo.clipped_surrogate\ndef clipped_surrogate(")
+    assert "ratio.clamp(1 - clip_range, 1 + clip_range)" in out
+    assert report.source_text(PPO.update).startswith("def update(self, rollout")  # a method, dedented

@@ -7,7 +7,7 @@ import torch
 
 from tutorial_lib import envs
 from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample
-from tutorial_lib.rollout import action_logprobs, collate_turns, collect
+from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect
 
 #: prompts of very different lengths, so the batch is left-padded
 PROMPTS = [
@@ -238,6 +238,22 @@ def test_collate_lays_out_actions_right_aligned():
     assert batch["sampler_logprobs"].tolist() == [[-0.5, -0.25], [0.0, -1.0]]
     with pytest.raises(ValueError, match="no turns"):
         collate_turns([], pad_token_id=0)
+
+
+def test_a_turn_batch_selects_rows_laid_out_as_collating_them_would():
+    turns = [Sample("", [5, 6, 7], [8, 9, 10], [-0.5, -0.25, -0.1]), Sample("", [5], [8], [-1.0]),
+             Sample("", [5, 6], [8, 9], [-0.2, -0.3])]
+    batch = TurnBatch.of(turns, 0, advantages=torch.tensor([1.0, 2.0, 3.0]))
+    assert len(batch) == 3 and batch.action_tokens == 6 and batch.action_mask.shape == (3, 3)
+    picked = batch.select([2, 1])  # longest action among them: 2 tokens, so 2 columns
+    alone = collate_turns([turns[2], turns[1]], pad_token_id=0)
+    assert torch.equal(picked.action_mask, alone["action_mask"])
+    assert torch.equal(picked.sampler_logprobs, alone["sampler_logprobs"])
+    assert picked.advantages.tolist() == [3.0, 2.0] and picked.old_values is None
+    assert torch.equal(picked.model_inputs()["input_ids"], alone["input_ids"])
+    pieces = list(batch.split(2))
+    assert [len(p) for p in pieces] == [2, 1] and pieces[1].turns == [turns[2]]
+    assert sum(p.action_tokens for p in pieces) == batch.action_tokens
 
 
 # -- prefix sharing ---------------------------------------------------------------------------

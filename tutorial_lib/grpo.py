@@ -126,6 +126,7 @@ import torch
 
 from .device import default_dtype, device_kind
 from .envs.math_problems import MathEnv, MathProblem
+from .lm_parts import unwrap_peft
 from .policies import MAX_NEW_TOKENS
 from .progress import progress_bar, quiet_transformers
 from .prompts import Turn, build_messages
@@ -512,7 +513,7 @@ def train_grpo(
     log = MetricsLog(out_dir, resume_from=resumed_step)
     history: list[dict[str, float]] = list(log.rows)
     model = policy.model
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = unwrap_peft(model)
     patched_before = "forward" in vars(base)
     budgeted = settings.token_budget is not None
     spent = min(sum(r.get("action_tokens", 0.0) for r in history), settings.token_budget) if budgeted else 0

@@ -125,7 +125,7 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
 def evaluate_policy(game: str, policy, *, preset: Preset, episodes: int | None = None, **options) -> dict[str, float]:
     """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up) with the
     preset's options for ``game`` and ``options`` on top (an opponent, a fold): the summary
-    chapters 6 and 7 and the seed benchmarks compare before and after training.
+    chapters 4-7 and the seed benchmarks compare before and after training.
     ``episodes`` defaults to the preset's ``eval_episodes``."""
     from .evaluate import run_episodes, summarize
 

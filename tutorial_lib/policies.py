@@ -24,6 +24,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from .envs.base import TextEnv
+from .lm_parts import unwrap_peft
 from .prompts import PromptSpec, Turn, build_messages, render_chat
 from .sampling import TokenSampler
 from .tokenization import pad_prompt_ids, shared_prefixes
@@ -157,9 +158,13 @@ class LanguagePolicy:
 
     def prompt(self, episode: EpisodeState) -> str:
         """The exact text the model reads for ``episode``'s current turn."""
-        messages = build_messages(
-            episode.game, episode.env.task, episode.turns, history_window=self.history_window, spec=self.prompt_spec
-        )
+        return self.prompt_for(episode.game, episode.env.task, episode.turns)
+
+    def prompt_for(self, game: str, task: str, turns: Sequence[Turn]) -> str:
+        """The text the model reads after ``turns`` (the last one not yet acted on) of ``game`` with
+        the task text ``task``: a live episode's prompt, or one rebuilt from a finished
+        :class:`~tutorial_lib.evaluate.EpisodeRecord` (``record.game, record.task, record.turns[:t + 1]``)."""
+        messages = build_messages(game, task, turns, history_window=self.history_window, spec=self.prompt_spec)
         return render_chat(self.tokenizer, messages)
 
     @torch.no_grad()
@@ -223,7 +228,7 @@ class LanguagePolicy:
         """The key/value cache of every row's ``prefix_ids``, computed once per group of equal rows."""
         first = {g: i for i, g in reversed(list(enumerate(groups)))}  # one row per group, by group id
         distinct = prefix_ids[[first[g] for g in range(len(first))]]
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        base = unwrap_peft(self.model)
         # only the cache is wanted: skip the (n, vocab) logits where the model allows it
         extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
         output = self.model(input_ids=distinct, attention_mask=torch.ones_like(distinct), use_cache=True, **extra)

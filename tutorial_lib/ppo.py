@@ -55,20 +55,18 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from .advantages import gae, whiten
-from .policies import EpisodeState
+from .lm_parts import body_hidden_states, hidden_size
 from .reinforce import RLSettings
 from .rl_loop import Algorithm, RLResult, clip_and_step, run_rl, sampler_kl_sums
-from .rollout import Rollout, TurnSample, action_logprobs, collate_turns, last_hidden_states, state_positions
-from .tokenization import left_padded_batch
+from .rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
+from .tokenization import left_padded_batch, positions_from_mask
 
 CRITICS = ("shared", "separate")
 LR_SCHEDULES = ("constant", "warmup_cosine")
@@ -149,7 +147,7 @@ class ValueModel(torch.nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Values of a :func:`~tutorial_lib.rollout.collate_turns` batch (separate critic only)."""
-        hidden = last_hidden_states(self.backbone, batch)
+        hidden = body_hidden_states(self.backbone, batch)
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return self.from_hidden(hidden[rows, state_positions(batch).to(hidden.device)])
 
@@ -205,14 +203,15 @@ def lr_multiplier(iteration: int, settings: PPOSettings) -> float:
 
 
 @dataclass
-class _Scored:
-    """What the no-gradient pass before an update knows of each turn."""
+class OldScores:
+    """The no-gradient pass before an update: the policy and the critic as they were when the
+    batch was collected (T turns, A tokens in the longest action)."""
 
-    old_logprobs: list[list[float]]
-    values: list[float]
-    ref_kl: list[float]  # per turn: sum over tokens of log pi_old - log pi_ref (0 without reference)
-    kl_k1: float
-    kl_k3: float
+    logprobs: torch.Tensor  # (T, A) log pi_old of each action token, right-aligned, 0 outside the mask
+    values: torch.Tensor  # (T,) V_old of each turn's state
+    ref_kl: torch.Tensor  # (T,) sum over the turn's tokens of log pi_old - log pi_ref (0: no reference)
+    kl_k1: float  # KL(sampler || trainer) per action token, two estimators: ~0 when the
+    kl_k3: float  # sampler is the policy being trained (chapter 5)
 
 
 class PPO(Algorithm):
@@ -223,16 +222,14 @@ class PPO(Algorithm):
     def __init__(self, policy, settings: PPOSettings):
         self.policy, self.settings = policy, settings
         model = policy.model
-        hidden_size = model.config.hidden_size if not hasattr(model, "get_base_model") else \
-            model.get_base_model().config.hidden_size
-        backbone = copy.deepcopy(model) if settings.critic == "separate" else None
-        self.value_model = ValueModel(hidden_size, backbone).to(policy.device)
+        backbone = copy.deepcopy(model) if settings.critic == "separate" else None  # detail 2
+        self.value_model = ValueModel(hidden_size(model), backbone).to(policy.device)
         self.reference = None
-        if settings.kl_coef > 0:
+        if settings.kl_coef > 0:  # detail 3: a frozen copy of the initial policy
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         actor = [p for p in model.parameters() if p.requires_grad]
         critic = [p for p in self.value_model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = torch.optim.AdamW(  # detail 11: two learning rates, one optimiser
             [{"params": actor, "lr": settings.learning_rate}, {"params": critic, "lr": settings.critic_learning_rate}],
             betas=settings.adam_betas, weight_decay=0.0,
         )
@@ -249,146 +246,136 @@ class PPO(Algorithm):
             self.scheduler.load_state_dict(state["scheduler"])
 
     # -- scoring ----------------------------------------------------------------------------
-    def logprobs_and_values(self, batch) -> tuple[Any, torch.Tensor]:
-        """Action log-probs (with entropy) and turn values of a collated batch."""
+    def logprobs_and_values(self, inputs: dict[str, torch.Tensor]) -> tuple[ActionScores, torch.Tensor]:
+        """Action log-probs (with entropy) and turn values (turns,) of collated turns: one forward
+        pass serves both with a shared critic (detail 1: the value of the turn's last prompt token)."""
         shared = self.value_model.backbone is None
-        scores = action_logprobs(self.policy.model, batch, with_entropy=True, with_state_hidden=shared,
+        scores = action_logprobs(self.policy.model, inputs, with_entropy=True, with_state_hidden=shared,
                                  temperature=self.settings.temperature)
-        values = self.value_model.from_hidden(scores.state_hidden) if shared else self.value_model(batch)
+        values = self.value_model.from_hidden(scores.state_hidden) if shared else self.value_model(inputs)
         return scores, values
 
     @torch.no_grad()
-    def _score(self, turns: Sequence[TurnSample]) -> _Scored:
-        pad = self.policy.tokenizer.pad_token_id
-        old, values, ref_kl = [], [], []
+    def score_old(self, batch: TurnBatch) -> OldScores:
+        """log pi_old, V_old and the KL to the reference of every turn, before any update."""
+        logprobs = torch.zeros_like(batch.sampler_logprobs)  # (T, A)
+        values = torch.zeros(len(batch))
+        ref_kl = torch.zeros(len(batch))
         k1 = k3 = 0.0
-        tokens = sum(len(t.action_ids) for t in turns)
         self.policy.model.eval()
-        for start in range(0, len(turns), self.settings.microbatch_turns):
-            chunk = turns[start : start + self.settings.microbatch_turns]
-            batch = collate_turns(chunk, pad)
-            scores, chunk_values = self.logprobs_and_values(batch)
-            mask = batch["action_mask"].to(scores.logprobs.device)
-            log_ratio = (scores.logprobs - batch["sampler_logprobs"].to(mask.device)).masked_fill(~mask, 0.0)
-            # KL(sampler || trainer) two ways, as chapter 5 logs it: ~0 when the sampler is the policy
+        start = 0
+        for micro in batch.split(self.settings.microbatch_turns):
+            inputs = micro.model_inputs()
+            scores, micro_values = self.logprobs_and_values(inputs)
+            micro = micro.to(scores.logprobs.device)
+            mask = micro.action_mask  # (turns, a) with a <= A: this micro-batch's longest action
+            log_ratio = (scores.logprobs - micro.sampler_logprobs).masked_fill(~mask, 0.0)
             chunk_k1, chunk_k3 = sampler_kl_sums(log_ratio, mask)
             k1, k3 = k1 + chunk_k1, k3 + chunk_k3
+            rows = slice(start, start + len(micro))
+            logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
+            values[rows] = micro_values.float().cpu()
             if self.reference is not None:
-                ref = action_logprobs(self.reference, batch, temperature=self.settings.temperature).logprobs
-                ref_kl.extend(((scores.logprobs - ref) * mask).sum(1).tolist())
-            else:
-                ref_kl.extend([0.0] * len(chunk))
-            for row, turn in enumerate(chunk):
-                n = len(turn.action_ids)
-                old.append(scores.logprobs[row, mask.shape[1] - n :].tolist())
-            values.extend(chunk_values.tolist())
-        return _Scored(old, values, ref_kl, k1 / tokens, k3 / tokens)
+                ref = action_logprobs(self.reference, inputs, temperature=self.settings.temperature).logprobs
+                ref_kl[rows] = ((scores.logprobs - ref) * mask).sum(1).cpu()
+            start += len(micro)
+        tokens = batch.action_tokens
+        return OldScores(logprobs, values, ref_kl, k1 / tokens, k3 / tokens)
 
     @torch.no_grad()
-    def _bootstrap_values(self, rollout: Rollout) -> dict[int, float]:
-        """V of the state each truncated episode stopped in, by episode index."""
+    def bootstrap_values(self, rollout: Rollout) -> dict[int, float]:
+        """V of the state each truncated episode stopped in, by episode index (detail 5)."""
         cut = [i for i, r in enumerate(rollout.records) if r.truncated] if self.settings.bootstrap_truncated else []
         if not cut:
             return {}
-        prompts = []
-        for i in cut:
-            record = rollout.records[i]
-            # the prompt the policy would have read next (only the task text of the game is needed)
-            state = EpisodeState(record.game, SimpleNamespace(task=record.task), record.turns)
-            prompts.append(self.policy.prompt(state))
-        batch = dict(left_padded_batch(self.policy.tokenizer, prompts))
-        batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        # the prompt the policy would have read next
+        prompts = [self.policy.prompt_for(r.game, r.task, r.turns) for r in (rollout.records[i] for i in cut)]
+        inputs = dict(left_padded_batch(self.policy.tokenizer, prompts))
+        inputs["position_ids"] = positions_from_mask(inputs["attention_mask"])
         model = self.value_model.backbone or self.policy.model
-        hidden = last_hidden_states(model, batch)[:, -1]
+        hidden = body_hidden_states(model, inputs)[:, -1]  # every prompt ends in the last column
         return dict(zip(cut, self.value_model.from_hidden(hidden).tolist()))
 
-    def advantages(self, rollout: Rollout, scored: _Scored) -> tuple[list[float], list[float], dict[str, float]]:
-        """Per turn (rollout order): advantages and value targets, after the KL penalty and GAE."""
+    def prepare(self, rollout: Rollout) -> tuple[TurnBatch, dict[str, float]]:
+        """The rollout as a :class:`TurnBatch` ready for the update -- pi_old, V_old, advantages and
+        value targets attached (details 3-6) -- and what to log of it."""
         s = self.settings
-        rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)
-        rewards = rewards - s.kl_coef * torch.tensor(scored.ref_kl, dtype=torch.float32)
-        if s.whiten_rewards and len(rewards) > 1:
+        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
+        old = self.score_old(batch)
+        rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)  # (T,)
+        rewards = rewards - s.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
+        if s.whiten_rewards and len(rewards) > 1:  # detail 4
             rewards = whiten(rewards, shift_mean=False)
-        bootstrap = self._bootstrap_values(rollout)
-        advantages, targets, start = [], [], 0
-        for index, record in enumerate(rollout.records):
+        bootstrap = self.bootstrap_values(rollout)
+        advantages, returns, start = [], [], 0
+        for index, record in enumerate(rollout.records):  # detail 5: GAE over each episode's turns
             end = start + record.length
-            adv, ret = gae(rewards[start:end], scored.values[start:end], s.gamma, s.gae_lambda,
+            adv, ret = gae(rewards[start:end], old.values[start:end], s.gamma, s.gae_lambda,
                            last_value=bootstrap.get(index, 0.0), terminated=index not in bootstrap)
             advantages.extend(adv)
-            targets.extend(ret)
+            returns.extend(ret)
             start = end
-        info = {"mean_value": sum(scored.values) / len(scored.values),
-                "explained_variance": explained_variance(torch.tensor(scored.values), torch.tensor(targets)),
-                "kl_ref": sum(scored.ref_kl) / max(sum(len(t.action_ids) for t in rollout.turns), 1)}
-        if s.whiten_advantages and len(advantages) > 1:
-            advantages = whiten(torch.tensor(advantages)).tolist()
-        return advantages, targets, info
+        batch.advantages = torch.tensor(advantages, dtype=torch.float32)  # (T,)
+        batch.returns = torch.tensor(returns, dtype=torch.float32)  # (T,)
+        info = {"mean_value": float(old.values.double().mean()),
+                "explained_variance": explained_variance(old.values, batch.returns),
+                "kl_ref": float(old.ref_kl.double().sum()) / max(batch.action_tokens, 1),
+                "kl_k1": old.kl_k1, "kl_k3": old.kl_k3}
+        if s.whiten_advantages and len(batch) > 1:  # detail 6
+            batch.advantages = whiten(batch.advantages)
+        # the ratio is taken against the policy's own recompute (see the module docstring)
+        batch.old_logprobs, batch.old_values = old.logprobs, old.values
+        return batch, info
 
     # -- the update -------------------------------------------------------------------------
     def update(self, rollout: Rollout) -> dict[str, float]:
         s = self.settings
-        turns = rollout.turns
-        scored = self._score(turns)
-        advantages, targets, info = self.advantages(rollout, scored)
-        # train against the policy's own log-probs before the update (see the module docstring)
-        old_turns = [replace(t, logprobs=lp) for t, lp in zip(turns, scored.old_logprobs)]
+        batch, info = self.prepare(rollout)
         sums: dict[str, float] = {}
-        steps = skipped = 0
+        steps = skipped = last_epoch_steps = 0
         self.policy.model.train()
-        for epoch in range(s.ppo_epochs):
-            order = torch.randperm(len(turns)).tolist()  # the global generator: checkpointed with the run
-            for start in range(0, len(order), s.minibatch_turns):
-                rows = order[start : start + s.minibatch_turns]
-                stats = self._minibatch_step([old_turns[i] for i in rows], [advantages[i] for i in rows],
-                                             [targets[i] for i in rows], [scored.values[i] for i in rows])
-                steps += 1
-                skipped += stats.pop("skipped")
-                for key, value in stats.items():
+        for epoch in range(s.ppo_epochs):  # detail 10: epochs over shuffled minibatches
+            order = torch.randperm(len(batch))  # the global generator: checkpointed with the run
+            last_epoch_steps = 0
+            for rows in order.split(s.minibatch_turns):
+                minibatch = batch.select(rows)
+                tokens = minibatch.action_tokens  # the losses are means over the minibatch's tokens
+                stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
+                self.optimizer.zero_grad(set_to_none=True)
+                finite = True
+                for micro in minibatch.split(s.microbatch_turns):  # memory, not maths: gradients add up
+                    scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
+                    micro = micro.to(values.device)
+                    mask = micro.action_mask  # (turns, a)
+                    policy_loss, ratio = clipped_surrogate(  # detail 7
+                        scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, s.clip_range, tokens)
+                    value_loss = clipped_value_loss(  # detail 8
+                        values, micro.old_values, micro.returns, s.value_clip_range, len(minibatch))
+                    entropy = scores.entropy[mask].sum() / tokens  # detail 9
+                    loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
+                    if not torch.isfinite(loss):  # detail 12: never step on a non-finite loss
+                        finite = False
+                        break
+                    loss.backward()
+                    with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
+                        stats["policy_loss"] += float(policy_loss)
+                        stats["value_loss"] += float(value_loss)
+                        stats["entropy"] += float(entropy)
+                        stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
+                        stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
+                grad_norm, was_skipped = clip_and_step(self.optimizer, s.max_grad_norm, finite_loss=finite)  # 10, 12
+                stats["grad_norm"] = grad_norm
+                steps, skipped, last_epoch_steps = steps + 1, skipped + was_skipped, last_epoch_steps + 1
+                for key, value in stats.items():  # approx-KL: the last epoch's, after (nearly) all steps
                     if key != "approx_kl" or epoch == s.ppo_epochs - 1:
                         sums[key] = sums.get(key, 0.0) + value
-        last_epoch_steps = math.ceil(len(order) / s.minibatch_turns)
         metrics = {key: value / (last_epoch_steps if key == "approx_kl" else steps) for key, value in sums.items()}
-        metrics.update(info, kl_k1=scored.kl_k1, kl_k3=scored.kl_k3, skipped_steps=float(skipped),
-                       learning_rate=self.optimizer.param_groups[0]["lr"])
+        metrics.update(info, skipped_steps=float(skipped), learning_rate=self.optimizer.param_groups[0]["lr"])
         with warnings.catch_warnings():  # when every step was skipped, torch warns of the order
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
-            self.scheduler.step()
+            self.scheduler.step()  # detail 11: the schedule moves once per iteration
         self.policy.model.eval()
         return metrics
-
-    def _minibatch_step(self, turns, advantages, targets, old_values) -> dict[str, float]:
-        s = self.settings
-        tokens = sum(len(t.action_ids) for t in turns)
-        self.optimizer.zero_grad(set_to_none=True)
-        stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
-        finite = True
-        for start in range(0, len(turns), s.microbatch_turns):
-            chunk = slice(start, start + s.microbatch_turns)
-            batch = collate_turns(turns[chunk], self.policy.tokenizer.pad_token_id)
-            scores, values = self.logprobs_and_values(batch)
-            device = values.device
-            mask = batch["action_mask"].to(device)
-            old = batch["sampler_logprobs"].to(device)  # here: pi_old, laid out by collate_turns
-            adv = torch.tensor(advantages[chunk], device=device).unsqueeze(1)
-            policy_loss, ratio = clipped_surrogate(scores.logprobs, old, adv, mask, s.clip_range, tokens)
-            ret = torch.tensor(targets[chunk], device=device)
-            old_v = torch.tensor(old_values[chunk], device=device)
-            value_loss = clipped_value_loss(values, old_v, ret, s.value_clip_range, len(turns))
-            entropy = scores.entropy[mask].sum() / tokens
-            loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
-            if not torch.isfinite(loss):
-                finite = False
-                break
-            loss.backward()
-            with torch.no_grad():
-                stats["policy_loss"] += float(policy_loss)
-                stats["value_loss"] += float(value_loss)
-                stats["entropy"] += float(entropy)
-                stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
-                stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
-        grad_norm, skipped = clip_and_step(self.optimizer, s.max_grad_norm, finite_loss=finite)
-        return {**stats, "grad_norm": grad_norm, "skipped": skipped}
 
 
 def train_ppo(

@@ -30,7 +30,6 @@ default 0.999 suits the non-stationary gradients of RL.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ import torch
 
 from .advantages import batch_returns, rebn
 from .rl_loop import Algorithm, RLResult, clip_and_step, run_rl, sampler_kl_sums
-from .rollout import Rollout, TurnSample, action_logprobs, collate_turns
+from .rollout import Rollout, TurnBatch, action_logprobs
 
 NORMALISATIONS = ("rebn", "none")
 
@@ -107,32 +106,26 @@ def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[floa
     return [g for episode in returns for g in episode]
 
 
-def _advantage_grid(advantages: Sequence[float], mask: torch.Tensor) -> torch.Tensor:
-    """Each turn's advantage on every action token of that turn (``mask``'s layout), 0 elsewhere."""
-    per_row = torch.tensor(advantages, dtype=torch.float32, device=mask.device).unsqueeze(1)
-    return per_row * mask
-
-
-def reinforce_step(model, optimizer, turns: Sequence[TurnSample], advantages: Sequence[float], settings: RLSettings,
-                   pad_token_id: int) -> dict[str, float]:
-    """One optimiser step of REINFORCE with importance sampling over ``turns``; returns its metrics."""
-    total_tokens = sum(len(t.action_ids) for t in turns)
+def reinforce_step(model, optimizer, batch: TurnBatch, settings: RLSettings) -> dict[str, float]:
+    """One optimiser step of REINFORCE with importance sampling over ``batch`` (its ``advantages``
+    set, one per turn); returns its metrics."""
+    total_tokens = batch.action_tokens  # the loss is a mean over every action token of the batch
     if total_tokens == 0:
         raise ValueError("no action tokens to train on")
+    if batch.advantages is None:
+        raise ValueError("the batch has no advantages: TurnBatch.of(turns, pad_token_id, advantages=...)")
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums = {"loss": 0.0, "entropy": 0.0, "kl_k1": 0.0, "kl_k3": 0.0, "ratio": 0.0}
-    for start in range(0, len(turns), settings.microbatch_turns):
-        chunk = turns[start : start + settings.microbatch_turns]
-        batch = collate_turns(chunk, pad_token_id)
-        scores = action_logprobs(model, batch, with_entropy=True, temperature=settings.temperature)
-        mask = batch["action_mask"].to(scores.logprobs.device)
-        sampler = batch["sampler_logprobs"].to(scores.logprobs.device)
-        log_ratio = (scores.logprobs - sampler).masked_fill(~mask, 0.0)
-        ratio = log_ratio.exp()
-        advantage = _advantage_grid(advantages[start : start + len(chunk)], mask)
+    for micro in batch.split(settings.microbatch_turns):  # micro-batches: memory, not maths
+        scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
+        micro = micro.to(scores.logprobs.device)
+        mask = micro.action_mask  # (turns, A)
+        log_ratio = (scores.logprobs - micro.sampler_logprobs).masked_fill(~mask, 0.0)  # (turns, A)
+        ratio = log_ratio.exp()  # pi_theta / pi_sampler: 1 at unchanged weights, gradient grad log pi
+        advantage = micro.advantages.unsqueeze(1) * mask  # (turns, A): each turn's on its own tokens
         loss = -(ratio * advantage * mask).sum() / total_tokens
-        loss.backward()
+        loss.backward()  # gradients add up over the micro-batches into one step
         with torch.no_grad():
             sums["loss"] += float(loss)
             sums["entropy"] += float(scores.entropy[mask].sum())
@@ -165,8 +158,9 @@ class Reinforce(Algorithm):
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         advantages = turn_advantages(rollout, self.settings.gamma, self.settings.normalise)
-        return reinforce_step(self.policy.model, self.optimizer, rollout.turns, advantages, self.settings,
-                              self.policy.tokenizer.pad_token_id)
+        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
+                             advantages=torch.tensor(advantages, dtype=torch.float32))
+        return reinforce_step(self.policy.model, self.optimizer, batch, self.settings)
 
 
 def train_reinforce(

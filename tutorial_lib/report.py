@@ -11,10 +11,14 @@ cell computes the comparison and prints the sentence instead::
 :func:`compare_rates` calls a difference *noise* when it is within two standard errors of the
 difference of two rates measured over ``episodes`` games each: another set of evaluation games
 could move it that far.
+
+A chapter that derives a loss shows the library's code for it with :func:`show_source`, read from
+the installed source when the cell runs, so that the prose and the code it explains cannot drift.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import statistics
@@ -192,3 +196,22 @@ def trend(history: Sequence[dict], key: str, label: str | None = None, digits: i
     first, second = halves(history, key)
     return (f"{label or key.replace('_', ' ')} {first:.{digits}f} over the first half of the run, "
             f"{second:.{digits}f} over the second")
+
+
+def source_text(obj) -> str:
+    """``obj``'s source code (a function, a class or a method), dedented."""
+    return textwrap.dedent(inspect.getsource(obj))
+
+
+def show_source(obj) -> None:
+    """Show ``obj``'s source, highlighted in a notebook (printed elsewhere), under its full name."""
+    name = f"{obj.__module__}.{obj.__qualname__}"
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - IPython comes with jupyter
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(f"# {name}\n{source_text(obj)}")
+        return
+    display(Markdown(f"`{name}`\n\n```python\n{source_text(obj)}```"))

@@ -43,13 +43,15 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 import torch
 
 from .evaluate import EpisodeRecord, run_episodes, summarize
+from .lm_parts import body_hidden_states, output_logits
+from .tokenization import positions_from_mask
 
 
 class TokenizedTurn(Protocol):
@@ -234,18 +236,76 @@ def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int) -> dict[str
         if n:
             action_mask[row, actions - n :] = True
             sampler_logprobs[row, actions - n :] = torch.tensor(turn.logprobs)
-    # The same numbering as generate: pads get 0, the first real token 0, then 1, 2, ... Without
-    # it, models with *absolute* position embeddings (GPT-2) read each left-padded row at shifted
-    # positions and score it differently. Rotary models (Llama, Qwen, Gemma) happen not to care:
-    # a uniform shift leaves their attention scores unchanged (tests/test_rollout.py shows both).
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "position_ids": position_ids,
+        "position_ids": positions_from_mask(attention_mask),  # numbered as generate numbered them
         "action_mask": action_mask,
         "sampler_logprobs": sampler_logprobs,
     }
+
+
+@dataclass
+class TurnBatch:
+    """Turns collated once for an update, with what the algorithm attaches to each turn.
+
+    ``T`` turns, ``A`` tokens in the longest action. Per-token tensors are right-aligned on ``A``
+    columns, as :func:`collate_turns` lays them out (0 outside ``action_mask``). The token ids are
+    collated per micro-batch (:meth:`model_inputs`), each padded to its own longest row, since one
+    long prompt would otherwise pad every forward pass of the update.
+
+    REINFORCE fills ``advantages``; PPO also ``old_logprobs``, ``old_values`` and ``returns``.
+    """
+
+    turns: list[TurnSample]
+    pad_token_id: int
+    action_mask: torch.Tensor  # (T, A) bool: which columns hold an action token
+    sampler_logprobs: torch.Tensor  # (T, A) log pi_sampler(a_t), recorded while sampling
+    advantages: torch.Tensor | None = None  # (T,) one per turn, shared by its action tokens
+    old_logprobs: torch.Tensor | None = None  # (T, A) log pi_old(a_t): the policy before this update
+    old_values: torch.Tensor | None = None  # (T,) V_old(s): the critic before this update
+    returns: torch.Tensor | None = None  # (T,) the critic's regression targets
+
+    @classmethod
+    def of(cls, turns: Sequence[TurnSample], pad_token_id: int, **tensors: torch.Tensor) -> TurnBatch:
+        """Collate ``turns``; ``tensors`` (e.g. ``advantages=``) are attached as they are."""
+        layout = collate_turns(turns, pad_token_id)
+        return cls(list(turns), pad_token_id, layout["action_mask"], layout["sampler_logprobs"], **tensors)
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    @property
+    def action_tokens(self) -> int:
+        """Action tokens in the batch: what a per-token loss is averaged over."""
+        return int(self.action_mask.sum())
+
+    def select(self, rows: torch.Tensor | Sequence[int]) -> TurnBatch:
+        """The turns at ``rows`` (a minibatch), per-token tensors trimmed to their longest action."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        width = int(self.action_mask[rows].sum(1).max())
+
+        def take(tensor):
+            if tensor is None:
+                return None
+            return tensor[rows, -width:] if tensor.dim() == 2 else tensor[rows]
+
+        return TurnBatch([self.turns[i] for i in rows.tolist()], self.pad_token_id,
+                         **{f.name: take(getattr(self, f.name)) for f in fields(self) if f.name not in ("turns", "pad_token_id")})
+
+    def split(self, size: int) -> Iterator[TurnBatch]:
+        """Consecutive pieces of at most ``size`` turns (micro-batches: memory, not maths)."""
+        for start in range(0, len(self), size):
+            yield self.select(range(start, min(start + size, len(self))))
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``attention_mask``, ``position_ids`` and ``action_mask`` for a forward pass."""
+        return collate_turns(self.turns, self.pad_token_id)
+
+    def to(self, device: torch.device | str) -> TurnBatch:
+        """The same batch with its tensors on ``device``."""
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
+                                if isinstance(getattr(self, f.name), torch.Tensor)})
 
 
 @dataclass
@@ -259,21 +319,6 @@ class ActionScores:
     #: (batch, hidden) last-layer hidden state at each row's last prompt token: the state in which
     #: the action was chosen, what a value head reads (``None`` unless asked)
     state_hidden: torch.Tensor | None = None
-
-
-def body_and_head(model):
-    """A causal LM split into its transformer body and its output layer (PEFT's wrapper seen
-    through: the adapters stay active, since they live inside the body's layers)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.base_model, base.get_output_embeddings(), getattr(base.config, "final_logit_softcapping", None)
-
-
-def last_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(batch, length, hidden) output of ``model``'s body on a :func:`collate_turns` batch."""
-    body, _, _ = body_and_head(model)
-    device = next(model.parameters()).device
-    inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
-    return body(**inputs, use_cache=False).last_hidden_state
 
 
 def state_positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -302,15 +347,12 @@ def action_logprobs(
     (batch, length, vocab) logits tensor would not fit in memory for a large vocabulary.
     ``with_state_hidden`` also returns the hidden state a value head reads (PPO, chapter 6).
     """
-    _, head, softcap = body_and_head(model)
-    hidden = last_hidden_states(model, batch)
-    mask = batch["action_mask"].to(hidden.device)
+    hidden = body_hidden_states(model, batch)  # (batch, length, hidden)
+    mask = batch["action_mask"].to(hidden.device)  # (batch, A)
     actions = mask.shape[1]
     # the logit at column c predicts the token at c + 1: the last `actions` tokens need the
     # logits of the `actions + 1` last columns but the final one
-    logits = head(hidden[:, -actions - 1 : -1]).float()
-    if softcap:  # Gemma 2's final-logit soft-capping, which the model's own forward applies
-        logits = softcap * torch.tanh(logits / softcap)
+    logits = output_logits(model, hidden[:, -actions - 1 : -1])  # (batch, A, vocab)
     log_probs = (logits / temperature).log_softmax(-1)
     targets = batch["input_ids"][:, -actions:].to(hidden.device)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -323,3 +365,15 @@ def action_logprobs(
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         state_hidden = hidden[rows, state_positions(batch).to(hidden.device)]
     return ActionScores(chosen.masked_fill(~mask, 0.0), entropy, state_hidden)
+
+
+@torch.no_grad()
+def turn_logprobs(model, turns: Sequence[TokenizedTurn], pad_token_id: int, *, microbatch_turns: int = 64,
+                  temperature: float = 1.0) -> list[float]:
+    """Total log-probability of each turn's action under ``model``'s current weights, scored in
+    micro-batches without gradients (what a trainer's ratio would use at unchanged weights)."""
+    totals: list[float] = []
+    for start in range(0, len(turns), microbatch_turns):
+        batch = collate_turns(turns[start : start + microbatch_turns], pad_token_id)
+        totals += action_logprobs(model, batch, temperature=temperature).logprobs.sum(1).tolist()
+    return totals

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .device import default_dtype, device_kind
+from .lm_parts import body_hidden_states, output_logits
 from .policies import LanguagePolicy
 from .progress import quiet_transformers
 from .prompts import render_chat
@@ -150,13 +151,10 @@ def completion_logits(model, inputs: dict[str, torch.Tensor]) -> tuple[torch.Ten
     on the whole sequence and the output layer only where there is a label. Same loss, same
     gradients, ~2x faster steps for the tiny model on a CPU.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under PEFT's wrapper
-    body_inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "position_ids")}
-    hidden = base.model(**body_inputs, use_cache=False).last_hidden_state
+    hidden = body_hidden_states(model, inputs)  # (batch, length, hidden)
     targets = inputs["labels"][:, 1:]
     keep = targets != IGNORE_INDEX  # position t predicts token t+1
-    logits = base.get_output_embeddings()(hidden[:, :-1][keep]).float()
-    return logits, targets[keep]
+    return output_logits(model, hidden[:, :-1][keep]), targets[keep]  # (labelled tokens, vocab)
 
 
 class LengthBatches(torch.utils.data.Sampler):

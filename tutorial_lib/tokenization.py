@@ -129,6 +129,15 @@ def pad_prompt_ids(rows: Sequence[Sequence[int]], pad_token_id: int, *, shared_p
     return BatchEncoding({"input_ids": input_ids, "attention_mask": attention_mask})
 
 
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded batch as ``generate`` numbers them: each row's first real token
+    is 0, then 1, 2, ...; pads get 0. Without them, a model with *absolute* position embeddings
+    (GPT-2) reads each padded row at shifted positions and scores it differently; rotary models
+    (Llama, Qwen, Gemma) happen not to care, since a uniform shift leaves their attention scores
+    unchanged (``tests/test_rollout.py`` shows both)."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def shared_prefixes(rows: Sequence[Sequence[int]], max_groups: int = 4) -> tuple[int, list[int]]:
     """The prompt start worth computing once per distinct value: ``(length, group of each row)``.
 
