@@ -79,7 +79,7 @@ from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.policies import SAMPLING
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.reinforce import RLSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
 from tutorial_lib.report import (
     compare_rates,
     compare_summaries,
@@ -290,7 +290,7 @@ ttt_sft.model.zero_grad()
 (-(logprobs * per_token_advantage)[mask].sum() / mask.sum()).backward()  # plain REINFORCE, no ratio
 reinforce_norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
 one_batch = TurnBatch.of(turns, ttt_sft.tokenizer.pad_token_id, advantages=torch.tensor(advantages))
-library = reinforce_step(ttt_sft.model, torch.optim.SGD(params, lr=0.0), one_batch, RLSettings(microbatch_turns=16))
+library = reinforce_step(ttt_sft.model, torch.optim.SGD(params, lr=0.0), one_batch, ReinforceSettings(microbatch_turns=16))
 print(f"{len(turns)} turns, {int(mask.sum())} action tokens; advantages from {min(advantages):.2f} to {max(advantages):.2f}")
 print(f"loss by hand {by_hand:+.6f} | library {library['loss']:+.6f}")
 print(f"gradient norm of -mean(A log pi) {float(reinforce_norm):.6f} | library (before clipping) {library['grad_norm']:.6f}")

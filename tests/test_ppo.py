@@ -260,9 +260,9 @@ def test_a_run_in_stages_ends_where_one_call_ends(tiny_cache, tmp_path):
 
 
 def test_resuming_a_reinforce_checkpoint_with_ppo_says_why_not(tiny_cache, tmp_path):
-    from tutorial_lib.reinforce import RLSettings, train_reinforce
+    from tutorial_lib.reinforce import ReinforceSettings, train_reinforce
 
-    train_reinforce(fresh_policy(tiny_cache), "tictactoe", RLSettings(iterations=1, turns_per_iteration=4, num_envs=4,
+    train_reinforce(fresh_policy(tiny_cache), "tictactoe", ReinforceSettings(iterations=1, turns_per_iteration=4, num_envs=4,
                     env_options=TTT), out_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="another algorithm"):
         train_ppo(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path, resume=True,
@@ -279,3 +279,15 @@ def test_a_tempered_sampler_is_scored_at_its_own_temperature(tiny_cache):
     assert plain.kl_k3 > 1e-3  # scored at temperature 1, the same tokens look off-policy
     with pytest.raises(ValueError, match="temperature"):
         collect(policy, "tictactoe", range(2), env_options=TTT, sampling="greedy", temperature=0.5)
+
+
+def test_ppo_settings_hold_the_loops_fields_and_ppos_own_only():
+    from dataclasses import fields
+
+    from tutorial_lib.reinforce import ReinforceSettings
+    from tutorial_lib.rl_loop import RLSettings
+
+    loop = {f.name for f in fields(RLSettings)}
+    assert loop <= {f.name for f in fields(PPOSettings)} and loop <= {f.name for f in fields(ReinforceSettings)}
+    assert "normalise" not in {f.name for f in fields(PPOSettings)}  # REINFORCE's, not PPO's
+    assert PPOSettings().gamma == 1.0 and ReinforceSettings().gamma == 0.9

@@ -124,9 +124,9 @@ def test_batched_rollout_logprobs_match_the_trainers_recompute(model_dir):
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
 def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(model_dir, tmp_path, algo):
     from tutorial_lib.ppo import PPOSettings, train_ppo
-    from tutorial_lib.reinforce import RLSettings, train_reinforce
+    from tutorial_lib.reinforce import ReinforceSettings, train_reinforce
 
-    settings_class, train = {"reinforce": (RLSettings, train_reinforce), "ppo": (PPOSettings, train_ppo)}[algo]
+    settings_class, train = {"reinforce": (ReinforceSettings, train_reinforce), "ppo": (PPOSettings, train_ppo)}[algo]
 
     def settings(iterations):
         # zero-shot every guess is unparseable (reward -0.1 each): ReBN would make every advantage 0,

@@ -7,7 +7,7 @@ import torch
 
 from tutorial_lib.advantages import rebn
 from tutorial_lib.models import load_policy
-from tutorial_lib.reinforce import RLSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
 from tutorial_lib.rollout import TurnBatch, collect, turn_logprobs
 from tutorial_lib.tracking import MetricsLog, load_checkpoint, save_checkpoint
 
@@ -17,7 +17,7 @@ TTT = dict(opponent="random", agent_mark="alternate")
 
 
 def small_settings(**overrides):
-    return RLSettings(**{"iterations": 4, "turns_per_iteration": 12, "num_envs": 4, "microbatch_turns": 5,
+    return ReinforceSettings(**{"iterations": 4, "turns_per_iteration": 12, "num_envs": 4, "microbatch_turns": 5,
                          "learning_rate": 1e-2, "save_every": 2, "env_options": TTT, **overrides})
 
 
@@ -31,11 +31,11 @@ def weights(model):
 
 def test_settings_reject_bad_values():
     with pytest.raises(ValueError, match="normalise"):
-        RLSettings(normalise="batch")
+        ReinforceSettings(normalise="batch")
     with pytest.raises(ValueError, match="gamma"):
-        RLSettings(gamma=1.5)
+        ReinforceSettings(gamma=1.5)
     with pytest.raises(ValueError, match="iterations"):
-        RLSettings(iterations=0)
+        ReinforceSettings(iterations=0)
 
 
 def test_turn_advantages_are_rebn_of_discounted_returns(tiny_cache):

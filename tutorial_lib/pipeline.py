@@ -115,7 +115,7 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
     if algo == "ppo":
         from .ppo import PPOSettings as settings_class
     else:
-        from .reinforce import RLSettings as settings_class
+        from .reinforce import ReinforceSettings as settings_class
     field_name = next(name for name, value in RL_ALGORITHMS.items() if value == algo)
     overrides = dict(getattr(preset.game(game), field_name))
     env_options = {**preset.game(game).env_options, **overrides.pop("env_options", {})}

@@ -63,8 +63,7 @@ import torch
 
 from .advantages import gae, whiten
 from .lm_parts import body_hidden_states, hidden_size
-from .reinforce import RLSettings
-from .rl_loop import Algorithm, RLResult, clip_and_step, run_rl, sampler_kl_sums
+from .rl_loop import Algorithm, RLResult, RLSettings, clip_and_step, run_rl, sampler_kl_sums
 from .rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
 from .tokenization import left_padded_batch, positions_from_mask
 
@@ -74,8 +73,8 @@ LR_SCHEDULES = ("constant", "warmup_cosine")
 
 @dataclass
 class PPOSettings(RLSettings):
-    """Settings of a PPO run: the collection settings of :class:`RLSettings` and PPO's own.
-    ``learning_rate`` is the actor's; ``normalise`` (REINFORCE's) is not used."""
+    """Settings of a PPO run: the loop's (:class:`~tutorial_lib.rl_loop.RLSettings`) and PPO's own.
+    ``learning_rate`` is the actor's."""
 
     #: discount per turn (the GSM8K tutorial's 1: an answer is one turn)
     gamma: float = 1.0
@@ -116,6 +115,8 @@ class PPOSettings(RLSettings):
             raise ValueError(f"critic must be one of {', '.join(CRITICS)}; got {self.critic!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}; got {self.lr_schedule!r}")
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
         if not 0 <= self.gae_lambda <= 1:
             raise ValueError(f"gae_lambda must be in [0, 1]; got {self.gae_lambda}")
         if self.clip_range <= 0 or (self.value_clip_range is not None and self.value_clip_range <= 0):

@@ -44,7 +44,7 @@ class GameSettings:
     sft: dict = field(default_factory=dict)
     #: episodes per evaluation
     eval_episodes: int = 200
-    #: overrides of :class:`tutorial_lib.reinforce.RLSettings` (chapter 5)
+    #: overrides of :class:`tutorial_lib.reinforce.ReinforceSettings` (chapter 5)
     rl: dict = field(default_factory=dict)
     #: overrides of :class:`tutorial_lib.ppo.PPOSettings` (chapter 6)
     ppo: dict = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """REINFORCE with return batch-normalisation for multi-turn text games (chapter 5).
 
     policy = sft_policy("tictactoe", preset)                 # or load_policy("tiny")
-    result = train_reinforce(policy, "tictactoe", RLSettings(iterations=30), out_dir="runs/rl-ttt")
+    result = train_reinforce(policy, "tictactoe", ReinforceSettings(iterations=30), out_dir="runs/rl-ttt")
     result.history[-1]                                       # the last iteration's metrics
 
 Each iteration:
@@ -30,71 +30,34 @@ default 0.999 suits the non-stationary gradients of RL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from .advantages import batch_returns, rebn
-from .rl_loop import Algorithm, RLResult, clip_and_step, run_rl, sampler_kl_sums
+from .rl_loop import Algorithm, RLResult, RLSettings, clip_and_step, run_rl, sampler_kl_sums
 from .rollout import Rollout, TurnBatch, action_logprobs
 
 NORMALISATIONS = ("rebn", "none")
 
 
 @dataclass
-class RLSettings:
-    """Settings of an RL run. Defaults suit the tiny model on a CPU (chapter 5)."""
+class ReinforceSettings(RLSettings):
+    """Settings of a REINFORCE run: the loop's (:class:`~tutorial_lib.rl_loop.RLSettings`) and how
+    returns become advantages. Defaults suit the tiny model on a CPU (chapter 5)."""
 
-    #: collect-then-update iterations
-    iterations: int = 30
-    #: turns collected per iteration: episodes start until this many turns are played
-    turns_per_iteration: int = 256
-    #: games played side by side while collecting
-    num_envs: int = 32
     #: discount per turn
     gamma: float = 0.9
     #: ``"rebn"`` (normalise returns over the batch of turns) or ``"none"`` (raw returns)
     normalise: str = "rebn"
-    learning_rate: float = 1e-4
-    adam_betas: tuple[float, float] = (0.9, 0.95)
-    max_grad_norm: float = 1.0
-    #: turns per forward/backward pass (a micro-batch): memory, not maths; REINFORCE adds the
-    #: gradients of all of them up to ONE optimiser step
-    microbatch_turns: int = 128
-    #: sampling preset while collecting (``rl``: the model's own distribution)
-    sampling: str = "rl"
-    #: sampling temperature; the trainer scores with the same one, so the policy being trained is
-    #: the tempered one, softmax(logits / T), and the sampler is still exactly that policy. Below 1
-    #: a policy that rarely succeeds samples its best answers more often (chapter 6)
-    temperature: float = 1.0
-    #: options for the game (opponent, world...)
-    env_options: dict[str, Any] = field(default_factory=dict)
-    #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
-    first_seed: int = 100_000
-    #: cycle through a fixed set of this many seeds from ``first_seed`` (a training split, like
-    #: GSM8K's) instead of a fresh game every episode (``None``)
-    train_seeds: int | None = None
-    #: stop early once this many action tokens have been sampled (``None``: run every iteration);
-    #: how chapter 7 gives each algorithm the same budget
-    token_budget: int | None = None
-    #: checkpoint every this many iterations (and at the end)
-    save_every: int = 5
-    seed: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.normalise not in NORMALISATIONS:
             raise ValueError(f"normalise must be one of {', '.join(NORMALISATIONS)}; got {self.normalise!r}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive; got {self.temperature}")
-        if self.train_seeds is not None and self.train_seeds < 1:
-            raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
-        for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
 
 
 def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[float]:
@@ -106,7 +69,7 @@ def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[floa
     return [g for episode in returns for g in episode]
 
 
-def reinforce_step(model, optimizer, batch: TurnBatch, settings: RLSettings) -> dict[str, float]:
+def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettings) -> dict[str, float]:
     """One optimiser step of REINFORCE with importance sampling over ``batch`` (its ``advantages``
     set, one per turn); returns its metrics."""
     total_tokens = batch.action_tokens  # the loss is a mean over every action token of the batch
@@ -150,7 +113,7 @@ class Reinforce(Algorithm):
 
     name = "REINFORCE"
 
-    def __init__(self, policy, settings: RLSettings):
+    def __init__(self, policy, settings: ReinforceSettings):
         self.policy, self.settings = policy, settings
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, betas=settings.adam_betas,
@@ -166,7 +129,7 @@ class Reinforce(Algorithm):
 def train_reinforce(
     policy,
     game: str,
-    settings: RLSettings | None = None,
+    settings: ReinforceSettings | None = None,
     *,
     out_dir: str | Path,
     resume: bool = False,
@@ -178,6 +141,6 @@ def train_reinforce(
     ``resume=True`` continues from ``out_dir/checkpoint`` (weights, optimiser, random state,
     iteration): the result equals that of a run never stopped.
     """
-    settings = settings or RLSettings()
+    settings = settings or ReinforceSettings()
     return run_rl(policy, game, settings, lambda: Reinforce(policy, settings), out_dir=out_dir, resume=resume,
                   progress=progress, stage=stage)

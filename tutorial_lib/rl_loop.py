@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,54 @@ import torch
 from .progress import progress_bar, quiet_transformers
 from .rollout import Rollout, collect
 from .tracking import MetricsLog, load_checkpoint, save_checkpoint
+
+
+@dataclass
+class RLSettings:
+    """What every algorithm of the loop shares: collection, optimiser, logging. Each algorithm adds
+    its own (:class:`~tutorial_lib.reinforce.ReinforceSettings`, :class:`~tutorial_lib.ppo.PPOSettings`).
+    Defaults suit the tiny model on a CPU (chapter 5)."""
+
+    #: collect-then-update iterations
+    iterations: int = 30
+    #: turns collected per iteration: episodes start until this many turns are played
+    turns_per_iteration: int = 256
+    #: games played side by side while collecting
+    num_envs: int = 32
+    learning_rate: float = 1e-4
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = 1.0
+    #: turns per forward/backward pass (a micro-batch): memory, not maths; their gradients add up
+    #: to one optimiser step
+    microbatch_turns: int = 128
+    #: sampling preset while collecting (``rl``: the model's own distribution)
+    sampling: str = "rl"
+    #: sampling temperature; the trainer scores with the same one, so the policy being trained is
+    #: the tempered one, softmax(logits / T), and the sampler is still exactly that policy. Below 1
+    #: a policy that rarely succeeds samples its best answers more often (chapter 6)
+    temperature: float = 1.0
+    #: options for the game (opponent, world...)
+    env_options: dict[str, Any] = field(default_factory=dict)
+    #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
+    first_seed: int = 100_000
+    #: cycle through a fixed set of this many seeds from ``first_seed`` (a training split, like
+    #: GSM8K's) instead of a fresh game every episode (``None``)
+    train_seeds: int | None = None
+    #: stop early once this many action tokens have been sampled (``None``: run every iteration);
+    #: how chapter 7 gives each algorithm the same budget
+    token_budget: int | None = None
+    #: checkpoint every this many iterations (and at the end)
+    save_every: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive; got {self.temperature}")
+        if self.train_seeds is not None and self.train_seeds < 1:
+            raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
+        for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
 
 
 class Algorithm:
@@ -114,7 +162,7 @@ def rollout_metrics(rollout: Rollout) -> dict[str, float]:
 def run_rl(
     policy,
     game: str,
-    settings,
+    settings: RLSettings,
     make_algorithm: Callable[[], Algorithm],
     *,
     out_dir: str | Path,
@@ -124,7 +172,7 @@ def run_rl(
 ) -> RLResult:
     """Train ``policy`` in place on ``game``; logs, checkpoints and the final model go to ``out_dir``.
 
-    ``settings`` is a :class:`~tutorial_lib.reinforce.RLSettings` (or a subclass); it supplies the
+    ``settings`` is an :class:`RLSettings` (an algorithm's subclass); it supplies the
     collection settings (``iterations``, ``turns_per_iteration``, ``num_envs``, ``sampling``,
     ``env_options``, ``first_seed``, ``save_every``, ``seed``). ``make_algorithm`` is called once,
     after the random generators are seeded, so a freshly initialised module (a value head) is the
