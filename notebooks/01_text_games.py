@@ -48,7 +48,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs, plotting
-from tutorial_lib.evaluate import run_episodes, steps_per_second, summarize
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import steps_per_second, summarize
 from tutorial_lib.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
 

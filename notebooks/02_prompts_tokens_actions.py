@@ -50,7 +50,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs, plotting
-from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import summarize
 from tutorial_lib.models import load_policy, reference_tokenizer
 from tutorial_lib.parsing import (
     parse_boxed_integer,

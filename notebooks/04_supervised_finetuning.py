@@ -54,7 +54,8 @@ import torch
 from myst_nb import glue
 
 from tutorial_lib.envs.tictactoe import completing_squares
-from tutorial_lib.evaluate import math_accuracy, run_episodes
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import math_accuracy
 from tutorial_lib.models import load_policy
 from tutorial_lib.parsing import parse_tictactoe_move
 from tutorial_lib.pipeline import evaluate_policy, expert_data, sft_dir, sft_settings

@@ -75,9 +75,9 @@ from IPython.display import display
 from myst_nb import glue
 
 from tutorial_lib.advantages import batch_returns, rebn
+from tutorial_lib.cache import cache_root
 from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
-from tutorial_lib.policies import SAMPLING
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
 from tutorial_lib.report import (
@@ -91,8 +91,7 @@ from tutorial_lib.report import (
     trend,
 )
 from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect
-from tutorial_lib.sampling import TokenSampler
-from tutorial_lib.tiny_model import cache_root
+from tutorial_lib.sampling import SAMPLING, TokenSampler
 
 preset = get_preset()
 print(describe(preset))

@@ -51,11 +51,8 @@ import torch
 from IPython.display import display
 
 from tutorial_lib.advantages import gae
-from tutorial_lib.evaluate import (
-    MATH_NEW_PROBLEMS,
-    MATH_TRAINING_PROBLEMS,
-    math_accuracy,
-)
+from tutorial_lib.cache import cache_root
+from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, math_accuracy
 from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.ppo import PPO, clipped_surrogate, clipped_value_loss, train_ppo
@@ -70,7 +67,6 @@ from tutorial_lib.report import (
     trend,
 )
 from tutorial_lib.rollout import collate_turns, collect
-from tutorial_lib.tiny_model import cache_root
 
 preset = get_preset()
 print(describe(preset))

@@ -51,6 +51,7 @@ import pandas as pd
 from IPython.display import display
 
 from tutorial_lib.advantages import group_normalise
+from tutorial_lib.cache import cache_root
 from tutorial_lib.comparison import ALGORITHMS, compare_on_math, comparison_settings
 from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 from tutorial_lib.grpo import math_prompt_dataset, math_reward
@@ -74,7 +75,6 @@ from tutorial_lib.tictactoe_moves import (
     position_dataset,
     train_grpo_on_moves,
 )
-from tutorial_lib.tiny_model import cache_root
 
 preset = get_preset()
 print(describe(preset))

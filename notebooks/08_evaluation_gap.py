@@ -60,7 +60,8 @@ import torch
 
 from tutorial_lib import envs, plotting
 from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
-from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import summarize
 from tutorial_lib.expert_data import recipe_permutations, rewrite_recipe
 from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample

@@ -60,7 +60,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from myst_nb import glue
 
-from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.cache import cache_root
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import summarize
 from tutorial_lib.models import OFFLINE_MODELS, load_policy
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
 from tutorial_lib.policies import RandomPolicy
@@ -69,7 +71,6 @@ from tutorial_lib.prompts import render_chat
 from tutorial_lib.reinforce import train_reinforce
 from tutorial_lib.report import say
 from tutorial_lib.sft import train_sft
-from tutorial_lib.tiny_model import cache_root
 
 preset = get_preset()
 real = pretrained_preset(preset)

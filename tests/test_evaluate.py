@@ -1,6 +1,7 @@
 import pytest
 
-from tutorial_lib.evaluate import math_accuracy, run_episodes, summarize
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import math_accuracy, summarize
 from tutorial_lib.policies import ExpertPolicy, RandomPolicy
 
 

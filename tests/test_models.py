@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from tutorial_lib import models
-from tutorial_lib.policies import SAMPLING, EpisodeState, LanguagePolicy
+from tutorial_lib.policies import EpisodeState, LanguagePolicy
 from tutorial_lib.prompts import Turn
+from tutorial_lib.sampling import SAMPLING
 from tutorial_lib.tiny_model import TinyConfig, tiny_model_dir
 
 from .conftest import SMALL

@@ -11,7 +11,8 @@ import json
 import pytest
 import torch
 
-from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import summarize
 from tutorial_lib.expert_data import expert_examples
 from tutorial_lib.models import (
     OFFLINE_MODELS,

@@ -4,8 +4,7 @@ import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from tutorial_lib.policies import SAMPLING
-from tutorial_lib.sampling import TokenSampler
+from tutorial_lib.sampling import SAMPLING, TokenSampler
 
 
 def draw(sampler, scores, times):

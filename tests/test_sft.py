@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from tutorial_lib.evaluate import run_episodes, summarize
+from tutorial_lib.episodes import run_episodes
+from tutorial_lib.evaluate import summarize
 from tutorial_lib.expert_data import expert_examples
 from tutorial_lib.models import load_policy
 from tutorial_lib.sft import LengthBatches, SFTSettings, completion_logits, tokenize_examples, train_sft

@@ -15,7 +15,7 @@ from tutorial_lib.envs.tictactoe import (
     completing_squares,
     worked_lines,
 )
-from tutorial_lib.experts import minimax_actions, minimax_move, minimax_values
+from tutorial_lib.minimax import minimax_actions, minimax_move, minimax_values
 
 GAME = pyspiel.load_game("tic_tac_toe")
 

@@ -100,7 +100,8 @@ def _sft(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .evaluate import run_episodes, summarize
+    from .episodes import run_episodes
+    from .evaluate import summarize
     from .models import load_policy
 
     preset = _preset(args)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import envs
-from .evaluate import run_episodes
+from .episodes import run_episodes
 from .policies import ExpertPolicy
 from .progress import progress_bar
 from .prompts import Turn, build_prompt_text
@@ -73,7 +73,7 @@ def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool =
     from open_spiel.python.algorithms import mcts
 
     from .envs.tictactoe import board_text
-    from .experts import minimax_actions
+    from .minimax import minimax_actions
 
     if config.episodes < 1 or config.simulations < 1 or not 0 <= config.epsilon <= 1:
         raise ValueError(f"need episodes >= 1, simulations >= 1 and 0 <= epsilon <= 1; got {config}")

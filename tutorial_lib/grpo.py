@@ -112,12 +112,11 @@ and PPO, per-turn credit), and GRPO through TRL is used where it fits, single-tu
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -128,9 +127,9 @@ from .device import default_dtype, device_kind
 from .envs.math_problems import MathEnv, MathProblem
 from .lm_parts import unwrap_peft
 from .policies import MAX_NEW_TOKENS
-from .progress import progress_bar, quiet_transformers
+from .progress import quiet_transformers
 from .prompts import Turn, build_messages
-from .rl_loop import RLResult
+from .rl_loop import RLResult, run_progress_bar, save_final_model, write_run_settings
 from .tracking import MetricsLog
 
 #: TRL's token-aggregation rules this module offers (see detail 5 of the module docstring)
@@ -506,20 +505,15 @@ def train_grpo(
     if resume and checkpoint is None:
         raise FileNotFoundError(f"no checkpoint-* folder in {out_dir} to resume from; start without resume "
                                 "(and set GRPOSettings.save_steps to write checkpoints)")
-    (out_dir / "rl_settings.json").write_text(
-        json.dumps({"game": game, "algo": "GRPO", **asdict(settings)}, indent=1, default=str)
-    )
+    write_run_settings(out_dir, game, "GRPO", settings)
     resumed_step = int(checkpoint.name.split("-")[-1]) if checkpoint else None
     log = MetricsLog(out_dir, resume_from=resumed_step)
     history: list[dict[str, float]] = list(log.rows)
     model = policy.model
     base = unwrap_peft(model)
     patched_before = "forward" in vars(base)
-    budgeted = settings.token_budget is not None
-    spent = min(sum(r.get("action_tokens", 0.0) for r in history), settings.token_budget) if budgeted else 0
-    bar = progress_bar(total=settings.token_budget if budgeted else settings.steps, desc=f"GRPO {game}",
-                       unit=" tokens" if budgeted else "it", disable=not progress,
-                       initial=spent if budgeted else resumed_step or 0)
+    bar = run_progress_bar("GRPO", game, token_budget=settings.token_budget, steps=settings.steps,
+                           done_steps=resumed_step or 0, history=history, progress=progress)
     began = time.perf_counter()
     try:
         trainer = build_trainer(policy, settings, dataset, out_dir=out_dir, reward=reward)
@@ -533,9 +527,7 @@ def train_grpo(
             # TRL patched the model's forward with a fused log-prob head; give back the plain model
             del base.forward
     model.eval()
-    with quiet_transformers():
-        model.save_pretrained(out_dir / "model")
-    policy.tokenizer.save_pretrained(out_dir / "model")
+    save_final_model(policy, out_dir)
     return RLResult(out_dir, history, time.perf_counter() - began)
 
 

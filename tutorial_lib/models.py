@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
+from .cache import cache_root
 from .device import can_load_in_4bit, default_dtype, device_kind, get_device
 from .policies import LanguagePolicy
 from .progress import quiet_transformers
-from .tiny_model import TinyConfig, cache_root, tiny_model_dir
+from .tiny_model import TinyConfig, tiny_model_dir
 
 # PEFT, saving adapters whose base is an offline model's name (not a folder), looks for that
 # model's config, locally and then on the hub, to check whether the vocabulary was resized; we

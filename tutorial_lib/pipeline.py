@@ -16,6 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from .cache import cache_root
 from .expert_data import (
     SelfPlayConfig,
     augment_with_symmetries,
@@ -28,7 +29,7 @@ from .expert_data import (
 )
 from .models import is_pretrained
 from .presets import Preset
-from .tiny_model import RECIPE_VERSION, TinyConfig, cache_root
+from .tiny_model import RECIPE_VERSION, TinyConfig
 
 #: bump when expert data or SFT recipes change, so stale cache entries are not reused
 PIPELINE_VERSION = 1
@@ -127,7 +128,8 @@ def evaluate_policy(game: str, policy, *, preset: Preset, episodes: int | None =
     preset's options for ``game`` and ``options`` on top (an opponent, a fold): the summary
     chapters 4-7 and the seed benchmarks compare before and after training.
     ``episodes`` defaults to the preset's ``eval_episodes``."""
-    from .evaluate import run_episodes, summarize
+    from .episodes import run_episodes
+    from .evaluate import summarize
 
     settings = preset.game(game)
     records = run_episodes(game, policy, range(settings.eval_episodes if episodes is None else episodes),

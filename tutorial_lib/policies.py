@@ -26,20 +26,8 @@ from transformers import LogitsProcessorList
 from .envs.base import TextEnv
 from .lm_parts import unwrap_peft
 from .prompts import PromptSpec, Turn, build_messages, render_chat
-from .sampling import TokenSampler
+from .sampling import SAMPLING, TokenSampler
 from .tokenization import pad_prompt_ids, shared_prefixes
-
-#: sampling presets of the GSM8K PPO tutorial, and ``rl``: plain sampling from the model, so that
-#: the sampler IS the policy being trained. Every knob is set explicitly because ``generate`` falls
-#: back on the checkpoint's generation config and then on library defaults for what a preset
-#: leaves out: top_k=50 by default, and Qwen2.5-Instruct checkpoints ship top_k=20, top_p=0.8 and a
-#: repetition penalty above 1, each of which would make the sampler differ from the policy.
-SAMPLING: dict[str, dict[str, Any]] = {
-    "greedy": dict(do_sample=False),
-    "standard": dict(do_sample=True, temperature=0.7, top_k=50, top_p=0.95),
-    "liberal": dict(do_sample=True, temperature=0.85, top_k=2000, top_p=1.0),
-    "rl": dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0),
-}
 
 #: the shortest common prompt start worth computing once per batch (see ``LanguagePolicy.sample``)
 MIN_SHARED_PREFIX = 16
@@ -163,7 +151,7 @@ class LanguagePolicy:
     def prompt_for(self, game: str, task: str, turns: Sequence[Turn]) -> str:
         """The text the model reads after ``turns`` (the last one not yet acted on) of ``game`` with
         the task text ``task``: a live episode's prompt, or one rebuilt from a finished
-        :class:`~tutorial_lib.evaluate.EpisodeRecord` (``record.game, record.task, record.turns[:t + 1]``)."""
+        :class:`~tutorial_lib.episodes.EpisodeRecord` (``record.game, record.task, record.turns[:t + 1]``)."""
         messages = build_messages(game, task, turns, history_window=self.history_window, spec=self.prompt_spec)
         return render_chat(self.tokenizer, messages)
 

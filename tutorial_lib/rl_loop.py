@@ -159,6 +159,32 @@ def rollout_metrics(rollout: Rollout) -> dict[str, float]:
     return metrics
 
 
+def write_run_settings(out_dir: Path, game: str, algo: str, settings) -> None:
+    """``out_dir/rl_settings.json``: the game, the algorithm and every setting of the run."""
+    (out_dir / "rl_settings.json").write_text(
+        json.dumps({"game": game, "algo": algo, **asdict(settings)}, indent=1, default=str))
+
+
+def run_progress_bar(algo: str, game: str, *, token_budget: int | None, steps: int, done_steps: int,
+                     history: list[dict[str, float]], progress: bool):
+    """A run's bar: sampled action tokens against the budget when there is one (the number of steps
+    is then not known in advance), steps otherwise; a resumed run's bar starts where it stopped."""
+    budgeted = token_budget is not None
+    spent = min(sum(row.get("action_tokens", 0) for row in history), token_budget) if budgeted else 0
+    return progress_bar(desc=f"{algo} {game}", disable=not progress, unit=" tokens" if budgeted else "it",
+                        total=token_budget if budgeted else steps, initial=spent if budgeted else done_steps)
+
+
+def save_final_model(policy, out_dir: Path, modules: dict[str, torch.nn.Module] | None = None) -> None:
+    """The trained model and its tokenizer in ``out_dir/model`` (what ``load_policy`` and the CLI's
+    ``evaluate --policy`` read), with extra modules (a value head) beside them as ``<name>.pt``."""
+    with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
+        policy.model.save_pretrained(out_dir / "model")
+    policy.tokenizer.save_pretrained(out_dir / "model")
+    for name, module in (modules or {}).items():
+        torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
+
+
 def run_rl(
     policy,
     game: str,
@@ -200,18 +226,15 @@ def run_rl(
         start, state = load_checkpoint(out_dir / "checkpoint", model, algorithm.optimizer, modules=algorithm.modules())
         next_seed = state["next_seed"]
         algorithm.load_state_dict(state.get("algorithm", {}))
-    (out_dir / "rl_settings.json").write_text(
-        json.dumps({"game": game, "algo": algorithm.name, **asdict(settings)}, indent=1, default=str)
-    )
+    write_run_settings(out_dir, game, algorithm.name, settings)
     log = MetricsLog(out_dir, resume_from=start if resume else None)
     history = list(log.rows)
     began = time.perf_counter()
     # with a token budget the bar counts sampled tokens (the number of iterations is not known)
     budgeted = settings.token_budget is not None
     spent = sum(row.get("action_tokens", 0) for row in history)
-    bar = progress_bar(desc=f"{algorithm.name} {game}", disable=not progress, unit=" tokens" if budgeted else "it",
-                       total=settings.token_budget if budgeted else settings.iterations,
-                       initial=min(spent, settings.token_budget) if budgeted else start)
+    bar = run_progress_bar(algorithm.name, game, token_budget=settings.token_budget, steps=settings.iterations,
+                           done_steps=start, history=history, progress=progress)
     over_budget = budgeted and spent >= settings.token_budget  # a resumed part after the budget ran out
     try:
         for iteration in range(start, stop if not over_budget else start):
@@ -247,9 +270,5 @@ def run_rl(
     model.eval()
     if part < parts and not over_budget:  # a part of the run: the next part resumes from its checkpoint
         return RLResult(out_dir, history, time.perf_counter() - began, algorithm, finished=False)
-    with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
-        model.save_pretrained(out_dir / "model")
-    policy.tokenizer.save_pretrained(out_dir / "model")
-    for name, module in algorithm.modules().items():
-        torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
+    save_final_model(policy, out_dir, algorithm.modules())
     return RLResult(out_dir, history, time.perf_counter() - began, algorithm)

@@ -49,7 +49,8 @@ from typing import Any, Protocol
 
 import torch
 
-from .evaluate import EpisodeRecord, run_episodes, summarize
+from .episodes import EpisodeRecord, run_episodes
+from .evaluate import summarize
 from .lm_parts import body_hidden_states, output_logits
 from .tokenization import positions_from_mask
 
@@ -175,7 +176,7 @@ def collect(
         raise TypeError(f"{type(policy).__name__} has no act_samples: RL needs token ids and log-probs")
     # Bind the preset for this call only: the caller's policy keeps its own preset and seed stream.
     if temperature is not None:
-        from .policies import SAMPLING
+        from .sampling import SAMPLING
 
         if sampling is None or not SAMPLING[sampling].get("do_sample"):
             raise ValueError("temperature needs a sampling preset that samples (e.g. 'rl')")

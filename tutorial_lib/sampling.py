@@ -43,6 +43,19 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+#: sampling presets of the GSM8K PPO tutorial, and ``rl``: plain sampling from the model, so that
+#: the sampler IS the policy being trained. Every knob is set explicitly because ``generate`` falls
+#: back on the checkpoint's generation config and then on library defaults for what a preset
+#: leaves out: top_k=50 by default, and Qwen2.5-Instruct checkpoints ship top_k=20, top_p=0.8 and a
+#: repetition penalty above 1, each of which would make the sampler differ from the policy.
+SAMPLING: dict[str, dict[str, Any]] = {
+    "greedy": dict(do_sample=False),
+    "standard": dict(do_sample=True, temperature=0.7, top_k=50, top_p=0.95),
+    "liberal": dict(do_sample=True, temperature=0.85, top_k=2000, top_p=1.0),
+    "rl": dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0),
+}
+
+
 
 class TokenSampler(LogitsProcessor):
     """A logits processor that picks the next token itself (see the module docstring).

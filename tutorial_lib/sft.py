@@ -257,40 +257,11 @@ def _stop_at_fraction(fraction: float):
     return StopAtFraction()
 
 
-def train_sft(
-    policy: LanguagePolicy,
-    examples: Sequence[dict[str, Any]],
-    settings: SFTSettings | None = None,
-    *,
-    output_dir: str | Path,
-    resume: bool = False,
-    stage: tuple[int, int] = (1, 1),
-) -> SFTResult:
-    """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``.
-
-    ``stage=(i, n)`` trains only the i-th of n equal parts of the run, so that a long run fits in
-    several notebook cells (or survives an interruption). Part i < n stops at a checkpoint in
-    ``output_dir`` that holds the weights, the optimiser, the schedule and the random generators;
-    part i + 1 resumes from it, and the n parts train exactly what one call would
-    (``tests/test_sft.py`` checks the weights). Only the last part saves the model and
-    ``sft_result.json``; ``SFTResult.finished`` says which kind of result came back.
-    """
+def sft_config(settings: SFTSettings, output_dir: Path):
+    """TRL's ``SFTConfig`` for ``settings``: where each of our settings goes in the Trainer's terms."""
     from trl import SFTConfig
 
-    settings = settings or SFTSettings()
-    output_dir = Path(output_dir)
-    part, parts = stage
-    if not 1 <= part <= parts:
-        raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
-    if part > 1 and not _checkpoints(output_dir):
-        raise FileNotFoundError(f"stage {part} of {parts} resumes from a checkpoint in {output_dir}, and there is "
-                                f"none: run stage {part - 1} first")
-    if part == 1 and parts > 1 and not resume:
-        for stale in _checkpoints(output_dir):  # an interrupted earlier run's stops: part 2 must resume from ours
-            shutil.rmtree(stale)
-    dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
-    trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
-    config = SFTConfig(
+    return SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=settings.epochs,
         max_steps=settings.max_steps if settings.max_steps is not None else -1,
@@ -320,6 +291,40 @@ def train_sft(
         use_cpu=device_kind() == "cpu",
         **settings.extra,
     )
+
+
+def train_sft(
+    policy: LanguagePolicy,
+    examples: Sequence[dict[str, Any]],
+    settings: SFTSettings | None = None,
+    *,
+    output_dir: str | Path,
+    resume: bool = False,
+    stage: tuple[int, int] = (1, 1),
+) -> SFTResult:
+    """Fine-tune ``policy.model`` in place on ``examples``; save the result to ``output_dir``.
+
+    ``stage=(i, n)`` trains only the i-th of n equal parts of the run, so that a long run fits in
+    several notebook cells (or survives an interruption). Part i < n stops at a checkpoint in
+    ``output_dir`` that holds the weights, the optimiser, the schedule and the random generators;
+    part i + 1 resumes from it, and the n parts train exactly what one call would
+    (``tests/test_sft.py`` checks the weights). Only the last part saves the model and
+    ``sft_result.json``; ``SFTResult.finished`` says which kind of result came back.
+    """
+    settings = settings or SFTSettings()
+    output_dir = Path(output_dir)
+    part, parts = stage
+    if not 1 <= part <= parts:
+        raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
+    if part > 1 and not _checkpoints(output_dir):
+        raise FileNotFoundError(f"stage {part} of {parts} resumes from a checkpoint in {output_dir}, and there is "
+                                f"none: run stage {part - 1} first")
+    if part == 1 and parts > 1 and not resume:
+        for stale in _checkpoints(output_dir):  # an interrupted earlier run's stops: part 2 must resume from ours
+            shutil.rmtree(stale)
+    dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
+    trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
+    config = sft_config(settings, output_dir)
     # The Trainer's informational lines are not the chapter's point; its progress bars are shown
     # when settings.progress asks for them.
     with quiet_transformers(progress_bars=settings.progress):

@@ -28,7 +28,7 @@ from typing import Any
 import pyspiel
 
 from .envs.tictactoe import legal_moves
-from .experts import minimax_values
+from .minimax import minimax_values
 from .parsing import parse_tictactoe_move
 from .prompts import Turn, build_messages
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import envs
+from .cache import cache_root
 from .progress import quiet_transformers
 from .prompts import Turn, build_prompt_text
 
@@ -74,10 +74,6 @@ class TinyConfig:
     def key(self) -> str:
         blob = json.dumps({**asdict(self), "recipe": RECIPE_VERSION}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("TUTORIAL_CACHE", Path.home() / ".cache" / "tutorial_lib"))
 
 
 # -- the tokenizer's training text ----------------------------------------------------------------
