@@ -377,7 +377,7 @@ dataset.to_pandas().head(3)
 #   combinations the training games never show).
 #
 # ## Exercises
-# 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.experts.minimax_move`).
+# 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.minimax.minimax_move`).
 #    How many labels change at 1000 simulations? At 30?
 # 2. Play 200 self-play games with epsilon 0 and with epsilon 0.5. Which covers more of the 4,520
 #    non-terminal positions of tic-tac-toe?

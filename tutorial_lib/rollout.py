@@ -167,7 +167,7 @@ def collect(
     One episode per seed; with ``turn_budget``, new episodes stop starting once that many turns are
     played (the GEM recipe: "collect until a batch of turns is full"), so pass more seeds than you
     expect to need. ``temperature`` overrides the preset's (the trainer must then score with the
-    same temperature, :func:`action_logprobs`). ``sampling`` names the preset of :data:`~tutorial_lib.policies.SAMPLING` to
+    same temperature, :func:`action_logprobs`). ``sampling`` names the preset of :data:`~tutorial_lib.sampling.SAMPLING` to
     sample with (``None``: the policy's own); the default ``rl`` samples from the model itself, so
     that the sampler is the policy being trained. ``policy`` must offer ``act_samples`` (a
     :class:`~tutorial_lib.policies.LanguagePolicy` does).

@@ -60,7 +60,7 @@ SAMPLING: dict[str, dict[str, Any]] = {
 class TokenSampler(LogitsProcessor):
     """A logits processor that picks the next token itself (see the module docstring).
 
-    ``preset`` is one of :data:`tutorial_lib.policies.SAMPLING`'s dicts (``do_sample``,
+    ``preset`` is one of :data:`SAMPLING`'s dicts (``do_sample``,
     ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``); a knob left out is off. Use a
     fresh sampler per ``generate`` call: :meth:`logprobs` returns what this one chose.
     """

@@ -7,7 +7,7 @@
 GRPO scores a group of answers to one prompt and needs no critic, which suits tasks where an
 answer can be checked on the spot (a math result, a unit test). A whole game of tic-tac-toe is not
 such a task: its reward arrives at the end, after the opponent's replies. A single move is: the
-game is small enough to solve, so the value of every move is known exactly (:mod:`tutorial_lib.experts`,
+game is small enough to solve, so the value of every move is known exactly (:mod:`tutorial_lib.minimax`,
 negamax). :func:`minimax_reward` gives a move the value of the position it leads to under perfect
 play by both sides (+1 a forced win, 0 a draw, -1 a forced loss), and -1 to text that names no
 legal move (as the ``forfeit`` rule of chapters 5 and 6 does). A move that throws away a draw or a
