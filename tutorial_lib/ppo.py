@@ -330,6 +330,8 @@ class PPO(Algorithm):
 
     # -- the update -------------------------------------------------------------------------
     def update(self, rollout: Rollout) -> dict[str, float]:
+        """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x minibatches (one optimiser
+        step each) x micro-batches (gradients accumulated); returns the iteration's metrics."""
         s = self.settings
         batch, info = self.prepare(rollout)
         sums: dict[str, float] = {}
