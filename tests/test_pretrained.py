@@ -20,6 +20,7 @@ from tutorial_lib.models import (
     load_policy,
     offline_model_dir,
     offline_model_file,
+    reference_tokenizer,
 )
 from tutorial_lib.prompts import render_chat
 from tutorial_lib.rollout import action_logprobs, collate_turns, collect
@@ -60,6 +61,13 @@ def test_conversion_gives_a_plain_checkpoint_with_the_chat_template(model_dir):
     assert 130e6 < policy.num_parameters() < 140e6
     assert offline_model_dir(MODEL) == model_dir  # converted once, then reused
     assert OFFLINE_MODELS[MODEL].hub_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_the_reference_tokenizer_of_an_offline_model_needs_no_network(model_dir):
+    """Chapter 2 at ``small`` shows its model's chat template: found offline, not on the hub."""
+    tokenizer = reference_tokenizer(MODEL)
+    assert "<|im_start|>" in tokenizer.chat_template
+    assert tokenizer("hello").input_ids == load_policy(MODEL).tokenizer("hello").input_ids
 
 
 def test_chat_template_and_the_prompt_completion_token_boundary(model_dir):

