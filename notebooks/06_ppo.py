@@ -214,11 +214,11 @@ show_source(clipped_value_loss)
 # ## One update, top to bottom
 #
 # `PPO.update` puts the pieces together. `prepare` scores the batch once without gradients (π_old
-# and V_old, the KL to the reference), then turns rewards into advantages and value targets
-# (details 3-6 of the table in the summary); the loop is then epochs × minibatches ×
-# micro-batches. A minibatch is one optimiser step; its micro-batches only split the work to fit
-# in memory, and each divides by the *minibatch's* token count so their gradients add up to the
-# minibatch's mean. The numbered comments are the details of the summary's table.
+# and V_old, the KL to the reference), then turns rewards into advantages and value targets; the
+# loop is then epochs × minibatches × micro-batches. A minibatch is one optimiser step; its
+# micro-batches only split the work to fit in memory, and each divides by the *minibatch's* token
+# count so their gradients add up to the minibatch's mean. The numbered comments are the details
+# of the table in this chapter's summary.
 
 # %%
 show_source(PPO.update)
