@@ -207,6 +207,25 @@ class _WithPreset:
 
 
 # -- the trainer's side: scoring actions under the current weights ------------------------------
+def action_columns(turns: Sequence[TokenizedTurn]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``action_mask`` (bool) and ``sampler_logprobs`` (0 outside the mask), (turns, A), each
+    action right-aligned on the last ``A`` columns (``A`` = longest action): the per-token layout of
+    :func:`collate_turns`, without the token ids."""
+    if not turns:
+        raise ValueError("no turns to collate")
+    actions = max(len(t.action_ids) for t in turns)
+    if actions == 0:
+        raise ValueError("no action tokens to score")
+    action_mask = torch.zeros((len(turns), actions), dtype=torch.bool)
+    sampler_logprobs = torch.zeros((len(turns), actions), dtype=torch.float32)
+    for row, turn in enumerate(turns):
+        n = len(turn.action_ids)
+        if n:
+            action_mask[row, actions - n :] = True
+            sampler_logprobs[row, actions - n :] = torch.tensor(turn.logprobs)
+    return action_mask, sampler_logprobs
+
+
 def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Batch ``prompt + action`` sequences for a forward pass, laid out as ``generate`` saw them.
 
@@ -219,24 +238,14 @@ def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int) -> dict[str
     counted from each row's first real token as ``generate`` counts them; and, right-aligned on the
     last ``A`` columns, ``action_mask`` (bool) and ``sampler_logprobs`` (0 outside the mask).
     """
-    if not turns:
-        raise ValueError("no turns to collate")
+    action_mask, sampler_logprobs = action_columns(turns)  # checks for turns and action tokens
     width = max(len(t.prompt_ids) + len(t.action_ids) for t in turns)
-    actions = max(len(t.action_ids) for t in turns)
-    if actions == 0:
-        raise ValueError("no action tokens to score")
     input_ids = torch.full((len(turns), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(turns), width), dtype=torch.long)
-    action_mask = torch.zeros((len(turns), actions), dtype=torch.bool)
-    sampler_logprobs = torch.zeros((len(turns), actions), dtype=torch.float32)
     for row, turn in enumerate(turns):
         ids = turn.prompt_ids + turn.action_ids
         input_ids[row, width - len(ids) :] = torch.tensor(ids)
         attention_mask[row, width - len(ids) :] = 1
-        n = len(turn.action_ids)
-        if n:
-            action_mask[row, actions - n :] = True
-            sampler_logprobs[row, actions - n :] = torch.tensor(turn.logprobs)
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
@@ -270,8 +279,7 @@ class TurnBatch:
     @classmethod
     def of(cls, turns: Sequence[TurnSample], pad_token_id: int, **tensors: torch.Tensor) -> TurnBatch:
         """Collate ``turns``; ``tensors`` (e.g. ``advantages=``) are attached as they are."""
-        layout = collate_turns(turns, pad_token_id)
-        return cls(list(turns), pad_token_id, layout["action_mask"], layout["sampler_logprobs"], **tensors)
+        return cls(list(turns), pad_token_id, *action_columns(turns), **tensors)  # token ids: per micro-batch
 
     def __len__(self) -> int:
         return len(self.turns)
