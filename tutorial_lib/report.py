@@ -204,14 +204,17 @@ def source_text(obj) -> str:
 
 
 def show_source(obj) -> None:
-    """Show ``obj``'s source, highlighted in a notebook (printed elsewhere), under its full name."""
+    """Show ``obj``'s source under its full name: a Python code block in a notebook, printed elsewhere."""
     name = f"{obj.__module__}.{obj.__qualname__}"
     try:
         from IPython import get_ipython
-        from IPython.display import Markdown, display
+
+        shell = get_ipython()
     except ImportError:  # pragma: no cover - IPython comes with jupyter
-        get_ipython = None
-    if get_ipython is None or get_ipython() is None:
+        shell = None
+    if shell is None:
         print(f"# {name}\n{source_text(obj)}")
         return
+    from IPython.display import Markdown, display
+
     display(Markdown(f"`{name}`\n\n```python\n{source_text(obj)}```"))
