@@ -270,19 +270,23 @@ pd.DataFrame(
 
 # %% [markdown]
 # An untrained policy writes mostly noise, so nearly every one of its actions is invalid. Here is
-# the freshly initialised tiny model (or, at `full`, the pretrained model before any fine-tuning)
-# playing each game with greedy decoding; every game runs 32 episodes side by side:
+# the freshly initialised tiny model (or, at `small` and `full`, the pretrained model before any
+# fine-tuning) playing each game with greedy decoding, the episodes of a game side by side:
 
 # %%
+# A pretrained model's turn costs ~100x the tiny model's on a CPU, so it plays a few episodes here
+# (chapter 9 measures its zero-shot play on every game). CookingWorld plays half as many: an
+# untrained policy's episodes there run to the step limit.
+episodes_per_game = 32 if preset.model == "tiny" else 8
 untrained = {}
 for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source}), ("cookingworld", preset.cookingworld)]:
-    episodes = 16 if game == "cookingworld" else 32
+    episodes = episodes_per_game // 2 if game == "cookingworld" else episodes_per_game
     records = run_episodes(game, policy, range(episodes), env_options=options, batch_size=episodes)
     untrained[game] = summarize(records)
     text = records[0].turns[0].action
-    # an untrained model often writes long runs of one token; show a run once, with its length
-    shown = re.sub(r"(.)\1{4,}", lambda m: f"{m.group(1)}[x{len(m.group(0))}]", text)
-    print(f"{game}: first output ({len(text)} characters) {shown[:100]!r}")
+    # an untrained model often writes long runs of one token (newlines too); show a run once, with its length
+    shown = re.sub(r"(.)\1{4,}", lambda m: f"{m.group(1)}[x{len(m.group(0))}]", text, flags=re.DOTALL)
+    print(f"{game} ({episodes} episodes): first output ({len(text)} characters) {shown[:100]!r}")
 pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]].round(3)
 
 # %% [markdown]
