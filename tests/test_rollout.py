@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tutorial_lib import envs
-from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.policies import CACHE_KEYWORD, ExpertPolicy, LanguagePolicy, Sample
 from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect
 
 #: prompts of very different lengths, so the batch is left-padded
@@ -270,7 +270,7 @@ def generate_kwargs(monkeypatch, model) -> list[dict]:
     original = model.generate
 
     def recording_generate(*args, **kwargs):
-        cache = kwargs.get("past_key_values")  # generate extends it in place: note its length now
+        cache = kwargs.get(CACHE_KEYWORD)  # generate extends it in place: note its length now
         seen.append({**kwargs, "cached": cache.get_seq_length() if cache is not None else 0})
         return original(*args, **kwargs)
 
@@ -295,6 +295,26 @@ def test_a_shared_prompt_start_is_computed_once_and_changes_nothing(tiny_policy,
     batch = collate_turns(shared, tiny_policy.tokenizer.pad_token_id)
     scores = recompute(sharp_model, shared, tiny_policy.tokenizer.pad_token_id)
     torch.testing.assert_close(scores.logprobs, batch["sampler_logprobs"], atol=1e-4, rtol=0)
+
+
+def test_sampling_with_a_shared_prefix_logs_no_deprecation(tiny_policy, sharp_model):
+    """A transformers release that renamed the cache keyword logs a line for the old name, once per
+    process: it printed into every chapter that samples."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()  # a line already logged in this process would not be logged again
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        fresh(tiny_policy, sharp_model, sampling="greedy").sample(PREFIXED_PROMPTS, max_new_tokens=3)
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in records if "deprecated" in r.getMessage()] == []
 
 
 def test_prefix_sharing_keeps_positions_for_absolute_position_embeddings(tiny_policy):

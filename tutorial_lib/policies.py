@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import LogitsProcessorList
 
 from .envs.base import TextEnv
@@ -31,6 +33,11 @@ from .tokenization import pad_prompt_ids, shared_prefixes
 
 #: the shortest common prompt start worth computing once per batch (see ``LanguagePolicy.sample``)
 MIN_SHARED_PREFIX = 16
+
+#: the name of a key/value cache in ``generate``'s arguments and a model's output: transformers 5.24
+#: renamed ``past_key_values`` to ``cache`` (the old name still works there, but logs a deprecation
+#: line into every chapter that samples), and pyproject allows releases on both sides
+CACHE_KEYWORD = "cache" if Version(transformers.__version__) >= Version("5.24.0") else "past_key_values"
 
 #: how many tokens an action may take, per game (math needs room for its working; a tic-tac-toe
 #: move is 9 tokens, and the worked lines before it, ``GameSettings.worked_lines``, 33-41 more)
@@ -185,12 +192,12 @@ class LanguagePolicy:
             # config cannot add a penalty or a warper of its own (do_sample and the penalty are set).
             sampler = TokenSampler(preset)
             with warnings.catch_warnings():
-                # transformers 5.23 warns that generate's past_key_values is to be called cache; the
-                # old name still works and says nothing the reader can act on
+                # some transformers releases warn that generate's past_key_values is to be called
+                # cache; the old name still works and says nothing the reader can act on
                 warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
                 sequences = self.model.generate(
                     **batch,
-                    **({"past_key_values": cache} if cache is not None else {}),
+                    **({CACHE_KEYWORD: cache} if cache is not None else {}),
                     do_sample=False,
                     repetition_penalty=1.0,
                     logits_processor=LogitsProcessorList([sampler]),
@@ -220,7 +227,7 @@ class LanguagePolicy:
         # only the cache is wanted: skip the (n, vocab) logits where the model allows it
         extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
         output = self.model(input_ids=distinct, attention_mask=torch.ones_like(distinct), use_cache=True, **extra)
-        cache = output.past_key_values
+        cache = output[CACHE_KEYWORD]
         cache.batch_select_indices(torch.tensor(groups, device=prefix_ids.device))
         return cache
 
