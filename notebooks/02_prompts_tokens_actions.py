@@ -274,9 +274,9 @@ pd.DataFrame(
 # fine-tuning) playing each game with greedy decoding, the episodes of a game side by side:
 
 # %%
-# A pretrained model's turn costs ~100x the tiny model's on a CPU, so it plays a few episodes here
-# (chapter 9 measures its zero-shot play on every game). CookingWorld plays half as many: an
-# untrained policy's episodes there run to the step limit.
+# A pretrained model's turn costs ~100x the tiny model's on a CPU (benchmarks/results/smollm2_cpu.md),
+# so it plays a few episodes here; chapter 9 measures its zero-shot play on every game. CookingWorld
+# plays half as many: an untrained policy's episodes there run to the step limit.
 episodes_per_game = 32 if preset.model == "tiny" else 8
 untrained = {}
 for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source}), ("cookingworld", preset.cookingworld)]:
