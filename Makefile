@@ -42,10 +42,17 @@ check-notebooks: $(STAMP)
 sync-notebooks: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/*.py
 
+# Each chapter's kernel logs its cells' times (an IPython start-up file in a build-only IPYTHONDIR);
+# the table at the end gives every chapter's seconds and its longest cell.
+IPYTHON_STARTUP := _build/ipython/profile_default/startup
+
 book: $(STAMP) check-notebooks
-	rm -rf _build/html _build/jupyter_execute
-	TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/jupyter-book build . --warningiserror --keep-going
+	rm -rf _build/html _build/jupyter_execute _build/cell_times.jsonl
+	mkdir -p $(IPYTHON_STARTUP)
+	echo "from tutorial_lib.book import time_cells; time_cells('$(CURDIR)/_build/cell_times.jsonl')" > $(IPYTHON_STARTUP)/00-time-cells.py
+	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/jupyter-book build . --warningiserror --keep-going
 	$(BIN)/python -m tutorial_lib.book check-html _build/html
+	$(BIN)/python -m tutorial_lib.book cell-times _build/cell_times.jsonl
 
 lint: $(STAMP)
 	$(BIN)/ruff check tutorial_lib tests benchmarks notebooks/*.py

@@ -33,3 +33,36 @@ def test_checks_catch_a_stale_pair_and_committed_outputs(tmp_path):
 def test_html_check_reports_missing_pages(tmp_path):
     problems = book.check_html(tmp_path)
     assert len(problems) == len(book.chapter_sources()) and all("missing" in p for p in problems)
+
+
+def test_cell_times_are_logged_by_the_kernel_and_read_back_by_chapter(tmp_path, capsys):
+    """A shell with ``time_cells`` installed logs each cell it runs; ``cell_times`` finds the cells'
+    chapters by their source and sums them per kernel (one kernel per chapter in a build)."""
+    import json
+
+    import nbformat
+    from IPython.core.interactiveshell import InteractiveShell
+
+    chapter = book.chapter_sources()[0].with_suffix(".ipynb")
+    cells = [c.source for c in nbformat.read(chapter, as_version=4).cells if c.cell_type == "code"]
+    log = tmp_path / "cell_times.jsonl"
+    shell = InteractiveShell.instance()
+    try:
+        book.time_cells(log)
+        shell.run_cell("import time; time.sleep(0.3)")
+        shell.run_cell("1 / 0")
+    finally:
+        for event in ("pre_run_cell", "post_run_cell"):
+            shell.events.callbacks[event].clear()
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [entry["failed"] for entry in logged] == [False, True]
+    assert logged[0]["seconds"] >= 0.3
+    # a build's log: chapter 1's second and third code cells run by one kernel
+    log.write_text("".join(json.dumps({"kernel": 7, "cell": book._source_key(source), "seconds": s, "failed": False}) + "\n"
+                           for source, s in [(cells[1], 2.0), (cells[2], 200.0)]))
+    (row,) = book.cell_times(log)
+    assert row["chapter"] == chapter.stem and row["seconds"] == 202.0
+    assert row["longest"]["cell"] == 3 and row["longest"]["seconds"] == 200.0
+    book.print_cell_times(log)
+    printed = capsys.readouterr().out
+    assert f"over {book.CELL_BUDGET} s: cell 3" in printed and chapter.stem in printed

@@ -15,6 +15,7 @@ Each module's docstring names the chapter that teaches it:
 ``policies``        random, expert and language-model policies (chapters 1-2)
 ``lm_parts``        a model as body + output layer, through LoRA's wrapper (chapters 4-8)
 ``device``          CUDA / TPU / MPS / CPU in one place (chapter 2)
+``cpu_threads``     torch's CPU threads fitted to the machine's load (all chapters)
 ``cache``           where built models, data, checkpoints and runs are kept (all chapters)
 ``presets``         the ``ci``, ``small`` and ``full`` scales (all chapters)
 ``plotting``        the book's charts (all chapters)

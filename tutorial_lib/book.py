@@ -3,6 +3,7 @@
     python -m tutorial_lib.book check-notebooks   # pairs in sync, no outputs, setup cell current
     python -m tutorial_lib.book sync-setup-cells  # rewrite each chapter's Colab cell from _config.yml
     python -m tutorial_lib.book check-html _build/html
+    python -m tutorial_lib.book cell-times _build/cell_times.jsonl   # each chapter's time, longest cells
 
 The repository URL lives in one place, ``_config.yml`` (``repository.url``): the Colab launch
 buttons read it there, and each chapter's first cell -- which installs ``tutorial_lib`` when the
@@ -12,8 +13,12 @@ chapter runs in Colab -- is generated from it and checked against it.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import re
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +126,88 @@ def check_html(html_dir: Path, root: Path = ROOT) -> list[str]:
     return problems
 
 
+#: the book's time budget at ``ci`` on an idle 2-core machine, in seconds (chapter 9, which runs the
+#: pretrained model, gets 6 minutes)
+CELL_BUDGET, CHAPTER_BUDGET, PRETRAINED_CHAPTER_BUDGET, BOOK_BUDGET = 180, 300, 360, 1500
+
+
+def _source_key(source: str) -> str:
+    return hashlib.sha1(source.strip().encode()).hexdigest()
+
+
+def time_cells(log_path: str | Path) -> None:
+    """Append every executed cell's wall time to ``log_path`` (JSON lines), from inside a kernel.
+
+    ``make book`` installs this as an IPython start-up file, so each chapter's kernel writes one line
+    per cell as the build executes it (myst-nb itself keeps only each chapter's total).
+    :func:`cell_times` reads the lines back and finds each cell's chapter by its source.
+    """
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    started: dict[str, object] = {}
+
+    def before(info) -> None:
+        started.update(time=time.perf_counter(), source=info.raw_cell)
+
+    def after(result) -> None:
+        if "time" not in started:
+            return
+        seconds = time.perf_counter() - started.pop("time")
+        line = {"kernel": os.getpid(), "cell": _source_key(started.pop("source")), "seconds": round(seconds, 2),
+                "failed": not result.success}
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(line) + "\n")
+
+    shell.events.register("pre_run_cell", before)
+    shell.events.register("post_run_cell", after)
+
+
+def cell_times(log_path: Path, root: Path = ROOT) -> list[dict]:
+    """Each executed chapter's seconds and longest cell, from :func:`time_cells`' log, in build order."""
+    import nbformat
+
+    where = {}  # source key -> (chapter, code cell number from 1, first line)
+    for py in chapter_sources(root):
+        notebook = nbformat.read(py.with_suffix(".ipynb"), as_version=4)
+        for number, cell in enumerate(_code_cells(notebook), start=1):
+            first = next((line for line in cell.source.splitlines() if line.strip()), "")
+            where.setdefault(_source_key(cell.source), (py.stem, number, first[:60]))
+    chapters: dict[int, dict] = {}
+    for raw in Path(log_path).read_text(encoding="utf-8").splitlines():
+        entry = json.loads(raw)
+        chapter, number, first = where.get(entry["cell"], ("?", 0, ""))
+        row = chapters.setdefault(entry["kernel"], {"chapter": chapter, "seconds": 0.0, "cells": []})
+        if row["chapter"] == "?":
+            row["chapter"] = chapter
+        row["seconds"] += entry["seconds"]
+        row["cells"].append({"cell": number, "source": first, "seconds": entry["seconds"]})
+    for row in chapters.values():
+        row["seconds"] = round(row["seconds"], 1)
+        row["longest"] = max(row["cells"], key=lambda c: c["seconds"])
+    return list(chapters.values())
+
+
+def print_cell_times(log_path: Path) -> None:
+    """A table of :func:`cell_times`, with the cells and chapters over the book's budget marked."""
+    rows = cell_times(log_path)
+    print(f"{'chapter':<34} {'seconds':>8}  longest cell (seconds)")
+    for row in rows:
+        budget = PRETRAINED_CHAPTER_BUDGET if row["chapter"].startswith("09") else CHAPTER_BUDGET
+        longest = row["longest"]
+        print(f"{row['chapter']:<34} {row['seconds']:>8.0f}{' *' if row['seconds'] > budget else '  '} "
+              f"cell {longest['cell']}: {longest['source']!r} ({longest['seconds']:.0f})")
+        for cell in row["cells"]:
+            if cell["seconds"] > CELL_BUDGET:
+                print(f"{'':<46}over {CELL_BUDGET} s: cell {cell['cell']} {cell['source']!r} ({cell['seconds']:.0f})")
+    total = sum(row["seconds"] for row in rows)
+    print(f"{'all chapters':<34} {total:>8.0f}{' *' if total > BOOK_BUDGET else ''}")
+    print(f"* over the budget on an idle 2-core machine: a cell {CELL_BUDGET} s, a chapter {CHAPTER_BUDGET} s "
+          f"({PRETRAINED_CHAPTER_BUDGET} s for chapter 9), the book {BOOK_BUDGET} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -128,7 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("sync-setup-cells")
     html = commands.add_parser("check-html")
     html.add_argument("html_dir", type=Path)
+    times = commands.add_parser("cell-times")
+    times.add_argument("log", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "cell-times":
+        print_cell_times(args.log)
+        return 0
     if args.command == "sync-setup-cells":
         sync_setup_cells()
         return 0

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import envs
+from .cpu_threads import fit_threads
 from .policies import EpisodeState, Policy, Sample
 from .progress import progress_bar
 from .prompts import Turn, build_prompt_text
@@ -114,6 +115,7 @@ def run_episodes(
         for env in pool:
             start(env)
         while live:
+            fit_threads()  # a neighbour may have started or stopped since the last turn
             actions, samples = _act(policy, [state for _, state, _ in live])
             if len(actions) != len(live):
                 raise RuntimeError(f"policy returned {len(actions)} actions for {len(live)} games")

@@ -123,6 +123,7 @@ from typing import Any
 
 import torch
 
+from .cpu_threads import trainer_callback as threads_callback
 from .device import default_dtype, device_kind
 from .envs.math_problems import MathEnv, MathProblem
 from .lm_parts import unwrap_peft
@@ -462,6 +463,7 @@ def build_trainer(policy, settings: GRPOSettings, dataset, *, out_dir: str | Pat
         )
     trainer.remove_callback(PrinterCallback)  # prints every log dict when tqdm is off
     trainer.remove_callback(ProgressCallback)  # ours is drawn by the history callback
+    trainer.add_callback(threads_callback())
     if trainer.ref_model is not None:
         # TRL builds the reference by reloading the model from ``config._name_or_path``: the weights
         # on disk, not the policy as it is now (after an earlier RL run, say). The KL is to the start

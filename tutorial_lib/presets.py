@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from .cpu_threads import describe_threads
 from .device import device_kind, has_accelerator
 
 SCALES = ("ci", "small", "full")
@@ -313,7 +314,8 @@ def describe(preset: Preset | None = None) -> str:
     preset = preset or get_preset()
     asked = scale_name()
     note = f" (TUTORIAL_SCALE={asked}; settings of {preset.name!r}, which suit this model)" if asked != preset.name else ""
-    return f"preset={preset.name}  model={preset.model}  device={device_kind()}{note}"
+    threads = f"  {describe_threads()}" if device_kind() == "cpu" else ""
+    return f"preset={preset.name}  model={preset.model}  device={device_kind()}{threads}{note}"
 
 
 def pretrained_preset(preset: Preset | None = None) -> Preset:

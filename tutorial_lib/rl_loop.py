@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from .cpu_threads import fit_threads
 from .progress import progress_bar, quiet_transformers
 from .rollout import Rollout, collect
 from .tracking import MetricsLog, load_checkpoint, save_checkpoint
@@ -248,6 +249,7 @@ def run_rl(
             next_seed += len(rollout.records)
             sampled = time.perf_counter()
             metrics = rollout_metrics(rollout)
+            fit_threads()
             metrics.update(algorithm.update(rollout))
             metrics["sample_seconds"] = sampled - tick
             metrics["train_seconds"] = time.perf_counter() - sampled

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .cpu_threads import trainer_callback as threads_callback
 from .device import default_dtype, device_kind
 from .lm_parts import body_hidden_states, output_logits
 from .policies import LanguagePolicy
@@ -331,6 +332,7 @@ def train_sft(
         trainer = _completion_only_trainer()(model=policy.model, args=config, train_dataset=dataset,
                                              processing_class=policy.tokenizer)
         trainer.padding_seen, trainer.group_by_length = [0, 0], settings.group_by_length
+        trainer.add_callback(threads_callback())
         if not settings.progress:
             from transformers import PrinterCallback
 

@@ -1,0 +1,83 @@
+"""Each chapter's time and its longest cells, alone or beside a busy neighbour process.
+
+    python benchmarks/chapter_times.py notebooks/04_supervised_finetuning.ipynb [more chapters]
+    python benchmarks/chapter_times.py --neighbour-threads 1 notebooks/0*.ipynb
+
+Executes each chapter's ``.ipynb`` as the book build does (nbclient, the preset from
+``TUTORIAL_SCALE``, the cell timeout of ``_config.yml``), in order, in the repository root, and
+prints one JSON line per chapter: its seconds, its longest cell (number, first line, seconds) and
+every cell over ``--show-over`` seconds. With ``--neighbour-threads N`` a process keeping N threads
+busy (matrix products) runs beside it the whole time: a reader's machine is rarely idle. The
+budget the book holds itself to at ``ci`` on a 2-core machine: no cell over 3 minutes, no chapter
+over 5 (6 for chapter 9), the whole book under 25.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cell_seconds(cell) -> float:
+    timing = cell.get("metadata", {}).get("execution", {})
+    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not start or not end:
+        return 0.0
+    parse = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def run_chapter(path: Path, timeout: int, show_over: float) -> dict:
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}},
+                            record_timing=True)
+    start = time.perf_counter()
+    error = None
+    try:
+        client.execute()
+    except Exception as exc:  # a failed cell: report it with the times so far
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+    total = time.perf_counter() - start
+    cells = [(i, cell, cell_seconds(cell)) for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+    longest = max(cells, key=lambda c: c[2])
+    first_line = lambda cell: cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""  # noqa: E731
+    return {"chapter": path.stem, "seconds": round(total, 1),
+            "longest_cell": {"index": longest[0], "source": first_line(longest[1]), "seconds": round(longest[2], 1)},
+            "cells_over": [{"index": i, "source": first_line(c), "seconds": round(s, 1)} for i, c, s in cells
+                           if s > show_over],
+            "error": error}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="+", type=Path)
+    parser.add_argument("--neighbour-threads", type=int, default=0)
+    parser.add_argument("--show-over", type=float, default=30.0, help="list every cell over this many seconds")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (the book's: 900)")
+    args = parser.parse_args()
+    neighbour = None
+    if args.neighbour_threads:
+        code = (f"import torch\ntorch.set_num_threads({args.neighbour_threads})\na = torch.randn(512, 512)\n"
+                "while True:\n    a = torch.tanh(a @ a)\n")
+        neighbour = subprocess.Popen([sys.executable, "-c", code])
+        time.sleep(3)
+    try:
+        for chapter in args.chapters:
+            result = run_chapter(chapter, args.timeout, args.show_over)
+            print(json.dumps({"neighbour_threads": args.neighbour_threads, **result}), flush=True)
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
+
+
+if __name__ == "__main__":
+    main()

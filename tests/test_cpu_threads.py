@@ -1,0 +1,114 @@
+"""torch's CPU threads fitted to the machine's load (tutorial_lib.cpu_threads)."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tutorial_lib import cpu_threads
+from tutorial_lib.cpu_threads import LoadWatcher, fit_threads, threads_for
+
+SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
+
+
+def start_neighbour(seconds: float) -> None:
+    """A process that keeps one core busy for ``seconds``."""
+    subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)])
+    time.sleep(0.3)  # let it start spinning
+
+
+def spin_here(seconds: float) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+@pytest.fixture
+def fresh_governor(monkeypatch):
+    """A governor that has not looked yet, and torch's thread count restored afterwards."""
+    monkeypatch.delenv("TUTORIAL_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    monkeypatch.setattr(cpu_threads, "_GOVERNOR", None)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "cores, busy, expected",
+    [(2, 0.0, 2), (2, 0.3, 2), (2, 0.7, 1), (2, 1.0, 1), (2, 2.5, 1), (8, 3.0, 5), (4, -0.2, 4), (1, 0.0, 1)],
+)
+def test_threads_are_the_cores_left_over(cores, busy, expected):
+    assert threads_for(cores, busy) == expected
+
+
+def test_threads_need_a_core():
+    with pytest.raises(ValueError, match="at least 1"):
+        threads_for(0, 0.0)
+
+
+def test_a_busy_neighbour_is_seen_and_our_own_work_is_not():
+    watcher = LoadWatcher()
+    spin_here(1.0)  # this process busy: not someone else's load
+    assert watcher.busy_elsewhere() < 0.5
+    start_neighbour(2.0)
+    watcher.busy_elsewhere()  # a window that starts with the neighbour running
+    time.sleep(1.0)
+    assert watcher.busy_elsewhere() > 0.6
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: there is nothing to give up")
+def test_fit_threads_gives_a_core_to_a_busy_neighbour_and_takes_it_back(fresh_governor):
+    most = torch.get_num_threads()
+    fit_threads(now=True)  # the first look starts the window
+    start_neighbour(1.5)
+    fit_threads(now=True)  # restart the window with the neighbour running
+    time.sleep(1.0)
+    assert fit_threads(now=True) == max(1, min(most, len(os.sched_getaffinity(0))) - 1)
+    assert torch.get_num_threads() < most
+    time.sleep(1.0)  # the neighbour has stopped
+    fit_threads(now=True)
+    time.sleep(0.5)
+    assert fit_threads(now=True) == min(most, len(os.sched_getaffinity(0)))
+
+
+def test_a_count_the_user_fixed_is_kept(fresh_governor, monkeypatch):
+    monkeypatch.setenv("TUTORIAL_THREADS", "1")
+    assert fit_threads(now=True) == 1 and torch.get_num_threads() == 1
+    assert cpu_threads.describe_threads() == "threads=1"
+    monkeypatch.setenv("TUTORIAL_THREADS", "many")
+    with pytest.raises(ValueError, match="TUTORIAL_THREADS"):
+        fit_threads()
+    monkeypatch.setenv("TUTORIAL_THREADS", "auto")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cpu_threads.mode() == "fixed"
+
+
+def test_the_thread_count_does_not_change_the_numbers():
+    """Adapting the count is safe only because the results do not depend on it: five training
+    steps of the tiny model give the same weights, bit for bit, on one thread and on two."""
+    from tutorial_lib.models import load_policy
+
+    before = torch.get_num_threads()
+
+    def train(threads: int) -> str:
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        model = load_policy("tiny").model
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            batch = torch.randint(0, model.config.vocab_size, (16, 160), generator=generator)
+            model(input_ids=batch, labels=batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return hashlib.sha1(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+
+    try:
+        assert train(1) == train(2)
+    finally:
+        torch.set_num_threads(before)

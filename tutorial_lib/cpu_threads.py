@@ -1,0 +1,191 @@
+"""CPU threads fitted to what else the machine is doing (all chapters; the set-up page explains it).
+
+PyTorch runs each CPU operation on as many threads as the machine has cores, and its threads meet
+at the end of every parallel region. While one waits for the others it spins before it sleeps
+(libgomp, which torch's Linux wheels use, spins ~300,000 times). On an idle machine that is the
+fastest choice. Beside another busy process it is the slowest: the thread that should be running
+has lost its core to the neighbour, and its siblings burn the remaining cores waiting for it. On
+the book's 2-core machine, one tiny-model training step took 2.8-3.8x its idle time with torch's
+2 threads beside one busy thread, and 1.7x with one thread (benchmarks/results/threads_cpu.md);
+chapter 2, which samples tokens in many small steps, took 290 s beside such a neighbour against
+about 30 s alone.
+
+So the library's long loops (SFT steps, game turns, RL iterations) call :func:`fit_threads`, which
+at most every ``CHECK_EVERY`` seconds looks at how many cores *other* processes kept busy since its
+last look (this process's own threads do not count) and sets
+torch's thread count to the cores left over, between 1 and the count torch started with. The
+numbers do not change: the tiny model's training computes the same weights, bit for bit, with one
+thread or two (``tests/test_cpu_threads.py``), so a chapter prints the same results on a busy
+machine as on an idle one, only later.
+
+``TUTORIAL_THREADS=<n>`` fixes the count instead, and so does ``OMP_NUM_THREADS`` (a count the
+user chose is left alone); ``TUTORIAL_THREADS=auto`` is the default. Only CPU runs adapt: on a GPU
+the host threads hardly matter.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import torch
+
+#: seconds between two looks at the machine's load (one look costs about a millisecond)
+CHECK_EVERY = 2.0
+#: a look this long after the last one says little about the load now (a notebook sat between
+#: cells): it starts a new window instead of deciding
+STALE_AFTER = 30.0
+
+
+def threads_for(cores: int, busy_elsewhere: float) -> int:
+    """The thread count for ``cores`` usable cores when other processes keep ``busy_elsewhere``
+    cores busy: the cores left over, rounded to the nearest whole core, at least 1.
+
+    Beside a neighbour that holds one core of two, that is 1; a neighbour that used a quarter of a
+    core leaves the count at 2. (Rounding, not flooring: a neighbour squeezed by our own spinning
+    threads shows as ~0.7 of a core, and must still count as one.)
+    """
+    if cores < 1:
+        raise ValueError(f"cores must be at least 1; got {cores}")
+    return max(1, min(cores, round(cores - max(0.0, busy_elsewhere))))
+
+
+def _usable_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows: no affinity masks
+        return list(range(psutil.cpu_count() or 1))
+
+
+def _busy_seconds(cpus: list[int]) -> float:
+    """Seconds the cores ``cpus`` spent doing anything (not idle, not waiting for a disk) so far."""
+    per_cpu = psutil.cpu_times(percpu=True)
+    total = 0.0
+    for index in cpus:
+        if index < len(per_cpu):
+            times = per_cpu[index]
+            total += sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    return total
+
+
+def _own_seconds(process: psutil.Process) -> float:
+    """CPU seconds of this process (all its threads) so far. Child processes are not counted as
+    ours: one that computes while torch does competes for the cores like any neighbour. (The JVMs
+    of CookingWorld mostly work while this process waits for them, and show as a small load.)"""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+class LoadWatcher:
+    """How many cores other processes kept busy between two calls of :meth:`busy_elsewhere`."""
+
+    def __init__(self) -> None:
+        self.cpus = _usable_cpus()
+        self._process = psutil.Process()
+        self._last = self._snapshot()
+
+    def _snapshot(self) -> tuple[float, float, float]:
+        return time.monotonic(), _busy_seconds(self.cpus), _own_seconds(self._process)
+
+    def busy_elsewhere(self) -> float:
+        """Cores kept busy by other processes since the last call (or since construction)."""
+        (t0, busy0, own0), (t1, busy1, own1) = self._last, self._snapshot()
+        self._last = (t1, busy1, own1)
+        if t1 - t0 <= 0:
+            return 0.0
+        return max(0.0, ((busy1 - busy0) - (own1 - own0)) / (t1 - t0))
+
+
+class _Governor:
+    """The process's one watcher and its most recent decision."""
+
+    def __init__(self) -> None:
+        self.most = torch.get_num_threads()  # what torch chose for this machine: the ceiling
+        self.watcher: LoadWatcher | None = None
+        self.checked_at = 0.0
+        self.decisions = 0  # how many times the count changed (tests and benchmarks read it)
+
+
+_GOVERNOR: _Governor | None = None
+
+
+def mode() -> str:
+    """``"auto"`` (adapt to the load), or ``"fixed"`` (the user chose a count)."""
+    setting = os.environ.get("TUTORIAL_THREADS", "auto").strip().lower() or "auto"
+    if setting != "auto":
+        return "fixed"
+    return "fixed" if os.environ.get("OMP_NUM_THREADS") else "auto"
+
+
+def _fixed_count() -> int | None:
+    setting = os.environ.get("TUTORIAL_THREADS", "auto").strip().lower() or "auto"
+    if setting == "auto":
+        return None
+    try:
+        count = int(setting)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"TUTORIAL_THREADS must be 'auto' or a whole number >= 1; got {setting!r}")
+    return count
+
+
+def fit_threads(now: bool = False) -> int:
+    """Set torch's CPU thread count to the cores other processes leave free; return it.
+
+    Cheap enough for any loop: between looks (every ``CHECK_EVERY`` seconds, or at once with
+    ``now=True``) it only reads the clock. Does nothing on a GPU or TPU, and nothing when
+    ``TUTORIAL_THREADS`` or ``OMP_NUM_THREADS`` fixes the count (``TUTORIAL_THREADS=<n>`` is
+    applied here).
+    """
+    global _GOVERNOR
+    from .device import device_kind
+
+    fixed = _fixed_count()
+    if fixed is not None:
+        if torch.get_num_threads() != fixed:
+            torch.set_num_threads(fixed)
+        return fixed
+    if mode() == "fixed" or device_kind() != "cpu":
+        return torch.get_num_threads()
+    if _GOVERNOR is None:
+        _GOVERNOR = _Governor()
+    governor = _GOVERNOR
+    clock = time.monotonic()
+    if governor.watcher is None:  # the first look needs a second snapshot to compare with
+        governor.watcher, governor.checked_at = LoadWatcher(), clock
+        return torch.get_num_threads()
+    if clock - governor.checked_at > STALE_AFTER:  # nothing ran for a while: start a fresh window
+        governor.watcher.busy_elsewhere()
+        governor.checked_at = clock
+        return torch.get_num_threads()
+    if not now and clock - governor.checked_at < CHECK_EVERY:
+        return torch.get_num_threads()
+    governor.checked_at = clock
+    cores = min(governor.most, len(governor.watcher.cpus))
+    wanted = threads_for(cores, governor.watcher.busy_elsewhere())
+    if wanted != torch.get_num_threads():
+        torch.set_num_threads(wanted)
+        governor.decisions += 1
+    return wanted
+
+
+def describe_threads() -> str:
+    """``"threads=auto"`` or ``"threads=<n>"``: what the chapters' first line says about threads."""
+    fixed = _fixed_count()
+    if fixed is not None:
+        return f"threads={fixed}"
+    return "threads=auto" if mode() == "auto" else f"threads={torch.get_num_threads()}"
+
+
+def trainer_callback():
+    """A ``transformers.TrainerCallback`` that calls :func:`fit_threads` before every optimizer step
+    (TRL's SFT and GRPO trainers run their own loops)."""
+    from transformers import TrainerCallback
+
+    class FitThreads(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            fit_threads()
+
+    return FitThreads()
