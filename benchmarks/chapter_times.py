@@ -46,12 +46,14 @@ def run_chapter(path: Path, timeout: int, show_over: float) -> dict:
     except Exception as exc:  # a failed cell: report it with the times so far
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     total = time.perf_counter() - start
-    cells = [(i, cell, cell_seconds(cell)) for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
+    # numbered among the code cells from 1, as `make book`'s table numbers them
+    cells = [(i, cell, cell_seconds(cell)) for i, cell in enumerate(
+        (c for c in notebook.cells if c.cell_type == "code"), start=1)]
     longest = max(cells, key=lambda c: c[2])
     first_line = lambda cell: cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""  # noqa: E731
     return {"chapter": path.stem, "seconds": round(total, 1),
-            "longest_cell": {"index": longest[0], "source": first_line(longest[1]), "seconds": round(longest[2], 1)},
-            "cells_over": [{"index": i, "source": first_line(c), "seconds": round(s, 1)} for i, c, s in cells
+            "longest_cell": {"cell": longest[0], "source": first_line(longest[1]), "seconds": round(longest[2], 1)},
+            "cells_over": [{"cell": i, "source": first_line(c), "seconds": round(s, 1)} for i, c, s in cells
                            if s > show_over],
             "error": error}
 

@@ -222,16 +222,19 @@ finetune("math")
 
 # %% [markdown]
 # **CookingWorld**: gold paths of train-fold games, with chapter 3's recovery data and counterfactual
-# recipes, evaluated on the test fold. Three parts.
+# recipes, evaluated on the test fold. Four parts.
 
 # %%
-finetune("cookingworld", stage=(1, 3))
+finetune("cookingworld", stage=(1, 4))
 
 # %%
-finetune("cookingworld", stage=(2, 3))
+finetune("cookingworld", stage=(2, 4))
 
 # %%
-finetune("cookingworld", stage=(3, 3))
+finetune("cookingworld", stage=(3, 4))
+
+# %%
+finetune("cookingworld", stage=(4, 4))
 
 # %%
 fig, axes = plt.subplots(1, len(curves), figsize=(12, 2.8))
