@@ -67,9 +67,9 @@ def main() -> None:
     args = parser.parse_args()
     neighbour = None
     if args.neighbour_threads:
-        code = (f"import torch\ntorch.set_num_threads({args.neighbour_threads})\na = torch.randn(512, 512)\n"
-                "while True:\n    a = torch.tanh(a @ a)\n")
-        neighbour = subprocess.Popen([sys.executable, "-c", code])
+        # benchmarks/threads.py's neighbour: matrix products on that many threads until killed
+        neighbour = subprocess.Popen([sys.executable, str(Path(__file__).with_name("threads.py")),
+                                      "--neighbour", str(args.neighbour_threads)])
         time.sleep(3)
     try:
         for chapter in args.chapters:

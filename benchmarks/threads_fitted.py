@@ -18,15 +18,7 @@ import subprocess
 import sys
 import time
 
-
-def neighbour(threads: int) -> None:
-    """Keep ``threads`` cores busy with matrix products until killed."""
-    import torch
-
-    torch.set_num_threads(threads)
-    a = torch.randn(512, 512)
-    while True:
-        a = torch.tanh(a @ a)
+from threads import neighbour  # benchmarks/threads.py: the same busy neighbour
 
 
 def measure(games: int, steps: int) -> dict:
