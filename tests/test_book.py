@@ -51,9 +51,8 @@ def test_cell_times_are_logged_by_the_kernel_and_read_back_by_chapter(tmp_path, 
         book.time_cells(log)
         shell.run_cell("import time; time.sleep(0.3)")
         shell.run_cell("1 / 0")
-    finally:
-        for event in ("pre_run_cell", "post_run_cell"):
-            shell.events.callbacks[event].clear()
+    finally:  # no shell left behind: later tests would think they run in a notebook
+        InteractiveShell.clear_instance()
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert [entry["failed"] for entry in logged] == [False, True]
     assert logged[0]["seconds"] >= 0.3
