@@ -166,28 +166,36 @@ def time_cells(log_path: str | Path) -> None:
 
 
 def cell_times(log_path: Path, root: Path = ROOT) -> list[dict]:
-    """Each executed chapter's seconds and longest cell, from :func:`time_cells`' log, in build order."""
+    """Each executed chapter's seconds and longest cell, from :func:`time_cells`' log, in build order.
+
+    A kernel's chapter is the one its cells come from; cells every chapter shares (the Colab set-up
+    cell) do not decide it.
+    """
+    from collections import Counter
+
     import nbformat
 
-    where = {}  # source key -> (chapter, code cell number from 1, first line)
+    where: dict[str, dict[str, tuple[int, str]]] = {}  # source key -> {chapter: (code cell number, first line)}
     for py in chapter_sources(root):
         notebook = nbformat.read(py.with_suffix(".ipynb"), as_version=4)
         for number, cell in enumerate(_code_cells(notebook), start=1):
             first = next((line for line in cell.source.splitlines() if line.strip()), "")
-            where.setdefault(_source_key(cell.source), (py.stem, number, first[:60]))
-    chapters: dict[int, dict] = {}
+            where.setdefault(_source_key(cell.source), {}).setdefault(py.stem, (number, first[:60]))
+    kernels: dict[int, list[dict]] = {}
     for raw in Path(log_path).read_text(encoding="utf-8").splitlines():
         entry = json.loads(raw)
-        chapter, number, first = where.get(entry["cell"], ("?", 0, ""))
-        row = chapters.setdefault(entry["kernel"], {"chapter": chapter, "seconds": 0.0, "cells": []})
-        if row["chapter"] == "?":
-            row["chapter"] = chapter
-        row["seconds"] += entry["seconds"]
-        row["cells"].append({"cell": number, "source": first, "seconds": entry["seconds"]})
-    for row in chapters.values():
-        row["seconds"] = round(row["seconds"], 1)
-        row["longest"] = max(row["cells"], key=lambda c: c["seconds"])
-    return list(chapters.values())
+        kernels.setdefault(entry["kernel"], []).append(entry)
+    rows = []
+    for entries in kernels.values():
+        votes = Counter(next(iter(where[e["cell"]])) for e in entries if len(where.get(e["cell"], {})) == 1)
+        chapter = votes.most_common(1)[0][0] if votes else "?"
+        cells = []
+        for entry in entries:
+            number, first = where.get(entry["cell"], {}).get(chapter, (0, "(a cell of no chapter)"))
+            cells.append({"cell": number, "source": first, "seconds": entry["seconds"]})
+        rows.append({"chapter": chapter, "seconds": round(sum(c["seconds"] for c in cells), 1), "cells": cells,
+                     "longest": max(cells, key=lambda c: c["seconds"])})
+    return rows
 
 
 def print_cell_times(log_path: Path) -> None:
