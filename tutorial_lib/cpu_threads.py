@@ -98,37 +98,32 @@ class LoadWatcher:
 
 
 class _Governor:
-    """The process's one watcher and its most recent decision."""
+    """The process's one watcher, started at the first look, and the count torch started with."""
 
     def __init__(self) -> None:
         self.most = torch.get_num_threads()  # what torch chose for this machine: the ceiling
-        self.watcher: LoadWatcher | None = None
-        self.checked_at = 0.0
+        self.watcher = LoadWatcher()
+        self.checked_at = time.monotonic()
         self.decisions = 0  # how many times the count changed (tests and benchmarks read it)
 
 
 _GOVERNOR: _Governor | None = None
 
 
-def mode() -> str:
-    """``"auto"`` (adapt to the load), or ``"fixed"`` (the user chose a count)."""
-    setting = os.environ.get("TUTORIAL_THREADS", "auto").strip().lower() or "auto"
-    if setting != "auto":
-        return "fixed"
-    return "fixed" if os.environ.get("OMP_NUM_THREADS") else "auto"
-
-
 def _fixed_count() -> int | None:
+    """The count ``TUTORIAL_THREADS`` fixes, or ``None`` for ``auto`` (the default)."""
     setting = os.environ.get("TUTORIAL_THREADS", "auto").strip().lower() or "auto"
     if setting == "auto":
         return None
-    try:
-        count = int(setting)
-    except ValueError:
-        count = 0
+    count = int(setting) if setting.isdigit() else 0
     if count < 1:
         raise ValueError(f"TUTORIAL_THREADS must be 'auto' or a whole number >= 1; got {setting!r}")
     return count
+
+
+def mode() -> str:
+    """``"auto"`` (adapt to the load), or ``"fixed"`` (``TUTORIAL_THREADS=<n>`` or ``OMP_NUM_THREADS``)."""
+    return "fixed" if _fixed_count() is not None or os.environ.get("OMP_NUM_THREADS") else "auto"
 
 
 def fit_threads(now: bool = False) -> int:
@@ -149,13 +144,11 @@ def fit_threads(now: bool = False) -> int:
         return fixed
     if mode() == "fixed" or device_kind() != "cpu":
         return torch.get_num_threads()
-    if _GOVERNOR is None:
+    if _GOVERNOR is None:  # the first look: a window starts, the next look decides
         _GOVERNOR = _Governor()
+        return torch.get_num_threads()
     governor = _GOVERNOR
     clock = time.monotonic()
-    if governor.watcher is None:  # the first look needs a second snapshot to compare with
-        governor.watcher, governor.checked_at = LoadWatcher(), clock
-        return torch.get_num_threads()
     if clock - governor.checked_at > STALE_AFTER:  # nothing ran for a while: start a fresh window
         governor.watcher.busy_elsewhere()
         governor.checked_at = clock
