@@ -101,13 +101,16 @@ class _Governor:
     """The process's one watcher, started at the first look, and the count torch started with."""
 
     def __init__(self) -> None:
-        self.most = torch.get_num_threads()  # what torch chose for this machine: the ceiling
+        self.most = _STARTING_THREADS
         self.watcher = LoadWatcher()
         self.checked_at = time.monotonic()
         self.decisions = 0  # how many times the count changed (tests and benchmarks read it)
 
 
 _GOVERNOR: _Governor | None = None
+#: torch's count when this module was first imported: the ceiling (a governor made later, after an
+#: earlier one lowered the count, must not take the lowered count for the machine's)
+_STARTING_THREADS = torch.get_num_threads()
 
 
 def _fixed_count() -> int | None:
