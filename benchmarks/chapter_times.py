@@ -32,7 +32,7 @@ def cell_seconds(cell) -> float:
     return (parse(end) - parse(start)).total_seconds()
 
 
-def run_chapter(path: Path, timeout: int, show_over: float) -> dict:
+def run_chapter(path: Path, timeout: int, show_over: float, save_dir: Path | None = None) -> dict:
     import nbformat
     from nbclient import NotebookClient
 
@@ -46,6 +46,9 @@ def run_chapter(path: Path, timeout: int, show_over: float) -> dict:
     except Exception as exc:  # a failed cell: report it with the times so far
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     total = time.perf_counter() - start
+    if save_dir is not None:  # the executed chapter, outputs included, to read what this run printed
+        save_dir.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, save_dir / path.name)
     # numbered among the code cells from 1, as `make book`'s table numbers them
     cells = [(i, cell, cell_seconds(cell)) for i, cell in enumerate(
         (c for c in notebook.cells if c.cell_type == "code"), start=1)]
@@ -64,6 +67,7 @@ def main() -> None:
     parser.add_argument("--neighbour-threads", type=int, default=0)
     parser.add_argument("--show-over", type=float, default=30.0, help="list every cell over this many seconds")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (the book's: 900)")
+    parser.add_argument("--save-dir", type=Path, help="write each executed chapter, with its outputs, here")
     args = parser.parse_args()
     neighbour = None
     if args.neighbour_threads:
@@ -73,7 +77,7 @@ def main() -> None:
         time.sleep(3)
     try:
         for chapter in args.chapters:
-            result = run_chapter(chapter, args.timeout, args.show_over)
+            result = run_chapter(chapter, args.timeout, args.show_over, args.save_dir)
             print(json.dumps({"neighbour_threads": args.neighbour_threads, **result}), flush=True)
     finally:
         if neighbour is not None:
