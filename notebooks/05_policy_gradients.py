@@ -114,9 +114,12 @@ EPISODES = 200  # greedy games per evaluation, on seeds 0..199 (training uses se
 # %%
 gtn = sft_policy("guess_the_number", preset)
 gtn_options = rl_settings("guess_the_number", preset).env_options
+# A pretrained model's turn costs ~100x the tiny model's on a CPU (chapter 2): with one, the speed
+# measurements of this section play a quarter of the games, in one round instead of two
+speed_games = 128 if preset.model == "tiny" else 32
 
-batched = collect(gtn, "guess_the_number", range(1000, 1128), env_options=gtn_options, num_envs=32)
-one_at_a_time = collect(gtn, "guess_the_number", range(1000, 1128), env_options=gtn_options, num_envs=1)
+batched = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games), env_options=gtn_options, num_envs=32)
+one_at_a_time = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games), env_options=gtn_options, num_envs=1)
 speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games side by side": batched.summary()})
 speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second", "tokens_per_second"]].round(1)
 
@@ -166,7 +169,7 @@ print(f"softmax + torch.multinomial: {multinomial:.2f} ms per token, TokenSample
 # first {glue:text}`ttt_shared_prefix` tokens (counted below, on a batch of its turns):
 
 # %%
-def turns_per_second(policy, game, num_envs, share_prefix=True, episodes=128):
+def turns_per_second(policy, game, num_envs, share_prefix=True, episodes=speed_games):
     policy.share_prefix = share_prefix
     try:
         options = rl_settings(game, preset).env_options
@@ -181,12 +184,12 @@ settings = {"1 game": dict(num_envs=1), "32 games": dict(num_envs=32),
             "32 games, no prefix sharing": dict(num_envs=32, share_prefix=False)}
 rows = {}
 # tic-tac-toe's actions carry chapter 4's worked lines (~41 tokens): fewer games keep the cell short
-episodes = {"guess_the_number": 128, "tictactoe": 32}
+episodes = {"guess_the_number": speed_games, "tictactoe": 32}
 for game, policy in [("guess_the_number", gtn), ("tictactoe", ttt_sft)]:
     # two rounds, settings in turn, each keeps its best: a burst of load elsewhere on the
     # machine then cannot decide a comparison
     best = dict.fromkeys(settings, 0.0)
-    for _ in range(2):
+    for _ in range(2 if preset.model == "tiny" else 1):
         for name, options in settings.items():
             best[name] = max(best[name], turns_per_second(policy, game, episodes=episodes[game], **options))
     rows[game] = {f"{name}, turns/s": speed for name, speed in best.items()}
@@ -343,7 +346,7 @@ fig = learning_curves({"γ=0.9, ReBN": gtn_run.history},
 # look at the entropy curve. How sure of itself was the policy when it sampled?
 
 # %%
-sampled = [p for t in collect(gtn, "guess_the_number", range(2000, 2128), env_options=gtn_options).turns
+sampled = [p for t in collect(gtn, "guess_the_number", range(2000, 2000 + speed_games), env_options=gtn_options).turns
            for p in t.logprobs]
 confident = sum(p > -0.01 for p in sampled) / len(sampled)
 print(f"mean token entropy over the run: {sum(gtn_run.curve('entropy')) / len(gtn_run.history):.4f} nats")
