@@ -279,8 +279,11 @@ pd.DataFrame({
 # the ratio form is the gradient of $-\frac{1}{N}\sum A \log\pi_\theta(a)$.
 
 # %%
-turns = ttt_batch.turns
-advantages = turn_advantages(ttt_batch, gamma=0.9, normalise="rebn")
+# With gradients, the whole batch in one pass: light for the tiny model, more memory than a laptop has
+# for a pretrained one, which checks the first 16 turns (their advantages are still the whole batch's)
+checked = len(ttt_batch.turns) if preset.model == "tiny" else 16
+turns = ttt_batch.turns[:checked]
+advantages = turn_advantages(ttt_batch, gamma=0.9, normalise="rebn")[:checked]
 batch = collate_turns(turns, ttt_sft.tokenizer.pad_token_id)
 mask = batch["action_mask"]
 logprobs = action_logprobs(ttt_sft.model, batch).logprobs  # with gradients
