@@ -15,10 +15,11 @@ from tutorial_lib.cpu_threads import LoadWatcher, fit_threads, threads_for
 SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
 
 
-def start_neighbour(seconds: float) -> None:
+def start_neighbour(seconds: float) -> subprocess.Popen:
     """A process that keeps one core busy for ``seconds``."""
-    subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)])
+    process = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)])
     time.sleep(0.3)  # let it start spinning
+    return process
 
 
 def spin_here(seconds: float) -> None:
@@ -51,29 +52,54 @@ def test_threads_need_a_core():
         threads_for(0, 0.0)
 
 
+def background_load(seconds: float = 1.0) -> float:
+    """Cores other processes keep busy before a test starts its own neighbour (CI and readers'
+    machines are not always idle: the tests compare against this, not against zero)."""
+    watcher = LoadWatcher()
+    time.sleep(seconds)
+    return watcher.busy_elsewhere()
+
+
+def skip_if_no_core_is_free(background: float) -> None:
+    cores = len(os.sched_getaffinity(0))
+    if background > cores - 1.2:
+        pytest.skip(f"other processes keep {background:.1f} of {cores} cores busy: no free core to see a neighbour on")
+
+
 def test_a_busy_neighbour_is_seen_and_our_own_work_is_not():
+    background = background_load()
+    skip_if_no_core_is_free(background)
     watcher = LoadWatcher()
     spin_here(1.0)  # this process busy: not someone else's load
-    assert watcher.busy_elsewhere() < 0.5
-    start_neighbour(2.0)
+    assert watcher.busy_elsewhere() < background + 0.5
+    neighbour = start_neighbour(2.0)
     watcher.busy_elsewhere()  # a window that starts with the neighbour running
     time.sleep(1.0)
-    assert watcher.busy_elsewhere() > 0.6
+    seen = watcher.busy_elsewhere()
+    neighbour.kill()  # not left spinning into the next test's measurements
+    neighbour.wait()
+    assert seen > background + 0.6
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: there is nothing to give up")
 def test_fit_threads_gives_a_core_to_a_busy_neighbour_and_takes_it_back(fresh_governor):
     most = cpu_threads._STARTING_THREADS  # the ceiling, whatever an earlier test left the count at
+    cores = min(most, len(os.sched_getaffinity(0)))
+    background = background_load()
+    skip_if_no_core_is_free(background)
+    alone, beside = threads_for(cores, background), threads_for(cores, background + 1.0)
+    if beside == alone:
+        pytest.skip(f"{cores} usable cores, {background:.1f} busy elsewhere: one more busy core changes no count")
     fit_threads(now=True)  # the first look starts the window
-    start_neighbour(1.5)
+    neighbour = start_neighbour(1.5)
     fit_threads(now=True)  # restart the window with the neighbour running
     time.sleep(1.0)
-    assert fit_threads(now=True) == max(1, min(most, len(os.sched_getaffinity(0))) - 1)
+    assert fit_threads(now=True) == beside
     assert torch.get_num_threads() < most
-    time.sleep(1.0)  # the neighbour has stopped
+    neighbour.wait()  # the neighbour stops
     fit_threads(now=True)
     time.sleep(0.5)
-    assert fit_threads(now=True) == min(most, len(os.sched_getaffinity(0)))
+    assert fit_threads(now=True) == alone
 
 
 def test_a_count_the_user_fixed_is_kept(fresh_governor, monkeypatch):
