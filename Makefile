@@ -46,10 +46,15 @@ sync-notebooks: $(STAMP)
 # the table at the end gives every chapter's seconds and its longest cell.
 IPYTHON_STARTUP := _build/ipython/profile_default/startup
 
+# The chapters execute first, BOOK_JOBS at a time where one does not need another's results
+# (tutorial_lib/book_execute.py), into the cache the build then reads: every build executes every chapter.
+BOOK_JOBS ?= 2
+
 book: $(STAMP) check-notebooks
-	rm -rf _build/html _build/jupyter_execute _build/cell_times.jsonl
+	rm -rf _build/html _build/jupyter_execute _build/.jupyter_cache _build/cell_times.jsonl
 	mkdir -p $(IPYTHON_STARTUP)
 	echo "from tutorial_lib.book import time_cells; time_cells('$(CURDIR)/_build/cell_times.jsonl')" > $(IPYTHON_STARTUP)/00-time-cells.py
+	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/python -m tutorial_lib.book execute --jobs $(BOOK_JOBS)
 	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/jupyter-book build . --warningiserror --keep-going
 	$(BIN)/python -m tutorial_lib.book check-html _build/html
 	$(BIN)/python -m tutorial_lib.book cell-times _build/cell_times.jsonl

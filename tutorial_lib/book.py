@@ -1,5 +1,6 @@
 """Checks and chores for the book itself (run by ``make book``; not a chapter).
 
+    python -m tutorial_lib.book execute [--jobs 2] # every chapter into the build's cache (book_execute)
     python -m tutorial_lib.book check-notebooks   # pairs in sync, no outputs, setup cell current
     python -m tutorial_lib.book sync-setup-cells  # rewrite each chapter's Colab cell from _config.yml
     python -m tutorial_lib.book check-html _build/html
@@ -217,8 +218,14 @@ def print_cell_times(log_path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["execute"]:  # its own options: tutorial_lib.book_execute
+        from .book_execute import main as execute
+
+        return execute(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("execute", help="every chapter into the build's cache, two at a time (book_execute)")
     commands.add_parser("check-notebooks")
     commands.add_parser("sync-setup-cells")
     html = commands.add_parser("check-html")

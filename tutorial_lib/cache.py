@@ -11,9 +11,37 @@ point it at a temporary folder, so they never touch a reader's cache).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
 def cache_root() -> Path:
     """The cache folder (not created here: each user creates its own sub-folder)."""
     return Path(os.environ.get("TUTORIAL_CACHE", Path.home() / ".cache" / "tutorial_lib"))
+
+
+def write_whole(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so that another process
+    reading the cache sees the old file, no file, or the whole new one: never half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def folder_lock(folder: str | Path):
+    """An inter-process lock for one cache folder (``<folder>.lock`` beside it), held while a process
+    writes the folder: two chapters executing at once (``make book``) must not train the same SFT
+    checkpoint into one folder together. Re-entrant within a process."""
+    from filelock import FileLock
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(folder.with_name(folder.name + ".lock"), is_singleton=True)

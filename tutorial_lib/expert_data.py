@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import envs
+from .cache import write_whole
 from .episodes import run_episodes
 from .policies import ExpertPolicy
 from .progress import progress_bar
@@ -385,13 +386,9 @@ def counterfactual_recipes(examples: list[dict[str, Any]], seed: int = 0, step_c
 
 
 def save_examples(examples: list[dict[str, Any]], path: str | Path) -> Path:
-    """Write examples as JSON lines (one example a line)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for example in examples:
-            f.write(json.dumps(example) + "\n")
-    return path
+    """Write examples as JSON lines (one example a line), whole: a chapter running beside another
+    (make book) that reads the same cached file sees all of it or none of it."""
+    return write_whole(path, "".join(json.dumps(example) + "\n" for example in examples))
 
 
 def load_examples(path: str | Path):

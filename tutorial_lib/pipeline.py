@@ -16,7 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from .cache import cache_root
+from .cache import cache_root, folder_lock
 from .expert_data import (
     SelfPlayConfig,
     augment_with_symmetries,
@@ -161,9 +161,12 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
     if data_seed is not None and data_seed != settings.seed:
         settings = replace(settings, seed=data_seed)
         folder = folder.with_name(f"{folder.name}-data-seed-{data_seed}")
-    if not (folder / "sft_result.json").exists():
-        policy = load_policy(preset.model, lora=lora_for(preset))
-        # the trainer's live table and log lines only when asked for (a notebook would fill with them)
-        train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),
-                  output_dir=folder)
-    return load_policy(str(folder), **policy_options)
+    # under the folder's lock: a chapter running beside chapter 4 (make book) waits for its training
+    # to finish, or trains the checkpoint itself, instead of loading half of one
+    with folder_lock(folder):
+        if not (folder / "sft_result.json").exists():
+            policy = load_policy(preset.model, lora=lora_for(preset))
+            # the trainer's live table and log lines only when asked for (a notebook would fill with them)
+            train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),
+                      output_dir=folder)
+        return load_policy(str(folder), **policy_options)

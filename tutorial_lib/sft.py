@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .cache import folder_lock, write_whole
 from .cpu_threads import trainer_callback as threads_callback
 from .device import default_dtype, device_kind
 from .lm_parts import body_hidden_states, output_logits
@@ -312,8 +313,13 @@ def train_sft(
     (``tests/test_sft.py`` checks the weights). Only the last part saves the model and
     ``sft_result.json``; ``SFTResult.finished`` says which kind of result came back.
     """
-    settings = settings or SFTSettings()
-    output_dir = Path(output_dir)
+    # held for the whole part: another process must not train into (or load half of) this folder
+    with folder_lock(output_dir):
+        return _train_sft(policy, examples, settings or SFTSettings(), Path(output_dir), resume, stage)
+
+
+def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], settings: SFTSettings, output_dir: Path,
+               resume: bool, stage: tuple[int, int]) -> SFTResult:
     part, parts = stage
     if not 1 <= part <= parts:
         raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
@@ -365,11 +371,9 @@ def train_sft(
     padding = round(1 - real / positions, 4) if positions else 0.0
     result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens), padding,
                        step=trainer.state.global_step, total_steps=trainer.state.max_steps)
-    (output_dir / "sft_result.json").write_text(
-        json.dumps(
-            {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
-             "padding_fraction": padding, "log_history": result.log_history},
-            indent=1,
-        )
-    )
+    write_whole(output_dir / "sft_result.json", json.dumps(
+        {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
+         "padding_fraction": padding, "log_history": result.log_history},
+        indent=1,
+    ))
     return result

@@ -1,0 +1,87 @@
+"""`make book` executes the chapters two at a time into jupyter-book's cache (tutorial_lib.book_execute).
+
+Small notebooks stand in for chapters: each records when its kernel ran, so the tests can see which
+ran side by side, which waited for which, and what a failure stops.
+"""
+
+import json
+import time
+
+import nbformat
+import pytest
+from jupyter_cache import get_cache
+
+from tutorial_lib.book_execute import CHAPTER_NEEDS, chapter_order, execute_chapters
+
+
+def notebook(folder, name, body="time.sleep(1.5)"):
+    cells = [nbformat.v4.new_markdown_cell(f"# {name}"),
+             nbformat.v4.new_code_cell(f"import json, time\nstart = time.time()\n{body}"),
+             nbformat.v4.new_code_cell(f"open('{name}.json', 'w').write(json.dumps([start, time.time()]))")]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                          "language": "python"}})
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def interval(folder, name):
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def test_chapters_run_side_by_side_and_wait_for_what_they_need(tmp_path):
+    paths = [notebook(tmp_path, name) for name in ("a", "b", "c")]
+    runs = execute_chapters(paths, tmp_path / "cache", jobs=2, timeout=60, needs={"a": (), "b": (), "c": ("a",)},
+                            log=lambda _: None)
+    assert sorted(run.name for run in runs) == ["a", "b", "c"] and all(run.error is None for run in runs)
+    (a_start, a_end), (b_start, b_end), (c_start, _) = (interval(tmp_path, n) for n in "abc")
+    assert a_start < b_end and b_start < a_end  # a and b overlapped
+    assert c_start >= a_end  # c waited for a
+    # jupyter-book finds each executed notebook by looking the source notebook up in the cache
+    cache = get_cache(str(tmp_path / "cache"))
+    for path in paths:
+        _, merged = cache.merge_match_into_notebook(nbformat.read(path, as_version=4))
+        assert any(cell.get("outputs") is not None and cell.execution_count for cell in merged.cells
+                   if cell.cell_type == "code")
+
+
+def test_a_failing_chapter_fails_and_what_needs_it_does_not_run(tmp_path):
+    paths = [notebook(tmp_path, "a", "raise RuntimeError('chapter a broke')"), notebook(tmp_path, "b", "pass"),
+             notebook(tmp_path, "c", "pass")]
+    lines = []
+    runs = {run.name: run for run in execute_chapters(paths, tmp_path / "cache", jobs=2, timeout=60,
+                                                      needs={"a": (), "b": (), "c": ("a",)}, log=lines.append)}
+    assert "chapter a broke" in runs["a"].error
+    assert runs["b"].error is None and "c" not in runs
+    assert not (tmp_path / "c.json").exists()
+    assert any(line.startswith("skipped c") for line in lines)
+    with pytest.raises(KeyError):  # a failed chapter is not cached: jupyter-book would execute it and fail too
+        get_cache(str(tmp_path / "cache")).match_cache_notebook(nbformat.read(paths[0], as_version=4))
+
+
+def test_one_job_runs_the_chapters_one_after_another(tmp_path):
+    paths = [notebook(tmp_path, name, "time.sleep(0.5)") for name in ("a", "b")]
+    execute_chapters(paths, tmp_path / "cache", jobs=1, timeout=60, needs={"a": (), "b": ()}, log=lambda _: None)
+    assert interval(tmp_path, "b")[0] >= interval(tmp_path, "a")[1]
+
+
+def test_a_chapter_the_table_does_not_know_waits_for_every_earlier_chapter():
+    order = chapter_order(["01_x", "02_new", "03_y"], needs={"01_x": (), "03_y": ("01_x", "not_built")})
+    assert order == {"01_x": (), "02_new": ("01_x",), "03_y": ("01_x",)}
+
+
+def test_every_chapter_of_the_book_is_in_the_table_and_needs_only_earlier_chapters():
+    from tutorial_lib.book import chapter_sources
+
+    names = [path.stem for path in chapter_sources()]
+    assert set(CHAPTER_NEEDS) == set(names)
+    for position, name in enumerate(names):
+        assert set(CHAPTER_NEEDS[name]) <= set(names[:position])
+
+
+def test_a_cell_over_the_timeout_fails_its_chapter(tmp_path):
+    path = notebook(tmp_path, "slow", "time.sleep(30)")
+    start = time.perf_counter()
+    (run,) = execute_chapters([path], tmp_path / "cache", jobs=1, timeout=2, needs={}, log=lambda _: None)
+    assert run.error is not None and "Timeout" in run.error
+    assert time.perf_counter() - start < 25

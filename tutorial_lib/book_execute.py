@@ -1,0 +1,165 @@
+"""Execute the book's chapters into jupyter-book's cache, two at a time where one does not need the other.
+
+Why: on a 2-core machine the tiny model's steps barely use a second thread (two 1-thread SFT runs side
+by side train at ~1.8x the rate of one 2-thread run: ``benchmarks/results/sft_recipe.md``), so a build
+that executes one chapter at a time leaves most of a core idle for most of an hour. ``make book`` runs
+this first; jupyter-book then finds every chapter's outputs in the cache (``execute_notebooks: cache``
+in ``_config.yml``) and executes nothing itself. Each kernel fits its threads to the load
+(:mod:`tutorial_lib.cpu_threads`), so two kernels side by side take one thread each, and one alone
+takes both cores.
+
+A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`);
+a chapter this table does not know waits for every chapter before it, which is the old serial order.
+A failing chapter fails the build with its traceback; the chapters that need it do not run.
+
+The executor is jupyter-cache's own (the one myst-nb calls), with the book's cell timeout and
+``allow_errors`` from ``_config.yml``, so a cached chapter is exactly what jupyter-book would have made.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+#: chapter -> the chapters whose cached results it loads. The shared caches every chapter may write
+#: (the tiny model, expert data, an SFT checkpoint trained on demand) are written whole or under a
+#: lock, so chapters that merely share them may run side by side.
+CHAPTER_NEEDS: dict[str, tuple[str, ...]] = {
+    "01_text_games": (),
+    "02_prompts_tokens_actions": (),
+    "03_expert_data": (),
+    "04_supervised_finetuning": (),
+    # chapters 5-8 start from chapter 4's SFT checkpoints (tic-tac-toe's and CookingWorld's are
+    # trained over several cells, so they exist only once chapter 4 has finished)
+    "05_policy_gradients": ("04_supervised_finetuning",),
+    "06_ppo": ("04_supervised_finetuning",),
+    "07_grpo_and_comparison": ("04_supervised_finetuning",),
+    "08_evaluation_gap": ("04_supervised_finetuning",),
+    # chapter 9 loads chapter 4's GuessTheNumber checkpoint through sft_policy, which trains it under
+    # the checkpoint's lock if chapter 4 has not yet (pipeline.sft_policy)
+    "09_pretrained_model": (),
+}
+
+
+@dataclass
+class ChapterRun:
+    name: str
+    seconds: float
+    started: float  # seconds after the build's start
+    error: str | None = None
+
+
+def chapter_order(names: list[str], needs: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:
+    """Each chapter's prerequisites among ``names`` (book order): its entry in ``needs``, or every
+    earlier chapter when it has none. A prerequisite that is not being built is not waited for."""
+    needs = CHAPTER_NEEDS if needs is None else needs
+    order = {}
+    for position, name in enumerate(names):
+        wanted = needs[name] if name in needs else tuple(names[:position])
+        order[name] = tuple(n for n in wanted if n in names)
+    return order
+
+
+def _priority(order: dict[str, tuple[str, ...]]) -> dict[str, int]:
+    """How many chapters wait (directly or not) on each chapter: the longest chains start first."""
+    def waiting_on(name: str) -> set[str]:
+        direct = {other for other, wanted in order.items() if name in wanted}
+        return direct.union(*(waiting_on(other) for other in direct)) if direct else set()
+
+    return {name: len(waiting_on(name)) for name in order}
+
+
+def _execute(path: str, timeout: int, allow_errors: bool) -> tuple[object, float, str | None]:
+    """Run one notebook in a fresh kernel, in its own folder (as myst-nb does); in a worker process."""
+    import nbformat
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    notebook = nbformat.read(path, as_version=4)
+    result = single_nb_execution(notebook, cwd=str(Path(path).parent), timeout=timeout,
+                                 allow_errors=allow_errors, meta_override=True)
+    return notebook, result.time, result.exc_string if result.err is not None else None
+
+
+def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, timeout: int = 900,
+                     allow_errors: bool = False, needs: dict[str, tuple[str, ...]] | None = None,
+                     log=print) -> list[ChapterRun]:
+    """Execute ``notebooks`` (book order), at most ``jobs`` at a time, and store each executed
+    notebook in the jupyter-cache at ``cache_path``. Returns one :class:`ChapterRun` per chapter that ran."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    by_name = {path.stem: path for path in notebooks}
+    order = chapter_order(list(by_name), needs)
+    priority = _priority(order)
+    cache = get_cache(str(cache_path))
+    runs: dict[str, ChapterRun] = {}
+    failed: set[str] = set()
+    pending = list(by_name)
+    running: dict[Future, tuple[str, float]] = {}
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        while pending or running:
+            for name in [n for n in pending if any(w in failed for w in order[n])]:
+                pending.remove(name)
+                failed.add(name)
+                log(f"skipped {name}: it needs {', '.join(w for w in order[name] if w in failed)}, which failed")
+            ready = sorted((n for n in pending if all(w in runs and runs[w].error is None for w in order[n])),
+                           key=lambda n: (-priority[n], list(by_name).index(n)))
+            for name in ready[: max(0, jobs - len(running))]:
+                pending.remove(name)
+                running[pool.submit(_execute, str(by_name[name]), timeout, allow_errors)] = (name, time.perf_counter())
+                log(f"[{time.perf_counter() - start:6.0f} s] started  {name}")
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                name, began = running.pop(future)
+                try:
+                    notebook, seconds, error = future.result()
+                except Exception as crash:  # the worker itself died (out of memory, a killed kernel manager)
+                    notebook, seconds, error = None, time.perf_counter() - began, f"{type(crash).__name__}: {crash}"
+                runs[name] = ChapterRun(name, seconds, began - start, error)
+                if error is None:
+                    cache.cache_notebook_bundle(CacheBundleIn(notebook, str(by_name[name]),
+                                                              data={"execution_seconds": seconds}),
+                                                check_validity=False, overwrite=True)
+                    # the lookup jupyter-book makes: a miss would make it execute the chapter again
+                    cache.match_cache_notebook(nbformat.read(by_name[name], as_version=4))
+                    log(f"[{time.perf_counter() - start:6.0f} s] finished {name} in {seconds:.0f} s")
+                else:
+                    failed.add(name)
+                    log(f"[{time.perf_counter() - start:6.0f} s] FAILED   {name} after {seconds:.0f} s\n{error}")
+    return list(runs.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    import yaml
+
+    from .book import ROOT, chapter_sources
+
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book execute", description=__doc__.split("\n")[0])
+    parser.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache",
+                        help="the jupyter-cache folder jupyter-book reads (default: _build/.jupyter_cache)")
+    parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once (default 2)")
+    parser.add_argument("chapters", nargs="*", type=Path, help="notebooks to execute (default: every chapter)")
+    args = parser.parse_args(argv)
+    settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    notebooks = args.chapters or [py.with_suffix(".ipynb") for py in chapter_sources()]
+    start = time.perf_counter()
+    runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
+                            timeout=settings["timeout"], allow_errors=settings["allow_errors"])
+    wall = time.perf_counter() - start
+    busy = sum(run.seconds for run in runs)
+    print(f"{len(runs)} of {len(notebooks)} chapters ran in {wall:.0f} s ({busy:.0f} s of chapters, "
+          f"{args.jobs} at a time)")
+    return 0 if len(runs) == len(notebooks) and all(run.error is None for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
