@@ -51,7 +51,7 @@ IPYTHON_STARTUP := _build/ipython/profile_default/startup
 BOOK_JOBS ?= 2
 
 book: $(STAMP) check-notebooks
-	rm -rf _build/html _build/jupyter_execute _build/.jupyter_cache _build/cell_times.jsonl
+	rm -rf _build/html _build/jupyter_execute _build/.jupyter_cache _build/cell_times.jsonl _build/chapter_runs.json
 	mkdir -p $(IPYTHON_STARTUP)
 	echo "from tutorial_lib.book import time_cells; time_cells('$(CURDIR)/_build/cell_times.jsonl')" > $(IPYTHON_STARTUP)/00-time-cells.py
 	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/python -m tutorial_lib.book execute --jobs $(BOOK_JOBS)

@@ -69,3 +69,10 @@ def test_cell_times_are_logged_by_the_kernel_and_read_back_by_chapter(tmp_path, 
     book.print_cell_times(log)
     printed = capsys.readouterr().out
     assert f"over {book.CELL_BUDGET} s: cell 3" in printed and chapter.stem in printed
+    assert "wall clock" not in printed  # no record of how the chapters ran: only their sum
+    # `book execute` recorded the build: the book's time is its wall clock, over the budget here
+    (tmp_path / book.RECORD_NAME).write_text(json.dumps({"jobs": 2, "wall_seconds": book.BOOK_BUDGET + 1.0,
+                                                         "chapters": []}))
+    book.print_cell_times(log)
+    wall_line = next(line for line in capsys.readouterr().out.splitlines() if "wall clock" in line)
+    assert f"{book.BOOK_BUDGET + 1:.0f} *" in wall_line and "2 at a time" in wall_line

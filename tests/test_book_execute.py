@@ -85,3 +85,53 @@ def test_a_cell_over_the_timeout_fails_its_chapter(tmp_path):
     (run,) = execute_chapters([path], tmp_path / "cache", jobs=1, timeout=2, needs={}, log=lambda _: None)
     assert run.error is not None and "Timeout" in run.error
     assert time.perf_counter() - start < 25
+
+
+def test_the_command_records_each_chapter_and_fails_when_one_fails(tmp_path):
+    from tutorial_lib.book_execute import main
+
+    good, bad = notebook(tmp_path, "good", "pass"), notebook(tmp_path, "bad", "1 / 0")
+    record = tmp_path / "runs.json"
+    assert main(["--cache", str(tmp_path / "cache"), "--record", str(record), str(good)]) == 0
+    written = json.loads(record.read_text())
+    assert [run["name"] for run in written["chapters"]] == ["good"] and written["wall_seconds"] > 0
+    assert main(["--cache", str(tmp_path / "cache"), "--record", str(record), str(good), str(bad)]) == 1
+
+
+def test_a_chapter_starts_early_once_what_it_loads_is_written(tmp_path):
+    """Chapter 5 needs chapter 4, but only its first checkpoints: it starts once they are written."""
+    first = notebook(tmp_path, "first", "time.sleep(0.5)\nopen('checkpoint', 'w').write('done')\ntime.sleep(8)")
+    second = notebook(tmp_path, "second", "pass")
+    runs = execute_chapters([first, second], tmp_path / "cache", jobs=2, timeout=60,
+                            needs={"first": (), "second": ("first",)},
+                            early={"second": (tmp_path / "checkpoint").exists}, poll_seconds=0.2,
+                            log=lambda _: None)
+    assert all(run.error is None for run in runs)
+    assert interval(tmp_path, "second")[0] < interval(tmp_path, "first")[1]  # began before first ended
+
+
+def test_each_chapter_after_chapter_4_waits_for_this_builds_checkpoints(tmp_path, monkeypatch):
+    from tutorial_lib.book_execute import checkpoints_written_since
+    from tutorial_lib.pipeline import sft_dir
+    from tutorial_lib.presets import get_preset
+
+    monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("TUTORIAL_SCALE", "ci")
+    preset = get_preset()
+
+    def finish(game):
+        path = sft_dir(game, preset) / "sft_result.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+
+    finish("tictactoe")  # an earlier build's checkpoint
+    time.sleep(0.05)
+    tests = checkpoints_written_since(time.time())
+    assert set(tests) == {"05_policy_gradients", "06_ppo", "07_grpo_and_comparison", "08_evaluation_gap"}
+    assert not any(test() for test in tests.values())
+    for game in ("guess_the_number", "tictactoe", "math"):
+        finish(game)
+    assert tests["05_policy_gradients"]() and tests["07_grpo_and_comparison"]()
+    assert not tests["06_ppo"]() and not tests["08_evaluation_gap"]()  # CookingWorld is not trained yet
+    finish("cookingworld")
+    assert all(test() for test in tests.values())

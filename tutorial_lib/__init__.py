@@ -37,6 +37,7 @@ Each module's docstring names the chapter that teaches it:
 ``smoke``           every command-line stage at ``full``, smallest counts (``make smoke-full``)
 ``progress``        progress bars for terminals and the built book (all chapters)
 ``book``            checks of the book's files and pages (not a chapter)
+``book_execute``    ``make book``'s chapters, two at a time, into the build's cache (not a chapter)
 =================== ==========================================================
 """
 

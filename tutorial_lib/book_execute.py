@@ -8,8 +8,9 @@ in ``_config.yml``) and executes nothing itself. Each kernel fits its threads to
 (:mod:`tutorial_lib.cpu_threads`), so two kernels side by side take one thread each, and one alone
 takes both cores.
 
-A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`);
-a chapter this table does not know waits for every chapter before it, which is the old serial order.
+A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`),
+or once this build has written the SFT checkpoints it loads (:data:`CHAPTER_CHECKPOINTS`); a chapter
+these tables do not know waits for every chapter before it, which is the old serial order.
 A failing chapter fails the build with its traceback; the chapters that need it do not run.
 
 The executor is jupyter-cache's own (the one myst-nb calls), with the book's cell timeout and
@@ -18,11 +19,15 @@ The executor is jupyter-cache's own (the one myst-nb calls), with the book's cel
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .cache import write_whole
 
 #: chapter -> the chapters whose cached results it loads. The shared caches every chapter may write
 #: (the tiny model, expert data, an SFT checkpoint trained on demand) are written whole or under a
@@ -42,6 +47,34 @@ CHAPTER_NEEDS: dict[str, tuple[str, ...]] = {
     # the checkpoint's lock if chapter 4 has not yet (pipeline.sft_policy)
     "09_pretrained_model": (),
 }
+
+#: chapter -> the games whose SFT checkpoints (chapter 4's) it loads. Once this build has written all
+#: of them, the chapter starts without waiting for the rest of chapter 4: chapter 4 trains
+#: GuessTheNumber, tic-tac-toe and math long before CookingWorld.
+CHAPTER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
+    "05_policy_gradients": ("guess_the_number", "tictactoe"),
+    "06_ppo": ("tictactoe", "math", "cookingworld"),
+    "07_grpo_and_comparison": ("math", "tictactoe"),
+    "08_evaluation_gap": ("cookingworld",),
+}
+
+
+def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ...]] | None = None):
+    """chapter -> a test that every SFT checkpoint it loads was finished after ``since`` (wall clock):
+    by this build, not an earlier one (``sft_result.json`` is written last, whole, under the folder's lock)."""
+    from .pipeline import sft_dir
+    from .presets import get_preset
+
+    preset = get_preset()  # the kernels' preset: they inherit this process's TUTORIAL_SCALE
+
+    def written(games: tuple[str, ...]):
+        def test() -> bool:
+            results = [sft_dir(game, preset) / "sft_result.json" for game in games]
+            return all(path.exists() and path.stat().st_mtime >= since for path in results)
+        return test
+
+    return {chapter: written(games) for chapter, games in (CHAPTER_CHECKPOINTS if checkpoints is None
+                                                            else checkpoints).items()}
 
 
 @dataclass
@@ -85,9 +118,14 @@ def _execute(path: str, timeout: int, allow_errors: bool) -> tuple[object, float
 
 def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, timeout: int = 900,
                      allow_errors: bool = False, needs: dict[str, tuple[str, ...]] | None = None,
+                     early: dict[str, Callable[[], bool]] | None = None, poll_seconds: float = 5.0,
                      log=print) -> list[ChapterRun]:
     """Execute ``notebooks`` (book order), at most ``jobs`` at a time, and store each executed
-    notebook in the jupyter-cache at ``cache_path``. Returns one :class:`ChapterRun` per chapter that ran."""
+    notebook in the jupyter-cache at ``cache_path``. Returns one :class:`ChapterRun` per chapter that ran.
+
+    A chapter starts when the chapters it needs have finished, or earlier when its test in ``early``
+    passes (checked every ``poll_seconds``; :func:`checkpoints_written_since`). A chapter whose need failed
+    does not run."""
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
@@ -107,15 +145,19 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
                 pending.remove(name)
                 failed.add(name)
                 log(f"skipped {name}: it needs {', '.join(w for w in order[name] if w in failed)}, which failed")
-            ready = sorted((n for n in pending if all(w in runs and runs[w].error is None for w in order[n])),
+            early = early or {}
+            ready = sorted((n for n in pending if all(w in runs and runs[w].error is None for w in order[n])
+                            or (n in early and early[n]())),
                            key=lambda n: (-priority[n], list(by_name).index(n)))
             for name in ready[: max(0, jobs - len(running))]:
                 pending.remove(name)
                 running[pool.submit(_execute, str(by_name[name]), timeout, allow_errors)] = (name, time.perf_counter())
                 log(f"[{time.perf_counter() - start:6.0f} s] started  {name}")
-            if not running:
+            if not running:  # nothing left can start: what remains waits on a chapter that failed
                 break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            # a free worker looks again every poll_seconds: a chapter may start early (``early``)
+            done, _ = wait(running, timeout=poll_seconds if len(running) < jobs and pending else None,
+                           return_when=FIRST_COMPLETED)
             for future in done:
                 name, began = running.pop(future)
                 try:
@@ -141,23 +183,28 @@ def main(argv: list[str] | None = None) -> int:
 
     import yaml
 
-    from .book import ROOT, chapter_sources
+    from .book import RECORD_NAME, ROOT, chapter_sources
 
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book execute", description=__doc__.split("\n")[0])
     parser.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache",
                         help="the jupyter-cache folder jupyter-book reads (default: _build/.jupyter_cache)")
     parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once (default 2)")
+    parser.add_argument("--record", type=Path, default=ROOT / "_build" / RECORD_NAME,
+                        help="where each chapter's start and seconds go, as JSON (read by `book cell-times`)")
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks to execute (default: every chapter)")
     args = parser.parse_args(argv)
     settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     notebooks = args.chapters or [py.with_suffix(".ipynb") for py in chapter_sources()]
     start = time.perf_counter()
     runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
-                            timeout=settings["timeout"], allow_errors=settings["allow_errors"])
+                            timeout=settings["timeout"], allow_errors=settings["allow_errors"],
+                            early=checkpoints_written_since(time.time()))
     wall = time.perf_counter() - start
     busy = sum(run.seconds for run in runs)
     print(f"{len(runs)} of {len(notebooks)} chapters ran in {wall:.0f} s ({busy:.0f} s of chapters, "
           f"{args.jobs} at a time)")
+    write_whole(args.record, json.dumps({"jobs": args.jobs, "wall_seconds": round(wall, 1),
+                                         "chapters": [asdict(run) for run in runs]}, indent=1))
     return 0 if len(runs) == len(notebooks) and all(run.error is None for run in runs) else 1
 
 
