@@ -130,6 +130,7 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
+    early = early or {}
     by_name = {path.stem: path for path in notebooks}
     order = chapter_order(list(by_name), needs)
     priority = _priority(order)
@@ -145,7 +146,6 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
                 pending.remove(name)
                 failed.add(name)
                 log(f"skipped {name}: it needs {', '.join(w for w in order[name] if w in failed)}, which failed")
-            early = early or {}
             ready = sorted((n for n in pending if all(w in runs and runs[w].error is None for w in order[n])
                             or (n in early and early[n]())),
                            key=lambda n: (-priority[n], list(by_name).index(n)))
