@@ -195,6 +195,9 @@ PRESETS: dict[str, Preset] = {
                         learning_rate=5e-5, env_options={"invalid_move": "forfeit"}),
                 ppo=dict(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
                          learning_rate=5e-5, gamma=1.0, env_options={"invalid_move": "forfeit"}),
+                # chapter 7's single moves: GRPO's defaults (40 steps of 4 positions x 16 answers) would be
+                # ~2,500 sampled and trained answers of SmolLM2, hours on 2 cores; the math run's scale
+                grpo=dict(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5),
             ),
             "cookingworld": GameSettings(
                 env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
