@@ -51,7 +51,7 @@ def main() -> None:
         lines += [row(seed, "chapter 7", algo, comparison.start, comparison.final[algo],
                       comparison.costs[algo]["wall seconds"]) for algo in comparison.final]
         for line in lines:
-            record_run(line, args.out)
+            record_run(line, args.out, preset=preset)
 
 
 if __name__ == "__main__":

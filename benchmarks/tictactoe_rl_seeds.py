@@ -62,7 +62,7 @@ def main() -> None:
                         f"{when}_invalid": results["random"]["invalid_rate"],
                         f"{when}_minimax_draw": results["minimax"]["draw_rate"],
                         f"{when}_minimax_invalid": results["minimax"]["invalid_rate"]})
-        record_run(row, args.out)
+        record_run(row, args.out, preset=preset)
 
 
 if __name__ == "__main__":

@@ -430,7 +430,7 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # conclusions may rely on.
 
 # %%
-seed_runs = pd.DataFrame(recorded_runs("reinforce_tictactoe_seeds.jsonl"))
+seed_runs = pd.DataFrame(recorded_runs("reinforce_tictactoe_seeds.jsonl", preset))
 columns = {"sft_seed": "SFT data order", "rl_seed": "RL seed", "before_loss": "loss before", "after_loss": "loss after",
            "before_invalid": "invalid before", "after_invalid": "invalid after",
            "before_minimax_draw": "draws vs minimax before", "after_minimax_draw": "draws vs minimax after"}

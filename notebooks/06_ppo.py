@@ -264,7 +264,7 @@ say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
 # seed):
 
 # %%
-ppo_seeds = pd.DataFrame(recorded_runs("ppo_tictactoe_seeds.jsonl"))
+ppo_seeds = pd.DataFrame(recorded_runs("ppo_tictactoe_seeds.jsonl", preset))
 if len(ppo_seeds):
     rows = ppo_seeds.to_dict("records")
     say("Recorded runs (200 games each):", across_runs(rows, "draws against minimax", "before_minimax_draw",
@@ -342,7 +342,7 @@ say("This run:", "; ".join(str(c) for c in compare_math(before["math"], after["m
 # (`benchmarks/math_rl_seeds.py`; the first is this chapter's checkpoint and seed):
 
 # %%
-math_seeds = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl"))
+math_seeds = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl", preset))
 if len(math_seeds):
     rows = math_seeds[math_seeds.study == "chapter 6"].to_dict("records")
     say("Recorded runs:", across_runs(rows, "training problems", "before_train", "after_train",

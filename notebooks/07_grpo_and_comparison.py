@@ -163,7 +163,7 @@ comparison.round(3)
 # standard errors of its evaluation set:
 
 # %%
-math_seeds = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl"))
+math_seeds = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl", preset))
 if len(math_seeds):
     compared = math_seeds[math_seeds.study == "chapter 7"]
     for name, rows in compared.groupby("algo", sort=False):
@@ -283,14 +283,14 @@ ttt_changes = [compare_summaries(f"against {opponent}, the {name}", ttt_before[o
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
     f"Sampled: {trend(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
     f"{trend(ttt_run.history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')}.")
-grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl")
+grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
 if grpo_ttt_seeds:
     say("Recorded runs (`benchmarks/tictactoe_rl_seeds.py --algo grpo`, 200 games each):",
         across_runs(grpo_ttt_seeds, "draws against minimax", "before_minimax_draw", "after_minimax_draw", 200) + ";",
         across_runs(grpo_ttt_seeds, "losses against random", "before_loss", "after_loss", 200,
                     higher_is_better=False) + ".")
     # the three tic-tac-toe algorithms of Part 3, from the same three starts (their budgets differ)
-    draws = {name: {row["sft_seed"]: row["after_minimax_draw"] for row in recorded_runs(record)}
+    draws = {name: {row["sft_seed"]: row["after_minimax_draw"] for row in recorded_runs(record, preset)}
              for name, record in (("REINFORCE (ch. 5)", "reinforce_tictactoe_seeds.jsonl"),
                                   ("PPO (ch. 6)", "ppo_tictactoe_seeds.jsonl"),
                                   ("GRPO on moves", "grpo_tictactoe_seeds.jsonl"))}

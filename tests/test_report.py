@@ -1,5 +1,6 @@
 """The sentences chapters print from their results: noise thresholds, verdicts, spreads."""
 
+import dataclasses
 import math
 
 import pytest
@@ -84,6 +85,29 @@ def test_record_run_prints_and_appends_what_recorded_runs_reads(tmp_path, monkey
     report.record_run({"seed": 2, "after": 0.9})  # printed only
     assert capsys.readouterr().out.splitlines()[-1] == '{"seed": 2, "after": 0.9}'
     assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
+
+
+def test_recorded_runs_keep_to_the_preset_and_model_they_were_recorded_with(tmp_path, monkeypatch, capsys):
+    from tutorial_lib.presets import PRESETS
+
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    ci, small = PRESETS["ci"], PRESETS["small"]
+    report.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl", preset=ci)
+    report.record_run({"seed": 0, "after": 0.9}, tmp_path / "study.jsonl", preset=small)
+    capsys.readouterr()
+    assert report.recorded_runs("study.jsonl", ci) == [{"preset": "ci", "model": "tiny", "seed": 0, "after": 0.5}]
+    assert [row["after"] for row in report.recorded_runs("study.jsonl", small)] == [0.9]
+    assert capsys.readouterr().out == ""  # each preset has its rows: nothing to explain
+    # a preset with no rows of its own (the same name, another model) gets none, and is told whose they are
+    assert report.recorded_runs("study.jsonl", dataclasses.replace(ci, model="smollm2-135m")) == []
+    told = " ".join(capsys.readouterr().out.split())
+    assert "ci with tiny and small with smollm2-135m" in told and "--preset ci" in told
+
+
+def test_every_recorded_study_names_its_preset_and_model():
+    for path in sorted(report.RESULTS_DIR.glob("*.jsonl")):
+        for row in report.recorded_runs(path.name):
+            assert row["preset"] in ("ci", "small", "full") and row["model"], path.name
 
 
 @pytest.mark.parametrize("record", ["reinforce_tictactoe_seeds.jsonl", "ppo_tictactoe_seeds.jsonl"])

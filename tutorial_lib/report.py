@@ -26,6 +26,10 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .presets import Preset
 
 # the book's output boxes show about 75 characters of monospace before they scroll
 WIDTH = 72
@@ -156,24 +160,39 @@ def across_runs(rows: Sequence[dict], name: str, before_key: str, after_key: str
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
-def recorded_runs(name: str) -> list[dict]:
+def recorded_runs(name: str, preset: Preset | None = None) -> list[dict]:
     """The JSON lines of ``benchmarks/results/<name>``: a multi-seed study a chapter reads.
 
     Such studies cost more than a chapter's budget, so a script in ``benchmarks/`` runs them and a
-    chapter plots the record beside its own run. Without a clone of the repository (a pip install)
-    the file is absent: the chapter is told so and gets no rows, rather than an error.
+    chapter plots the record beside its own run. Each line names the preset and model it was recorded
+    with; given ``preset``, only the lines of that preset and model come back, since a study of the
+    tiny model says nothing about a pretrained model's runs (the chapter is told which presets the
+    record has instead). Without a clone of the repository (a pip install) the file is absent: the
+    chapter is told so and gets no rows, rather than an error.
     """
     path = RESULTS_DIR / name
     if not path.exists():
         say(f"(The recorded runs {name} ship with the repository's benchmarks/results folder, which this "
             "installation does not have; clone the repository to see them.)")
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if preset is None:
+        return rows
+    mine = [row for row in rows if (row.get("preset"), row.get("model")) == (preset.name, preset.model)]
+    if rows and not mine:
+        recorded = sorted({f"{row.get('preset')} with {row.get('model')}" for row in rows})
+        say(f"(The recorded runs {name} were made at {' and '.join(recorded)}, none at this chapter's preset "
+            f"({preset.name} with {preset.model}): they describe another model's training, so they are not "
+            f"shown here. The benchmarks/ script that wrote them records this preset's with --preset {preset.name}.)")
+    return mine
 
 
-def record_run(row: dict, out: str | Path | None = None) -> None:
+def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | None = None) -> None:
     """Print one run of a multi-seed study as a JSON line, and append it to ``out`` if given: the
-    lines :func:`recorded_runs` reads back."""
+    lines :func:`recorded_runs` reads back. ``preset``: the preset the run used, written first in the
+    line (the name and the model), which is how a chapter keeps to its own preset's records."""
+    if preset is not None:
+        row = {"preset": preset.name, "model": preset.model, **row}
     line = json.dumps(row)
     print(line, flush=True)
     if out:
