@@ -58,6 +58,7 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython.display import display
 from myst_nb import glue
 
 from tutorial_lib.cache import cache_root
@@ -69,7 +70,7 @@ from tutorial_lib.policies import RandomPolicy
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
 from tutorial_lib.prompts import render_chat
 from tutorial_lib.reinforce import train_reinforce
-from tutorial_lib.report import say
+from tutorial_lib.report import compare_summaries, say
 from tutorial_lib.sft import train_sft
 
 preset = get_preset()
@@ -246,12 +247,13 @@ ax.legend()
 plt.show()
 
 # %%
-sft_rows = {}
+sft_metrics = {}
 for name, policy in [(f"{real.model}, {steps} steps", smol_sft), (f"tiny, {steps} steps", tiny_same),
                      ("tiny, chapter 4's budget", tiny_own)]:
     for level in ("easy", "hard"):
-        metrics, _ = play(game, policy, real.game(game).eval_episodes, preset=level)
-        sft_rows[(name, level)] = {k: metrics[k] for k in ("success_rate", "invalid_rate", "mean_turns", "seconds")}
+        sft_metrics[(name, level)], _ = play(game, policy, real.game(game).eval_episodes, preset=level)
+sft_rows = {key: {k: metrics[k] for k in ("success_rate", "invalid_rate", "mean_turns", "seconds")}
+            for key, metrics in sft_metrics.items()}
 sft_table = pd.DataFrame(sft_rows).T
 sft_table.round(3)
 
@@ -297,7 +299,8 @@ costs.round(3)
 # never seen a range of 50. REINFORCE with ReBN (chapter 5) would train the LoRA adapters on hard
 # games, from seeds far from the evaluation seeds. At `ci` the chapter runs one short iteration of
 # it: enough to show the path works (sampled log-probs, ReBN, a LoRA update, a checkpoint) and to
-# measure what an iteration costs, not enough to learn anything, so no before/after is read here.
+# measure what an iteration costs, not enough to learn anything, so no before/after is read there.
+# At `small` and `full` it runs the preset's iterations and then plays the hard games again.
 
 # %%
 settings = rl_settings(game, real)
@@ -305,7 +308,8 @@ print(f"REINFORCE: {settings.iterations} iteration(s) of {settings.turns_per_ite
       f"lr {settings.learning_rate}, game options {settings.env_options}")
 rl_policy = sft_policy(game, real)  # a second copy of the SFT checkpoint: its adapters train, the first stays
 rl_result = train_reinforce(rl_policy, game, settings, out_dir=runs_dir / "reinforce-hard", progress=False)
-per_iteration = rl_result.seconds / len(rl_result.history)
+iterations = len(rl_result.history)
+per_iteration = rl_result.seconds / iterations
 pd.DataFrame(rl_result.history).set_index("step")[
     ["mean_return", "success_rate", "invalid_rate", "turns", "action_tokens", "entropy", "kl_k3"]].round(3)
 
@@ -316,10 +320,22 @@ tiny_turns = tiny_rl.iterations * tiny_rl.turns_per_iteration
 # holds more turns than the budget
 turns = sum(row["turns"] for row in rl_result.history)
 turns_per_second = turns / rl_result.seconds
-say(f"One REINFORCE iteration ({turns:.0f} hard-game turns) took {per_iteration:.0f} s "
-      f"({turns_per_second:.2f} turns per second, collection and update together).")
+say(f"{iterations} REINFORCE iteration{'s' if iterations > 1 else ''} ({turns:.0f} hard-game turns in all) took "
+    f"{per_iteration:.0f} s each ({turns_per_second:.2f} turns per second, collection and update together).")
 say(f"Chapter 5's tiny-model GuessTheNumber run plays at least {tiny_turns:,} turns; at this speed that many "
       f"SmolLM2 turns would take {tiny_turns / turns_per_second / 3600:.1f} hours on this machine.")
+
+# %%
+if iterations > 1:  # at ci one iteration: a before/after would read noise (see above)
+    hard_before = sft_metrics[(smol_name, "hard")]
+    hard_after, _ = play(game, rl_policy, real.game(game).eval_episodes, preset="hard")
+    say("Greedy play on the hard game after RL:", "; ".join(
+        str(compare_summaries(name, hard_before, hard_after, key))
+        for key, name in (("success_rate", "success rate"), ("invalid_rate", "invalid rate"))) + ".")
+    display(pd.DataFrame({"SFT": hard_before, f"SFT + {iterations} REINFORCE iterations": hard_after}).T[
+        ["success_rate", "mean_return", "invalid_rate", "mean_turns", "truncated_rate"]].round(3))
+else:
+    print(f"{iterations} iteration at this preset: no before/after")
 
 # %% [markdown]
 # On a CPU, one RL iteration of this model costs what a whole tiny-model run costs, so RL that
