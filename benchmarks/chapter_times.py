@@ -4,7 +4,7 @@
     python benchmarks/chapter_times.py --neighbour-threads 1 notebooks/0*.ipynb
 
 Executes each chapter's ``.ipynb`` as the book build does (nbclient, the preset from
-``TUTORIAL_SCALE``, the cell timeout of ``_config.yml``), in order, in the repository root, and
+``TUTORIAL_SCALE``, the build's cell timeout for that preset), in order, in the repository root, and
 prints one JSON line per chapter: its seconds, its longest cell (number, first line, seconds) and
 every cell over ``--show-over`` seconds. With ``--neighbour-threads N`` a process keeping N threads
 busy (matrix products) runs beside it the whole time: a reader's machine is rarely idle. The
@@ -66,9 +66,22 @@ def main() -> None:
     parser.add_argument("chapters", nargs="+", type=Path)
     parser.add_argument("--neighbour-threads", type=int, default=0)
     parser.add_argument("--show-over", type=float, default=30.0, help="list every cell over this many seconds")
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (the book's: 900)")
+    parser.add_argument("--timeout", type=int,
+                        help="seconds per cell (default: the book build's for the preset, 900 at ci)")
     parser.add_argument("--save-dir", type=Path, help="write each executed chapter, with its outputs, here")
     args = parser.parse_args()
+    missing = [str(chapter) for chapter in args.chapters if not chapter.is_file()]
+    if missing:  # before any chapter runs: a typo should not cost the chapters before it
+        known = ", ".join(sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+        parser.error(f"no such chapter: {', '.join(missing)} (the chapters: {known})")
+    if args.timeout is None:
+        import yaml
+
+        from tutorial_lib.book_execute import cell_timeout
+        from tutorial_lib.presets import scale_name
+
+        args.timeout = cell_timeout(yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]["timeout"],
+                                    scale_name())
     neighbour = None
     if args.neighbour_threads:
         # benchmarks/threads.py's neighbour: matrix products on that many threads until killed

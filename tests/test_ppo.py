@@ -193,7 +193,8 @@ def test_a_non_finite_loss_is_skipped_not_applied(tiny_cache):
     with torch.no_grad():
         ppo.value_model.head.bias.fill_(float("nan"))
     before = weights(policy.model)
-    metrics = ppo.update(rollout)
+    with pytest.warns(RuntimeWarning, match="skipped"):  # said, not only counted
+        metrics = ppo.update(rollout)
     assert metrics["skipped_steps"] >= 1
     assert same(before, weights(policy.model))
 
@@ -279,6 +280,21 @@ def test_a_tempered_sampler_is_scored_at_its_own_temperature(tiny_cache):
     assert plain.kl_k3 > 1e-3  # scored at temperature 1, the same tokens look off-policy
     with pytest.raises(ValueError, match="temperature"):
         collect(policy, "tictactoe", range(2), env_options=TTT, sampling="greedy", temperature=0.5)
+
+
+def test_a_low_temperature_update_steps_with_a_finite_gradient(tiny_cache):
+    """At temperature 0.001 the tiny model's logit gaps exceed float32's ~104-nat range, as SmolLM2's do at
+    0.5: some token probabilities underflow to 0. Every optimiser step of `small`'s math PPO was skipped
+    for a NaN gradient that came from there (the entropy term, with a coefficient of 0)."""
+    torch.manual_seed(0)
+    policy = fresh_policy(tiny_cache)
+    rollout = collect(policy, "tictactoe", range(8), env_options={**TTT, "invalid_move": "random"}, num_envs=8,
+                      temperature=0.001)
+    ppo = PPO(policy, small_settings(temperature=0.001, lr_schedule="constant"))
+    before = weights(policy.model)
+    metrics = ppo.update(rollout)
+    assert metrics["skipped_steps"] == 0 and math.isfinite(metrics["grad_norm"])
+    assert not same(before, weights(policy.model))
 
 
 def test_ppo_settings_hold_the_loops_fields_and_ppos_own_only():

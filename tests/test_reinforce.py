@@ -107,7 +107,8 @@ def test_a_non_finite_gradient_is_skipped_not_applied(tiny_cache):
     turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
     before = weights(policy.model)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
-    metrics = reinforce_step(policy.model, optimizer, batch_of(policy, turns, [float("inf"), 1.0]), small_settings())
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        metrics = reinforce_step(policy.model, optimizer, batch_of(policy, turns, [float("inf"), 1.0]), small_settings())
     assert metrics["skipped_step"] == 1.0
     after = weights(policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)

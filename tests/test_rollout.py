@@ -1,4 +1,5 @@
 import copy
+import math
 import random
 import warnings
 
@@ -7,7 +8,7 @@ import torch
 
 from tutorial_lib import envs
 from tutorial_lib.policies import CACHE_KEYWORD, ExpertPolicy, LanguagePolicy, Sample
-from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect
+from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect, token_entropy
 
 #: prompts of very different lengths, so the batch is left-padded
 PROMPTS = [
@@ -98,6 +99,16 @@ def test_recompute_carries_gradients_for_the_trainer(tiny_policy):
     scores.logprobs.sum().backward()
     assert tiny_policy.model.lm_head.weight.grad.abs().sum() > 0
     tiny_policy.model.zero_grad()
+
+
+def test_entropy_is_exact_and_its_gradient_finite_when_a_probability_underflows():
+    # a gap of 300 nats: exp underflows to exactly 0 in float32 (a pretrained model's logits at
+    # temperature 0.5 reach such gaps); -inf: a token masked out
+    logits = torch.tensor([[0.0, 0.0, -300.0, float("-inf")], [1.0, 1.0, 1.0, 1.0]], requires_grad=True)
+    entropy = token_entropy(logits.log_softmax(-1))
+    assert entropy.tolist() == pytest.approx([math.log(2), math.log(4)])
+    (0.0 * entropy.sum()).backward()  # an entropy coefficient of 0 must leave the gradient finite
+    assert torch.isfinite(logits.grad).all()
 
 
 def test_position_ids_matter_for_absolute_but_not_rotary_positions(tiny_policy):

@@ -15,6 +15,7 @@ A failing chapter fails the build with its traceback; the chapters that need it 
 
 The executor is jupyter-cache's own (the one myst-nb calls), with the book's cell timeout and
 ``allow_errors`` from ``_config.yml``, so a cached chapter is exactly what jupyter-book would have made.
+The timeout there is ``ci``'s; a larger preset gets :func:`cell_timeout`'s.
 """
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ..
 
     return {chapter: written(games) for chapter, games in (CHAPTER_CHECKPOINTS if checkpoints is None
                                                             else checkpoints).items()}
+
+
+#: seconds per cell beyond ``ci``. ``_config.yml``'s 900 s guards ``ci``'s budget (3 minutes a cell,
+#: with room for a busy machine); a real model's cells are far longer by design: at ``small`` on a
+#: 2-core CPU, chapter 5's tic-tac-toe REINFORCE cell runs ~25 minutes and chapter 4's CookingWorld
+#: parts up to ~12 (benchmarks/results/small_preset_chapters_cpu.md), and ``full`` trains for hours.
+#: There the timeout only has to catch a kernel that hangs.
+LONG_CELL_TIMEOUT = 6 * 3600
+
+
+def cell_timeout(config_timeout: int, scale: str) -> int:
+    """The cell timeout for a build at ``scale``: ``_config.yml``'s at ``ci``, :data:`LONG_CELL_TIMEOUT`
+    (or the config's, if larger) at ``small`` and ``full``."""
+    return config_timeout if scale == "ci" else max(config_timeout, LONG_CELL_TIMEOUT)
 
 
 @dataclass
@@ -184,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from .book import RECORD_NAME, ROOT, chapter_sources
+    from .presets import scale_name
 
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book execute", description=__doc__.split("\n")[0])
     parser.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache",
@@ -195,9 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     notebooks = args.chapters or [py.with_suffix(".ipynb") for py in chapter_sources()]
+    scale = scale_name()
+    timeout = cell_timeout(settings["timeout"], scale)
+    print(f"executing {len(notebooks)} chapters at TUTORIAL_SCALE={scale}, {args.jobs} at a time, "
+          f"cell timeout {timeout} s")
     start = time.perf_counter()
     runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
-                            timeout=settings["timeout"], allow_errors=settings["allow_errors"],
+                            timeout=timeout, allow_errors=settings["allow_errors"],
                             early=checkpoints_written_since(time.time()))
     wall = time.perf_counter() - start
     busy = sum(run.seconds for run in runs)

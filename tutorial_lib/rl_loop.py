@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -147,6 +148,10 @@ def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite
         optimizer.step()
         return float(grad_norm), 0.0
     optimizer.zero_grad(set_to_none=True)
+    # counted in the metrics too; said here because a run whose every step is skipped learns nothing
+    # while its curves still look like a run's (it happened: benchmarks/results/small_preset_chapters_cpu.md)
+    warnings.warn("an optimiser step was skipped: its loss or gradient was not finite (the run's "
+                  "'skipped_steps' / 'skipped_step' metric counts them)", RuntimeWarning, stacklevel=2)
     return float(grad_norm), 1.0
 
 

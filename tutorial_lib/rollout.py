@@ -336,6 +336,22 @@ def state_positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return batch["input_ids"].shape[1] - 1 - batch["action_mask"].sum(1)
 
 
+def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each distribution over the last dimension, from its log-probabilities,
+    with a gradient that stays finite.
+
+    A token whose probability underflows to exactly 0 in float32 (log-prob below ~-104: a
+    pretrained model's logit gaps exceed that once divided by a temperature of 0.5) adds 0, as
+    -p log p should. ``torch.special.entr(p)`` also gives 0 there, but its gradient is -(log p + 1)
+    = inf at p = 0, and inf x (dp/dlog p = 0) is NaN: one such token turns the whole step's
+    gradient into NaN, even with an entropy coefficient of 0 (0 x NaN is NaN). Here such tokens
+    (and tokens masked to -inf) contribute a constant 0 instead.
+    """
+    probs = log_probs.exp()
+    finite_log_probs = log_probs.masked_fill(probs == 0, 0.0)
+    return -(probs * finite_log_probs).sum(-1)
+
+
 def action_logprobs(
     model,
     batch: dict[str, torch.Tensor],
@@ -365,10 +381,7 @@ def action_logprobs(
     log_probs = (logits / temperature).log_softmax(-1)
     targets = batch["input_ids"][:, -actions:].to(hidden.device)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        # entr(p) = -p log p, taken as 0 at p = 0 (a token masked to -inf would give 0 * -inf)
-        entropy = torch.special.entr(log_probs.exp()).sum(-1).masked_fill(~mask, 0.0)
+    entropy = token_entropy(log_probs).masked_fill(~mask, 0.0) if with_entropy else None
     state_hidden = None
     if with_state_hidden:
         rows = torch.arange(hidden.shape[0], device=hidden.device)
