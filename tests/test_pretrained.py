@@ -163,6 +163,25 @@ def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(model_dir, tmp_pat
     assert summarize(record)["episodes"] == 3
 
 
+def test_ppo_steps_at_a_tempered_sampler_on_the_lora_model(model_dir):
+    """The `small` preset's math PPO samples and scores at temperature 0.5. SmolLM2's logits divided by
+    0.5 span more than float32's range, so some token probabilities are exactly 0; before
+    rollout.token_entropy, their entropy gradient was NaN and every step was skipped (chapters 6 and 7)."""
+    from tutorial_lib.ppo import PPO, PPOSettings
+
+    policy = lora_policy(model_dir, seed=0)
+    math_options = {"source": "generated", "level": 1}
+    rollout = collect(policy, "math", range(4), env_options=math_options, num_envs=4, temperature=0.5)
+    ppo = PPO(policy, PPOSettings(iterations=1, turns_per_iteration=4, num_envs=4, minibatch_turns=4,
+                                  microbatch_turns=4, learning_rate=5e-5, temperature=0.5, lr_schedule="constant",
+                                  env_options=math_options))
+    before = adapter_weights(policy.model)
+    metrics = ppo.update(rollout)
+    assert metrics["skipped_steps"] == 0 and torch.isfinite(torch.tensor(metrics["grad_norm"]))
+    after = adapter_weights(policy.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before), "the adapters did not move"
+
+
 def test_one_grpo_step_on_the_lora_model(model_dir, tmp_path):
     from tutorial_lib.grpo import GRPOSettings, train_grpo
 
