@@ -75,13 +75,9 @@ def main() -> None:
         known = ", ".join(sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
         parser.error(f"no such chapter: {', '.join(missing)} (the chapters: {known})")
     if args.timeout is None:
-        import yaml
+        from tutorial_lib.book_execute import execute_settings
 
-        from tutorial_lib.book_execute import cell_timeout
-        from tutorial_lib.presets import scale_name
-
-        args.timeout = cell_timeout(yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]["timeout"],
-                                    scale_name())
+        args.timeout = execute_settings()["timeout"]
     neighbour = None
     if args.neighbour_threads:
         # benchmarks/threads.py's neighbour: matrix products on that many threads until killed

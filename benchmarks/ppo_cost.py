@@ -1,13 +1,16 @@
 """Cost of PPO iterations: time split into sampling and training, generated tokens per second and
-peak memory, on the tiny model or on the Qwen2.5-0.5B-Instruct *architecture* with random weights
-and LoRA adapters (chapter 6; the ``full`` preset's model, without a download).
+peak memory, on the tiny model, on SmolLM2-135M-Instruct with LoRA (the offline pretrained model,
+real weights) or on the Qwen2.5-0.5B-Instruct *architecture* with random weights and LoRA adapters
+(chapter 6; the ``full`` preset's model, without a download).
 
     python benchmarks/ppo_cost.py --model tiny --game math --iterations 3
+    python benchmarks/ppo_cost.py --model smollm2-135m --game math --iterations 3
     python benchmarks/ppo_cost.py --model qwen2.5-0.5b --game cookingworld --iterations 3   # a GPU
 
 Random weights cost what trained ones do per token, but a random model never writes an
 end-of-sequence token, so every action runs to the game's token limit: the figures are an upper
-bound on the sampling cost of a trained model. The first iteration (warm-up, JVM start-up) is
+bound on the sampling cost of a trained model. SmolLM2's real weights do stop, so its figures are
+what a run costs. The first iteration (warm-up, JVM start-up) is
 reported apart from the mean of the others. Prints one JSON line.
 """
 
@@ -21,6 +24,7 @@ import tempfile
 from sft_cost import build  # noqa: E402  (same folder: the Qwen architecture and LoRA set-up)
 
 from tutorial_lib.device import PeakMemory, device_kind
+from tutorial_lib.models import OFFLINE_MODELS
 from tutorial_lib.policies import LanguagePolicy
 from tutorial_lib.ppo import PPOSettings, train_ppo
 from tutorial_lib.presets import get_preset
@@ -28,7 +32,7 @@ from tutorial_lib.presets import get_preset
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=["tiny", "qwen2.5-0.5b"], default="tiny")
+    parser.add_argument("--model", choices=["tiny", *OFFLINE_MODELS, "qwen2.5-0.5b"], default="tiny")
     parser.add_argument("--game", choices=["math", "cookingworld", "tictactoe", "guess_the_number"], default="math")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--turns", type=int, default=64, help="turns collected per iteration")

@@ -1,8 +1,13 @@
 """Cost of one SFT step: time, tokens per second and peak memory, for full fine-tuning, LoRA and
-QLoRA, on the tiny model or on the Qwen2.5-0.5B-Instruct *architecture* with random weights.
+QLoRA, on the tiny model, on SmolLM2-135M-Instruct (the offline pretrained model, real weights) or on
+the Qwen2.5-0.5B-Instruct *architecture* with random weights.
 
     python benchmarks/sft_cost.py --model tiny --mode full --game tictactoe
+    python benchmarks/sft_cost.py --model smollm2-135m --mode lora --game guess_the_number
     python benchmarks/sft_cost.py --model qwen2.5-0.5b --mode qlora --game cookingworld   # CUDA
+
+SmolLM2 loads through ``load_policy``, the library's own path (LoRA at the pretrained presets'
+settings; QLoRA with its 4-bit base weights).
 
 Random weights cost exactly what trained ones do, and need no download: the architecture is built
 from the numbers in Qwen2.5-0.5B-Instruct's published config.json, and the prompts are tokenised
@@ -20,7 +25,8 @@ import torch
 
 from tutorial_lib.device import default_dtype, device_kind
 from tutorial_lib.expert_data import SelfPlayConfig, expert_examples, mcts_selfplay, tictactoe_examples
-from tutorial_lib.models import lora_config, reference_tokenizer
+from tutorial_lib.models import OFFLINE_MODELS, lora_config, reference_tokenizer
+from tutorial_lib.presets import PRETRAINED_LORA
 from tutorial_lib.sft import tokenize_examples
 
 # From Qwen/Qwen2.5-0.5B-Instruct's config.json (Qwen2ForCausalLM).
@@ -45,6 +51,14 @@ def build(model_name: str, mode: str):
         from tutorial_lib.models import load_policy
 
         policy = load_policy("tiny", lora=mode == "lora" or None)
+        return policy.model, policy.tokenizer
+    if model_name in OFFLINE_MODELS:
+        from tutorial_lib.models import load_policy
+
+        if mode == "qlora" and device_kind() != "cuda":
+            raise SystemExit("qlora needs a CUDA GPU (bitsandbytes)")
+        policy = load_policy(model_name, lora=PRETRAINED_LORA if mode != "full" else None,
+                             load_in_4bit=mode == "qlora")
         return policy.model, policy.tokenizer
     tokenizer = reference_tokenizer()
     config = Qwen2Config(**QWEN25_05B, torch_dtype=str(default_dtype()).split(".")[-1])
@@ -85,9 +99,9 @@ def examples_for(game: str, n: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=["tiny", "qwen2.5-0.5b"], default="tiny")
+    parser.add_argument("--model", choices=["tiny", *OFFLINE_MODELS, "qwen2.5-0.5b"], default="tiny")
     parser.add_argument("--mode", choices=["full", "lora", "qlora"], default="full")
-    parser.add_argument("--game", choices=["tictactoe", "cookingworld"], default="tictactoe")
+    parser.add_argument("--game", choices=["tictactoe", "cookingworld", "guess_the_number", "math"], default="tictactoe")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=8)
     args = parser.parse_args()

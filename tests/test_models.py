@@ -93,6 +93,18 @@ def test_offline_hub_request_names_the_offline_models():
     assert "Hugging Face Hub may be unreachable" in str(error.value)
 
 
+@pytest.mark.parametrize("name", ["/no/such/run/sft", "./runs/sft-missing", "runs/a/sft-missing"])
+def test_a_missing_folder_is_named_as_missing_not_sent_to_the_hub(name):
+    with pytest.raises(FileNotFoundError, match="no model folder at .*does not exist"):
+        models.load_policy(name)
+
+
+def test_a_hub_id_is_not_mistaken_for_a_folder():
+    assert not models.looks_like_a_folder("Qwen/Qwen2.5-0.5B-Instruct")
+    assert not models.looks_like_a_folder("smollm2-135m")
+    assert models.looks_like_a_folder("/tmp/run/sft") and models.looks_like_a_folder("../sft")
+
+
 def test_four_bit_needs_cuda_and_says_so():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the error path is for machines without it")

