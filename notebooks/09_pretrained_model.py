@@ -70,7 +70,7 @@ from tutorial_lib.policies import RandomPolicy
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
 from tutorial_lib.prompts import render_chat
 from tutorial_lib.reinforce import train_reinforce
-from tutorial_lib.report import compare_summaries, say
+from tutorial_lib.report import compare_summaries, recorded_runs, say
 from tutorial_lib.sft import train_sft
 
 preset = get_preset()
@@ -340,10 +340,58 @@ else:
 # %% [markdown]
 # On a CPU, one RL iteration of this model costs what a whole tiny-model run costs, so RL that
 # visibly helps it does not fit a CI chapter: that is what the `small` preset's longer run is for
-# (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with its command). It is
-# also the practical reason RL on language models runs on GPUs: there, one batched step of a 135 M
-# model costs about the same for 1 row as for 64, and chapters 5-7's runs take minutes
-# (`TUTORIAL_SCALE=full`).
+# (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with its command).
+#
+# ## On a GPU
+#
+# The same model was measured once on an NVIDIA H200 with `benchmarks/gpu_full_path.sh`
+# (`benchmarks/results/gpu_full_path.md`: one session, one run of each). The cell below reads that
+# record, which this chapter did not make, and puts this machine's SFT step beside it: both are
+# steps of 8 GuessTheNumber examples, SmolLM2 with the same LoRA adapters.
+
+# %%
+gpu_record = recorded_runs("gpu_full_path.jsonl")
+gpu_steps = {row["mode"]: row for row in gpu_record if row["kind"] == "sft_step" and row["model"] == "smollm2-135m"}
+gpu_rl = [row for row in gpu_record if row["kind"] == "rl_iteration"]
+if gpu_steps and gpu_rl:
+    gpu_device = gpu_steps["lora"]["device"]
+    cpu_step = smol_record["seconds"] / steps
+    display(pd.DataFrame({
+        {"full": "full fine-tuning", "lora": "LoRA", "qlora": "QLoRA (4-bit base)"}[mode]: {
+            "seconds per step": row["seconds_per_step"], "tokens per second": row["tokens_per_second"],
+            "peak GPU memory (GiB)": row["peak_memory_gib"], "trainable (M)": row["trainable_parameters"] / 1e6}
+        for mode, row in gpu_steps.items()}).T.round(3))
+    sample = sum(row["sample_seconds"] for row in gpu_rl)
+    train = sum(row["train_seconds"] for row in gpu_rl)
+    glue("gpu_device", gpu_device, display=False)
+    glue("gpu_lora_step", gpu_steps["lora"]["seconds_per_step"], display=False)
+    glue("cpu_lora_step", cpu_step, display=False)
+    glue("gpu_speedup", cpu_step / gpu_steps["lora"]["seconds_per_step"], display=False)
+    glue("gpu_qlora_memory", gpu_steps["qlora"]["peak_memory_gib"] / gpu_steps["lora"]["peak_memory_gib"], display=False)
+    glue("gpu_qlora_time", gpu_steps["qlora"]["seconds_per_step"] / gpu_steps["lora"]["seconds_per_step"], display=False)
+    glue("gpu_rl_iteration", (sample + train) / len(gpu_rl), display=False)
+    glue("gpu_rl_sample_share", sample / (sample + train), display=False)
+    glue("gpu_rl_tokens_per_second", sum(row["action_tokens"] for row in gpu_rl) / sample, display=False)
+    say(f"On the {gpu_device} a LoRA step took {gpu_steps['lora']['seconds_per_step']:.2f} s; on this machine "
+        f"{cpu_step:.1f} s ({cpu_step / gpu_steps['lora']['seconds_per_step']:.0f}x).")
+    fastest = min(gpu_steps, key=lambda mode: gpu_steps[mode]["seconds_per_step"])
+    say("Full fine-tuning is the fastest row there: a batch of 8 short examples leaves the GPU mostly idle, "
+        "and LoRA's extra small matrix products cost kernel launches more than arithmetic." if fastest == "full"
+        else f"The fastest row there is {fastest}.")
+
+# %% [markdown]
+# What changes on the GPU (the record's figures; a rerun will differ):
+#
+# - **An SFT step is {glue:text}`gpu_speedup:.0f` times faster** ({glue:text}`gpu_lora_step:.2f` s
+#   against this machine's {glue:text}`cpu_lora_step:.1f` s).
+# - **QLoRA trades time for memory.** Its 4-bit base weights take {glue:text}`gpu_qlora_memory:.2f` of
+#   LoRA's memory at {glue:text}`gpu_qlora_time:.1f` times its time (with activation checkpointing,
+#   which PEFT turns on for a 4-bit model): worth it for a model that would not fit otherwise.
+# - **Sampling becomes the cost of RL.** A REINFORCE iteration on the hard game took
+#   {glue:text}`gpu_rl_iteration:.0f` s, {glue:text}`gpu_rl_sample_share:.0%` of it generating actions
+#   (about {glue:text}`gpu_rl_tokens_per_second:,.0f` action tokens per second with 32 games side by
+#   side). The update is cheap; the token-by-token generation is not, which is why chapter 5 batches
+#   the games and why RL libraries hand generation to dedicated inference engines.
 #
 # ## Summary
 #
