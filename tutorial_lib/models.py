@@ -169,7 +169,7 @@ def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, devic
 
     if name in OFFLINE_MODELS:
         name = str(offline_model_dir(name))
-    if looks_like_a_folder(name) and not Path(name).expanduser().exists():
+    if looks_like_a_folder(name) and not Path(name).exists():
         # a hub id is ``owner/name``: a path this cannot be would only earn the hub's repo-id error
         raise FileNotFoundError(f"no model folder at {name!r}: it does not exist (a typo, or a stage "
                                 "that was to write it did not run?)")
@@ -224,6 +224,8 @@ def load_policy(
     """
     if not isinstance(name, str) or not name:
         raise ValueError("name must be 'tiny', a Hugging Face Hub id or a local model folder")
+    if name.startswith("~"):
+        name = str(Path(name).expanduser())
     kind = device or device_kind()
     if load_in_4bit:
         if name == "tiny":
