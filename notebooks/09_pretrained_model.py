@@ -349,8 +349,9 @@ else:
 #
 # The same model was measured once on an NVIDIA GPU with `benchmarks/gpu_full_path.sh`
 # (`benchmarks/results/gpu_full_path.md`: one session, one run of each). The cell below reads that
-# record, which this chapter did not make, and sets this machine's SFT step beside it: steps of 8
-# GuessTheNumber examples, SmolLM2 with LoRA adapters on every linear layer.
+# record, which this chapter did not make: SFT steps of 8 GuessTheNumber examples, SmolLM2 with LoRA
+# adapters on every linear layer, and a REINFORCE run from the LoRA SFT policy. When this chapter runs
+# SmolLM2 on a CPU, the cell sets this machine's SFT step beside the record's.
 
 # %%
 gpu_record = recorded_runs("gpu_full_path.jsonl")
