@@ -329,13 +329,15 @@ pd.Series({k: v for k, v in rl_settings("guess_the_number", preset).__dict__.ite
 
 # %%
 # evaluated where RL trains: a before/after on a game it does not play would say nothing about RL
-before = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES, **gtn_options)}
+before = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
+                                                   env_options=gtn_options)}
 pd.Series(before["guess_the_number"]).round(3)
 
 # %%
 gtn_run = train_reinforce(gtn, "guess_the_number", rl_settings("guess_the_number", preset),
                           out_dir=runs_dir / "reinforce-gtn", progress=True)
-after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES, **gtn_options)}
+after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
+                                                   env_options=gtn_options)}
 print(f"RL: {gtn_run.seconds:.0f} s for {len(gtn_run.history)} iterations")
 pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
     ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].round(3)

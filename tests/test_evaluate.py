@@ -121,3 +121,14 @@ def test_evaluate_policy_plays_the_presets_options_with_the_callers_on_top():
     assert summary["episodes"] == 12 and summary["win_rate"] == 0.0  # nobody beats minimax
     default = evaluate_policy("guess_the_number", RandomPolicy(0), preset=preset)
     assert default["episodes"] == preset.game("guess_the_number").eval_episodes
+
+
+def test_evaluate_policy_takes_an_rl_runs_options_even_guess_the_numbers_preset():
+    # chapter 5 evaluates where REINFORCE trains; GuessTheNumber's range option is named "preset"
+    from tutorial_lib.pipeline import evaluate_policy
+    from tutorial_lib.presets import get_preset
+
+    hard = evaluate_policy("guess_the_number", RandomPolicy(0), preset=get_preset("ci"), episodes=8,
+                           env_options={"preset": "hard"})
+    expected = run_episodes("guess_the_number", RandomPolicy(0), range(8), env_options={"preset": "hard"})
+    assert hard == summarize(expected)

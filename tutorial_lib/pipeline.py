@@ -123,17 +123,19 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
     return settings_class(**{**overrides, "env_options": env_options})
 
 
-def evaluate_policy(game: str, policy, *, preset: Preset, episodes: int | None = None, **options) -> dict[str, float]:
+def evaluate_policy(game: str, policy, *, preset: Preset, episodes: int | None = None,
+                    env_options: dict | None = None, **options) -> dict[str, float]:
     """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up) with the
-    preset's options for ``game`` and ``options`` on top (an opponent, a fold): the summary
-    chapters 4-7 and the seed benchmarks compare before and after training.
-    ``episodes`` defaults to the preset's ``eval_episodes``."""
+    preset's options for ``game`` and ``env_options`` and ``options`` on top (an opponent, a fold):
+    the summary chapters 4-7 and the seed benchmarks compare before and after training.
+    ``env_options`` takes a dict such as an RL run's (GuessTheNumber's option ``preset`` cannot be
+    a keyword here). ``episodes`` defaults to the preset's ``eval_episodes``."""
     from .episodes import run_episodes
     from .evaluate import summarize
 
     settings = preset.game(game)
     records = run_episodes(game, policy, range(settings.eval_episodes if episodes is None else episodes),
-                           env_options={**settings.env_options, **options}, batch_size=100)
+                           env_options={**settings.env_options, **(env_options or {}), **options}, batch_size=100)
     return summarize(records)
 
 
