@@ -67,7 +67,7 @@ from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.prompts import prompt_spec, render_chat
-from tutorial_lib.report import compare_rates, say, spread
+from tutorial_lib.report import compare_rates, rate_noise, say, spread
 from tutorial_lib.rollout import collect, turn_logprobs
 from tutorial_lib.tokenization import boundary_mismatch, encode_prompt_completion
 
@@ -153,13 +153,18 @@ say(f"In this run the {gap}: evaluation reaches {evaluation / max(training_time,
 S = results["success_rate"]
 
 
+def term_rates(sampled_train, sampled_test):
+    """The two success rates each change compares (before it, after it), in both orders, given one
+    draw's two sampled success rates (the greedy rows do not depend on the sampling seed)."""
+    return {"games (games first)": (sampled_train, sampled_test),
+            "decoding (games first)": (sampled_test, S["greedy, test games"]),
+            "decoding (decoding first)": (sampled_train, S["greedy, training games"]),
+            "games (decoding first)": (S["greedy, training games"], S["greedy, test games"])}
+
+
 def decomposition(sampled_train, sampled_test):
-    """Success each change costs, in both orders, given one draw's two sampled success rates (the
-    greedy rows do not depend on the sampling seed)."""
-    return {"games (games first)": sampled_train - sampled_test,
-            "decoding (games first)": sampled_test - S["greedy, test games"],
-            "decoding (decoding first)": sampled_train - S["greedy, training games"],
-            "games (decoding first)": S["greedy, training games"] - S["greedy, test games"]}
+    """Success each change costs: the rate before it minus the rate after it."""
+    return {term: before - after for term, (before, after) in term_rates(sampled_train, sampled_test).items()}
 
 
 first_draw = decomposition(S["sampled, training games"], S["sampled, test games"])
@@ -169,31 +174,39 @@ pd.DataFrame({order: {term: first_draw[f"{term} ({order.split()[0]} first)"] for
 
 # %% [markdown]
 # Each cell is how much success the change costs (negative: the change helps). The sampled rows are
-# one draw of the sampler over a hundred-odd games, so each term carries that draw's noise. Two
+# one draw of the sampler over this preset's games, so each term carries that draw's noise. Two
 # more draws with other sampling seeds (greedy play does not change) show how far the terms move:
 
 # %%
-draws = {0: first_draw}
+sampled_rates = {0: (S["sampled, training games"], S["sampled, test games"])}
 first_seed = policy.seed
 for draw in (1, 2):
     policy.seed = 1000 * draw
-    draws[draw] = decomposition(summarize(sampled(policy, trained_games, "train"))["success_rate"],
-                                summarize(sampled(policy, range(n), "test"))["success_rate"])
+    sampled_rates[draw] = (summarize(sampled(policy, trained_games, "train"))["success_rate"],
+                           summarize(sampled(policy, range(n), "test"))["success_rate"])
 policy.seed = first_seed
-draw_terms = pd.DataFrame(draws).T.rename_axis("sampling draw")
+draw_terms = pd.DataFrame({d: decomposition(*rates) for d, rates in sampled_rates.items()}).T.rename_axis("sampling draw")
+# two standard errors of each term: a difference of two success rates over n games each, averaged over the draws
+term_noise = {term: statistics.fmean(rate_noise(*term_rates(*rates)[term], n) for rates in sampled_rates.values())
+              for term in draw_terms}
 for term in draw_terms:
     values = draw_terms[term]
     sign = ("costs success in every draw" if (values > 0).all() else "helps in every draw" if (values < 0).all()
             else "costs success or nothing in every draw" if (values >= 0).all()
             else "helps or changes nothing in every draw" if (values <= 0).all() else "changes sign between draws")
-    say(f"{term}: {spread(values)}; it {sign}.")
+    size = "beyond" if abs(values.mean()) > term_noise[term] else "within"
+    say(f"{term}: {spread(values)}; it {sign}; its mean is {size} the noise of {n} games a side "
+        f"(two standard errors: {term_noise[term]:.3f}).")
 draw_terms.round(3)
 
 # %% [markdown]
-# A term that changes sign between draws, or between the two orders, is not a finding of this run:
-# it is within the noise of the games evaluated. A term with one sign in every draw and both
-# orders is. (The greedy-only term is the same in every draw: greedy play does not depend on the
-# sampling seed.) The next two sections take the two terms in turn.
+# A term that changes sign between draws, or between the two orders, is not a finding of this run.
+# A term with one sign in every draw and both orders is one only if it is also larger than the
+# noise of the games each rate was measured on (the sentences above say which). The draws only
+# show the sampler's noise: the games stay the same, so a term that is the same in every draw can
+# still be luck of the games. (The greedy-only term is the same in every draw by construction:
+# greedy play does not depend on the sampling seed.) The next two sections take the two terms in
+# turn.
 #
 # ## a. Memorisation: training games against held-out games
 #
@@ -298,8 +311,8 @@ for name, layout in layouts.items():
     print(f"===== {name}: {len(tokenizer(text)['input_ids'])} tokens\n{shown}\n")
 
 # %% [markdown]
-# Each layout plays the first test games (fewer than above: a policy that cannot act plays every
-# game to the step limit, writing 16 tokens a turn, and the effect is not subtle):
+# Each layout plays the first test games, at most 32 (a policy that cannot act plays every game
+# to the step limit, writing 16 tokens a turn, so these are the chapter's slowest games):
 
 # %%
 m = min(n, 32)
@@ -307,12 +320,20 @@ prompt_runs = {"as in the data": runs["greedy, test games"][:m]}  # records are 
 for name in list(layouts)[1:]:
     prompt_runs[name] = greedy(layouts[name], range(m), "test")
 prompt_table = table(prompt_runs)
+actions = {name: sum(r.length for r in records) for name, records in prompt_runs.items()}
+data_row = prompt_table.loc["as in the data"]
+for name in list(layouts)[1:]:
+    row = prompt_table.loc[name]
+    say(f"{name}, against the data's layout: "
+        f"{compare_rates('success', data_row.success_rate, row.success_rate, m)}; "
+        f"{compare_rates('the invalid-action rate', data_row.invalid_rate, row.invalid_rate, actions['as in the data'], actions[name], higher_is_better=False)}.")
 prompt_table.round(3)
 
 
 # %% [markdown]
-# Compare the invalid-action rates: the number of actions the game could not accept says how
-# much of the model's skill was tied to the layout it was trained on.
+# The invalid-action rate, over every action played, says how much of the model's skill was tied
+# to the layout it was trained on; the sentences above say, for this run, which changes exceed the
+# noise of this many games and actions.
 #
 # The fix is structural: data collection, training and evaluation build prompts with one function
 # and one spec (`tutorial_lib.prompts`), so a policy gets the layout it was trained on unless told
@@ -421,6 +442,14 @@ for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
         "share where the text tokenised again is less likely": statistics.fmean(
             a < b - 1e-4 for a, b in zip(on_text, sampler)),
     }
+rejected = sum(bad for s, bad in turn_samples["sampled (T=1)"] if s.action_ids != retokenised(s))
+if differ:
+    say(f"{len(differ)} of {len(sampled_turns)} sampled turns give other tokens when their text is tokenised "
+        f"again; the game rejected {rejected} of them.")
+else:
+    say(f"In this run none of the {len(sampled_turns)} sampled turns gives other tokens when its text is "
+        "tokenised again, so the table has no row for them. An action cut at its token limit would: "
+        "`retokenised` ends every action with end-of-turn.")
 pd.DataFrame(token_rows).T
 
 # %%
@@ -430,13 +459,13 @@ for s in differ[:4]:
 
 # %% [markdown]
 # On the turns where the tokens agree, the trainer recovers the sampler's log-probabilities to
-# float precision, whichever ids it scores. On the turns where they differ it scores a token
-# sequence the sampler never drew, usually one the model finds less likely (the last column): the
-# ratio no longer measures a change of weights, and the update pushes on tokens that were not
-# sampled. These turns are few, and they are garbled actions the game rejects (the
-# `rejected_by_the_game` column above); but those are exactly the turns whose negative advantage
-# RL must apply to the tokens that produced them, and one ratio of that size is enough to wreck a
-# batch's gradient unless it is clipped away. The fix is the library's: every turn keeps the
+# float precision, whichever ids it scores. On the turns where they differ (the sentence above
+# counts them) it scores a token sequence the sampler never drew, which the model may find far
+# less likely (the last column): the ratio no longer measures a change of weights, and the update
+# pushes on tokens that were not sampled. Such turns are rare; but when the game rejects one, it
+# is exactly a turn whose negative advantage RL must apply to the tokens that produced it, and one
+# ratio of that size is enough to wreck a batch's gradient unless it is clipped away. The fix is
+# the library's: every turn keeps the
 # sampler's `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly
 # those.
 #
@@ -447,8 +476,15 @@ for s in differ[:4]:
 # way our history window writes past actions)?
 
 # %%
+def with_template(prompt):
+    return render_chat(tokenizer, [{"role": "user", "content": prompt}])
+
+
+message = [{"role": "user", "content": "..."}]
+generation_prompt = with_template("...").removeprefix(  # what the template appends where the answer starts
+    tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=False))
 renderings = {
-    "chat template (ends in '<|assistant|>\\n')": lambda p: render_chat(tokenizer, [{"role": "user", "content": p}]),
+    f"chat template (ends in {generation_prompt!r})": with_template,
     "template-free, ends in '> '": lambda p: p + "\n> ",
 }
 boundary = {name: statistics.fmean(boundary_mismatch(tokenizer, render(e["prompt"]), e["completion"]) is not None
@@ -594,10 +630,18 @@ per_draw = pd.DataFrame({
     "games (a)": (draw_terms["games (games first)"] + draw_terms["games (decoding first)"]) / 2,
     "decoding (b)": (draw_terms["decoding (games first)"] + draw_terms["decoding (decoding first)"]) / 2})
 larger = per_draw.abs().idxmax(axis=1)  # the larger term in each sampling draw
+averaged_noise = {"games (a)": (term_noise["games (games first)"] + term_noise["games (decoding first)"]) / 2,
+                  "decoding (b)": (term_noise["decoding (games first)"] + term_noise["decoding (decoding first)"]) / 2}
+if larger.nunique() == 1:
+    term = larger.iloc[0]
+    verdict = (f"The larger term is {term} in every draw, and its mean is beyond the noise of {n} games a side."
+               if abs(per_draw[term].mean()) > averaged_noise[term] else
+               f"The larger term is {term} in every draw, but its mean is within the noise of {n} games a side "
+               f"(two standard errors: {averaged_noise[term]:.3f}): more games would be needed to settle it.")
+else:
+    verdict = "Which term is larger changes between draws: in this run neither dominates beyond the noise."
 say(f"Training-time success {training_time:.2f}, evaluation success {evaluation:.2f}. Success lost to each term, "
-    "averaged over both orders: " + "; ".join(f"{k} {spread(v)}" for k, v in per_draw.items()) + ".",
-    f"The larger term is {larger.iloc[0]} in every draw." if larger.nunique() == 1 else
-    "Which term is larger changes between draws: in this run neither dominates beyond the noise.")
+    "averaged over both orders: " + "; ".join(f"{k} {spread(v)}" for k, v in per_draw.items()) + ".", verdict)
 per_draw.round(3)
 
 # %% [markdown]
@@ -621,5 +665,7 @@ per_draw.round(3)
 # 3. Split the test games' failures by their last observation: how many end with an invalid
 #    command, how many with the step limit, how many with a failed task (an ingredient eaten
 #    unprepared)?
-# 4. At the `full` preset, run this chapter's measurements for the pretrained model. Is the
-#    train/test gap smaller for a model that did not learn the games' vocabulary from scratch?
+# 4. Run this chapter at the `small` preset (SmolLM2-135M-Instruct with LoRA; its time on 2 cores
+#    is in `benchmarks/results/small_preset_chapters_cpu.md`) or at `full`. Is the train/test gap
+#    smaller, and does another prompt layout cost less, for a model that did not learn the games'
+#    vocabulary from scratch?
