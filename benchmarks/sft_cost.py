@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from tutorial_lib.device import default_dtype, device_kind
+from tutorial_lib.device import can_load_in_4bit, default_dtype, device_kind
 from tutorial_lib.expert_data import SelfPlayConfig, expert_examples, mcts_selfplay, tictactoe_examples
 from tutorial_lib.models import OFFLINE_MODELS, lora_config, reference_tokenizer
 from tutorial_lib.presets import PRETRAINED_LORA
@@ -47,6 +47,10 @@ QWEN25_05B = dict(
 def build(model_name: str, mode: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    if mode == "qlora":
+        possible, why = can_load_in_4bit()
+        if not possible:
+            raise SystemExit(f"--mode qlora: {why}")
     if model_name == "tiny":
         from tutorial_lib.models import load_policy
 
@@ -55,8 +59,6 @@ def build(model_name: str, mode: str):
     if model_name in OFFLINE_MODELS:
         from tutorial_lib.models import load_policy
 
-        if mode == "qlora" and device_kind() != "cuda":
-            raise SystemExit("qlora needs a CUDA GPU (bitsandbytes)")
         policy = load_policy(model_name, lora=PRETRAINED_LORA if mode != "full" else None,
                              load_in_4bit=mode == "qlora")
         return policy.model, policy.tokenizer
@@ -65,8 +67,6 @@ def build(model_name: str, mode: str):
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(default_dtype())
     if mode == "qlora":
-        if device_kind() != "cuda":
-            raise SystemExit("qlora needs a CUDA GPU (bitsandbytes)")
         import tempfile
 
         from peft import prepare_model_for_kbit_training

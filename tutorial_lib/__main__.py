@@ -164,7 +164,7 @@ def _rl(args) -> int:
     return 0
 
 
-def _env_option(text: str) -> tuple[str, object]:
+def env_option(text: str) -> tuple[str, object]:
     """``key=value`` -> (key, value), the value an int when it reads as one."""
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--sampling", choices=["greedy", "standard", "liberal"], default="greedy")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--batch-size", type=int, default=64)
-    ev.add_argument("--env", type=_env_option, action="append", metavar="KEY=VALUE",
+    ev.add_argument("--env", type=env_option, action="append", metavar="KEY=VALUE",
                     help="a game option for this evaluation, e.g. --env preset=hard (GuessTheNumber's 1-50 range)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     rl = commands.add_parser("rl", help="reinforcement learning from a policy")
