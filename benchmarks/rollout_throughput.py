@@ -13,8 +13,9 @@ call. The settings take turns for ``--repeats``
 rounds and each keeps its fastest round, so that a burst of load from other jobs on a shared
 machine does not land on one setting only. Prints turns/s and generated tokens/s, their ratios to
 the baseline, and a JSON line with the same numbers. ``--batch-sizes-only`` drops the baseline and
-the no-sharing row and compares the batch sizes with the smallest: on a CPU a larger batch is not
-always faster once the prompts and their key/value cache grow (``benchmarks/results/smollm2_cpu.md``).
+the no-sharing row and compares the batch sizes with the smallest. With more episodes than games side
+by side the batch refills as games end, which mixes early and late turns and shrinks the prompts'
+shared start: on a CPU that, not the batch size, is what slows collection (``benchmarks/results/smollm2_cpu.md``).
 """
 
 import argparse
