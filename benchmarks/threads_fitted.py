@@ -6,7 +6,7 @@ The workload is a chapter's two kinds of work with the untrained tiny model: pla
 (token-by-token sampling through ``run_episodes``, many small parallel regions) and training steps
 (a batch of 16 x 160 tokens, forward, backward, AdamW, calling ``fit_threads`` before each step as
 ``train_sft`` does). Each measurement is a fresh process, with ``TUTORIAL_THREADS`` set to torch's
-default count (fixed) or to ``auto``; first on the idle machine, then beside a neighbour process
+default count (fixed) or to ``adapt``; first on the idle machine, then beside a neighbour process
 that keeps ``--neighbour-threads`` threads busy (matrix products) the whole time. It prints the
 seconds of each part and, per load, the ratio fixed / fitted (above 1: fitting is faster).
 """
@@ -79,11 +79,11 @@ def main() -> None:
     for neighbour_threads in [0, *args.neighbour_threads]:
         busy = child(["--neighbour", str(neighbour_threads)], "1") if neighbour_threads else None
         time.sleep(3 if busy else 0)
-        for threads in (default, "auto"):
+        for threads in (default, "adapt"):
             run = child(["--measure", "--games", str(args.games), "--steps", str(args.steps)], threads,
                         stdout=subprocess.PIPE)
             result = json.loads(run.communicate()[0].strip().splitlines()[-1])
-            rows.append({"neighbour_threads": neighbour_threads, "threads": threads if threads == "auto"
+            rows.append({"neighbour_threads": neighbour_threads, "threads": threads if threads == "adapt"
                          else f"fixed {threads}", **result})
             print(json.dumps(rows[-1]), flush=True)
         if busy:

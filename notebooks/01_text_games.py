@@ -69,7 +69,8 @@ print(describe(preset))
 # `step` receives the model's **raw text**. Reading an action out of it is the game's job, because
 # the answer format is part of the game's rules. `info["invalid_action"]` says whether the text
 # parsed to a legal action; `terminated` (the game ended) is kept apart from `truncated` (a step
-# limit cut it), because later chapters bootstrap values through truncations but not terminations.
+# limit cut it), because later chapters bootstrap a value where a limit cut a game that could have
+# gone on (`truncated` without `terminated`), and never where the game ended.
 #
 # ### Tic-tac-toe
 # OpenSpiel's `tic_tac_toe` with the opponent built into the environment (random, MCTS with
@@ -122,8 +123,13 @@ cooking.close()  # CookingWorld runs in a Java VM; close() stops it
 # ### GuessTheNumber
 # A multi-turn game with GEM's rules: guess a secret number, hear "higher" or "lower", answer in
 # `\boxed{N}`. +1 for a correct guess, -0.1 and the end of the episode for an answer with no boxed
-# number, and when the turns run out a partial reward of $1 - |\text{guess} - \text{target}| /
-# \text{range}$. Presets `easy` (1-10, 4 turns) and `hard` (1-50, 7 turns).
+# number (GEM reads only digits in the box: `\boxed{ 7 }` and `\boxed{-3}` are no answer, and
+# neither is `\boxed{0}`), and when the turns run out a partial reward of
+# $1 - |\text{guess} - \text{target}| / \text{range}$. A guess outside the range or one made before
+# earns 0 and uses up the turn. The last turn ends the game with both flags set, as GEM does:
+# `terminated` (the game is over) and `truncated` (by its turn limit). A test plays thousands of
+# answers through GEM's own implementation and ours and compares every step. Presets `easy`
+# (1-10, 4 turns) and `hard` (1-50, 7 turns).
 
 # %%
 guess = envs.make("guess_the_number", preset="easy")

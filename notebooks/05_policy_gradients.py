@@ -20,12 +20,15 @@
 # see which turns led to good outcomes, make those actions more likely. This is REINFORCE
 # {cite}`williams1992reinforce`, in the form the GEM training script uses for multi-turn games
 # {cite}`gem2025`: discounted returns per turn, normalised over the whole batch of turns (ReBN),
-# each turn's advantage applied to that turn's action tokens only.
+# each turn's advantage applied to that turn's action tokens only; and a flaw of ReBN that can
+# wreck a policy that is already good, with its fix.
 #
 # **You will learn**
 # - how a batch of games is collected with one `generate` call per turn, and why the sampler's
 #   log-probabilities are stored with every action token;
-# - how per-turn returns become advantages (discount γ, return batch-normalisation);
+# - how per-turn returns become advantages (discount γ, return batch-normalisation), why a
+#   baseline that ignores the state pushes a confident policy off its best moves, and the
+#   baseline per state the library uses instead;
 # - the REINFORCE loss with an importance ratio, and the metrics that tell a healthy run (entropy,
 #   KL between sampler and trainer);
 # - what RL adds on top of SFT in GuessTheNumber and tic-tac-toe, measured (and why it can add
@@ -38,9 +41,10 @@
 # are either nearly perfect (GuessTheNumber) or strong on the games they trained on (tic-tac-toe
 # against random), so RL at `ci` has little room, few iterations and one seed per run. Expect:
 #
-# - **clear gains where the start has room**: draws against minimax, an opponent the policy never
-#   trains with, rose beyond noise in every recorded seed, with REINFORCE (this chapter's seed
-#   table), with PPO (chapter 6's) and with GRPO on single moves (chapter 7's);
+# - **gains, if any, where the start has room**: draws against minimax, an opponent the policy
+#   never trains with, are where RL has something to fix; each chapter's seed table says how often
+#   they rose in the recorded runs (which CPU and preset recorded them, too), and your run may land
+#   anywhere in that spread;
 # - **changes within noise elsewhere**: each chapter prints, beside its tables, whether a change
 #   exceeds two standard errors of its evaluation set, and what its diagnostics (entropy, explained
 #   variance, GRPO's zero-std groups) say about why a run did not move;
@@ -66,16 +70,19 @@ if "google.colab" in sys.modules:
 
 # %%
 import os
+import random
 import time
 from dataclasses import replace
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from IPython.display import display
 from myst_nb import glue
 
-from tutorial_lib.advantages import batch_returns, rebn
+from tutorial_lib.advantages import batch_returns, rebn, rebn_by_state
 from tutorial_lib.cache import cache_root
+from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
 from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
@@ -257,6 +264,137 @@ pd.DataFrame({
 # log-probabilities of *that turn's action tokens only*: the prompt, and so every observation, is
 # context, never a target.
 #
+# ### ReBN's blind spot: a batch where every game is won
+#
+# Now take the batch a good policy produces: binary search on every secret of the easy range, every
+# game won, in one to four guesses. Nothing in it was a mistake. ReBN's baseline is the batch
+# mean, the same for every turn, and an opening guess is worth at most 0.9³ ≈ 0.73 when the win is
+# three guesses away, while every last guess is worth 1:
+
+# %%
+def binary_search_games(game_options: dict) -> tuple[list[list[float]], list[list[str]], list[int]]:
+    """Rewards and states (what the player knew: the guesses so far) of binary search on every secret."""
+    env = GuessTheNumberEnv(**game_options)
+    rewards, states, secrets = [], [], []
+    for secret in range(env.low, env.high + 1):
+        env.reset(seed=0)
+        env.target = secret
+        episode_rewards, episode_states, guesses = [], [], []
+        while not env.done:
+            episode_states.append("start" if not guesses else " ".join(guesses))
+            action = env.expert_action()
+            _, reward, _, _, info = env.step(action)
+            guesses.append(f"{info['guess']}{'+' if info['guess'] < secret else '-' if info['guess'] > secret else ''}")
+            episode_rewards.append(reward)
+        rewards.append(episode_rewards), states.append(episode_states), secrets.append(secret)
+    return rewards, states, secrets
+
+
+won_rewards, won_states, won_secrets = binary_search_games({"preset": "easy"})
+won_returns = batch_returns(won_rewards, gamma=0.9)
+by_batch, by_state = rebn(won_returns), rebn_by_state(won_returns, won_states)
+pd.DataFrame({
+    "secret": won_secrets,
+    "states (guesses so far; + higher, - lower)": [" | ".join(s) for s in won_states],
+    "returns (γ=0.9)": [str([round(g, 2) for g in ep]) for ep in won_returns],
+    "ReBN": [str([round(a, 2) for a in ep]) for ep in by_batch],
+    "baseline per state": [str([round(a, 2) for a in ep]) for ep in by_state],
+}).set_index("secret")
+
+# %%
+opening_batch = sum(ep[0] for ep in by_batch)
+opening_state = sum(ep[0] for ep in by_state)
+say(f"The ten opening turns are one state and one action (guess 5). Their ReBN advantages add up to "
+    f"{opening_batch:+.2f}: the update pushes the best opening down. With a baseline per state they add "
+    f"up to {opening_state:+.2f}.")
+
+# %% [markdown]
+# In expectation over actions a constant baseline changes nothing, which is why it is allowed; but
+# a policy that has learnt binary search samples the same guess every time, so the push is not
+# balanced by other actions. Its gradient is tiny, $\nabla\log\pi$ of a token with probability
+# near 1, and that would be harmless with plain SGD. Adam is not plain SGD: it divides each
+# parameter's step by the running size of its own gradient, so a tiny gradient with the same sign
+# every iteration becomes a step of the full learning rate, every iteration. The smallest model
+# that shows it: a table of logits per state (what a player knows after its guesses), started
+# at binary search with probability 0.999, trained by REINFORCE with Adam on sampled games, once
+# with ReBN and once with a baseline per state:
+
+# %%
+def table_policy_run(normalise: str, iterations: int = 40, games: int = 64, lr: float = 0.05, seed: int = 0):
+    """REINFORCE with Adam on a tabular softmax policy for the easy range; the opening's probability
+    of binary search's guess after each iteration."""
+    torch.manual_seed(seed)
+    rng, logits = random.Random(seed), {}
+    optimizer = torch.optim.Adam([torch.zeros(1)], lr=lr, betas=(0.9, 0.95))
+
+    def row(state):  # logits of the 10 guesses in one state; binary search's guess starts at 0.999
+        if state not in logits:
+            low, high = state
+            logits[state] = torch.zeros(10)
+            logits[state][(low + high) // 2 - 1] = 9.1
+            logits[state].requires_grad_()
+            optimizer.add_param_group({"params": [logits[state]]})
+        return logits[state]
+
+    opening = []
+    for _ in range(iterations):
+        rewards, states, logps = [], [], []
+        for _ in range(games):
+            env = GuessTheNumberEnv("easy")
+            env.reset(seed=rng.randrange(10**9))
+            episode = ([], [], [])
+            while not env.done:
+                state = (env.known_low, env.known_high)
+                dist = torch.distributions.Categorical(logits=row(state))
+                guess = dist.sample()
+                _, reward, *_ = env.step(f"\\boxed{{{int(guess) + 1}}}")
+                for store, value in zip(episode, (reward, state, dist.log_prob(guess))):
+                    store.append(value)
+            rewards.append(episode[0]), states.append(episode[1]), logps.append(episode[2])
+        returns = batch_returns(rewards, gamma=0.9)
+        advantages = rebn(returns) if normalise == "rebn" else rebn_by_state(returns, states)
+        loss = -sum(a * lp for ep_a, ep_lp in zip(advantages, logps) for a, lp in zip(ep_a, ep_lp)) / sum(map(len, logps))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        opening.append(float(torch.softmax(row((1, 10)).detach(), 0)[4]))
+    return opening
+
+
+table_runs = {label: table_policy_run(normalise) for label, normalise in
+              (("ReBN (batch baseline)", "rebn"), ("baseline per state", "rebn_state"))}
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for label, curve in table_runs.items():
+    ax.plot(range(1, len(curve) + 1), [1 - p for p in curve], label=label)
+ax.set(yscale="log", xlabel="iteration", ylabel="1 − P(opening guess 5)",
+       title="a perfect tabular policy under REINFORCE + Adam")
+ax.legend()
+plt.show()
+say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probability of any other opening "
+    f"went from {1 - table_runs['ReBN (batch baseline)'][0]:.4f} to {1 - table_runs['ReBN (batch baseline)'][-1]:.4f} "
+    f"with ReBN, and to {1 - table_runs['baseline per state'][-1]:.4f} with a baseline per state.")
+
+# %% [markdown]
+# The curve to watch is ReBN's: the chance of leaving the best opening grows steadily, though
+# every game was won. Each logit of the table moves on its own, so there it grows slowly; in a
+# language model one set of weights writes every guess, and the same steady push spread over the
+# whole network moved chapter 4's GuessTheNumber policy from winning every game to writing no
+# answer at all, on one of the machines this book was built on (on another, with the same seed,
+# it survived: the push is steady, where it ends depends on rounding). A baseline per state does
+# not have the flaw. `rebn_by_state` compares each turn with the batch's other turns *in the same
+# state* (for a language model, the same prompt), where the batch saw that state more than once,
+# and with the batch mean otherwise; then it scales by the batch's standard deviation as ReBN
+# does. Turns that took the same action in the same state get advantages that add up to exactly
+# zero, so a policy that is sure of a move is left alone until it tries another, and then the two
+# are compared. A baseline that depends only on the state keeps the gradient unbiased
+# {cite}`sutton2018reinforcement`. It is the library's default (`normalise="rebn_state"`); GEM's
+# ReBN stays available as `normalise="rebn"`, and the last section of this chapter runs both.
+
+# %%
+show_source(rebn_by_state)
+
+# %% [markdown]
+#
 # ## The update
 #
 # `train_reinforce` repeats: collect a batch of turns (256 here, as many games as it takes), compute
@@ -283,7 +421,7 @@ pd.DataFrame({
 # for a pretrained one, which checks the first 16 turns (their advantages are still the whole batch's)
 checked = len(ttt_batch.turns) if preset.model == "tiny" else 16
 turns = ttt_batch.turns[:checked]
-advantages = turn_advantages(ttt_batch, gamma=0.9, normalise="rebn")[:checked]
+advantages = turn_advantages(ttt_batch, gamma=0.9, normalise=ReinforceSettings().normalise)[:checked]
 batch = collate_turns(turns, ttt_sft.tokenizer.pad_token_id)
 mask = batch["action_mask"]
 logprobs = action_logprobs(ttt_sft.model, batch).logprobs  # with gradients
@@ -343,7 +481,7 @@ pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess
     ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].round(3)
 
 # %%
-fig = learning_curves({"γ=0.9, ReBN": gtn_run.history},
+fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
                       ["mean_return", "success_rate", "turns_per_episode", "entropy"],
                       title="REINFORCE on GuessTheNumber (training batches, sampled)")
 
@@ -365,8 +503,10 @@ say(f"In this run the {gtn_change}, and the mean number of turns went from "
 # %% [markdown]
 # REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
 # deterministic samples, game after game, the very moves it would play greedily: every episode of
-# a given secret number is the same episode, the gradient $A\,\nabla\log\pi$ of a token with
-# probability ~1 is ~0, and nothing changes however good the advantages are. The fix is upstream:
+# a given secret number is the same episode. With a baseline per state, the turns of one state and
+# one action cancel exactly, so such a policy is left where SFT put it (with GEM's ReBN it would be
+# pushed off its openings, as the section on ReBN's blind spot shows). To learn more, the policy
+# has to try something else. The fix is upstream:
 # keep entropy in the SFT policy (fewer epochs, a final learning rate that decays), sample with a
 # higher temperature (the importance ratio then corrects for the sampler, since its log-probs
 # are recorded), or add an entropy bonus to the loss (chapter 6). In tic-tac-toe the random
@@ -449,16 +589,16 @@ if len(seed_runs):
     display(seed_runs[list(columns)].rename(columns=columns).round(3))
 
 # %% [markdown]
-# ## What γ and ReBN change
+# ## What the baseline changes
 #
 # Three short runs from the same SFT checkpoint, same seeds, same number of iterations: the
-# chapter's setting (γ = 0.9 with ReBN), no discount (γ = 1: a win is worth as much late as early),
-# and raw returns without normalisation (no baseline: in a game where most returns are −1 or +1,
-# every action of a won game is pushed up and every action of a lost one down, with no reference
-# to how the batch did on average).
+# library's default (γ = 0.9, a baseline per state, then ReBN's scale), GEM's ReBN (the batch
+# mean for every turn), and raw returns without normalisation (no baseline: in a game where most
+# returns are −1 or +1, every action of a won game is pushed up and every action of a lost one
+# down, with no reference to how the batch did on average).
 
 # %%
-variants = {"γ=0.9, ReBN": dict(), "γ=1.0, ReBN": dict(gamma=1.0), "γ=0.9, raw returns": dict(normalise="none")}
+variants = {"baseline per state": dict(), "GEM's ReBN": dict(normalise="rebn"), "raw returns": dict(normalise="none")}
 # each iteration writes ~41-token actions (chapter 4's worked lines): keep the chapter short; a pretrained
 # model's iteration costs ~100x the tiny model's on a CPU (~110 s at small), so with one, 3 iterations
 short = 10 if preset.model == "tiny" else 3
@@ -481,13 +621,14 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 
 # %% [markdown]
 # One run of each, as long as the sentence above says: it also says whether their greedy rates differ
-# by more than another set of 200 evaluation games could. Expect little difference from this start,
-# for two reasons. Most training games are won, so raw returns are mostly positive and push up
-# what the policy already does, much as ReBN's centred ones do; and a game lasts 3 to 5 turns, so
-# γ = 0.9 and γ = 1 weigh its turns almost alike. Telling them apart would take several seeds per
+# by more than another set of 200 evaluation games could. Expect little difference from this start
+# in ten iterations. Most training games are won, so raw returns are mostly positive and push up
+# what the policy already does, much as the centred ones do; against a random opponent the
+# positions rarely repeat beyond the first moves, so the baseline per state falls back to the
+# batch mean for most turns and behaves like ReBN. Telling them apart would take several seeds per
 # variant, and longer runs. The baseline matters where returns are mostly failures or all alike
-# (exercise 2, and chapter 7's groups of answers to one problem); the discount where episodes are
-# long and the reward comes at the end (CookingWorld, chapter 6).
+# (exercise 2, and chapter 7's groups of answers to one problem), and where a confident policy
+# meets the same states again and again (GuessTheNumber, above).
 
 # %% [markdown]
 # ## Summary
@@ -514,6 +655,9 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   k3 estimate of this chapter's two runs: {glue:text}`largest_kl_k3:.1e` per token). A run where they grow has a sampler that is not the policy (a different precision, top-k sampling, dropout on).
 # - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
 #   nothing, so training forfeits it.
+# - A baseline must not ignore the state. ReBN's batch mean scores every opening turn of a won
+#   game below average, a steady push off the best moves that Adam turns into full-size steps;
+#   a baseline per state (the library's default) leaves a sure, correct move alone.
 # - RL needs room and exploration. GuessTheNumber's SFT policy already plays binary search, nearly
 #   deterministically, so REINFORCE has nothing to compare. Chapter 4's tic-tac-toe policy is strong
 #   against the random opponent it trains with, so the greedy rates there move by a few games
@@ -534,5 +678,8 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #    RL with this chapter's.
 # 2. Start GuessTheNumber RL from the *untrained* tiny model (`load_policy("tiny")`). What is the
 #    reward of every early episode, what does ReBN make of it, and why does nothing change?
-# 3. Set `sampling="standard"` (temperature 0.7, top-k 50) for collection. What do `mean_ratio` and
+# 3. Run GuessTheNumber's REINFORCE with `normalise="rebn"` for 60 iterations instead of 15, and
+#    watch the entropy and the format errors. Then run `table_policy_run("rebn", lr=0.3)`: how
+#    does the learning rate change the drift, and why does Adam's β₂ matter here?
+# 4. Set `sampling="standard"` (temperature 0.7, top-k 50) for collection. What do `mean_ratio` and
 #    the KL estimates show now, and why?

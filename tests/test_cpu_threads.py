@@ -1,6 +1,9 @@
-"""torch's CPU threads fitted to the machine's load (tutorial_lib.cpu_threads)."""
+"""torch's CPU thread count (tutorial_lib.cpu_threads): fixed per process by default, so a number
+never depends on the load; fitted to the load only under ``TUTORIAL_THREADS=adapt``.
 
-import hashlib
+The tests of the opt-in governor measure the machine: they compare against the load they find
+before they start, and skip, saying why, on a machine too busy to show what they look for."""
+
 import os
 import subprocess
 import sys
@@ -30,8 +33,9 @@ def spin_here(seconds: float) -> None:
 
 @pytest.fixture
 def fresh_governor(monkeypatch):
-    """A governor that has not looked yet, and torch's thread count restored afterwards."""
-    monkeypatch.delenv("TUTORIAL_THREADS", raising=False)
+    """``TUTORIAL_THREADS=adapt``, a governor that has not looked yet, and torch's thread count
+    restored afterwards."""
+    monkeypatch.setenv("TUTORIAL_THREADS", "adapt")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     monkeypatch.setattr(cpu_threads, "_GOVERNOR", None)
@@ -60,15 +64,21 @@ def background_load(seconds: float = 1.0) -> float:
     return watcher.busy_elsewhere()
 
 
-def skip_if_no_core_is_free(background: float) -> None:
+#: a machine whose other processes keep more than this many cores busy is too busy to measure
+#: a neighbour on: the load itself moves by more than the effect the tests look for
+QUIET_ENOUGH = 0.3
+
+
+def skip_if_busy(background: float) -> None:
     cores = len(os.sched_getaffinity(0))
-    if background > cores - 1.2:
-        pytest.skip(f"other processes keep {background:.1f} of {cores} cores busy: no free core to see a neighbour on")
+    if cores < 2 or background > QUIET_ENOUGH:
+        pytest.skip(f"other processes keep {background:.1f} of {cores} cores busy: too busy to tell a "
+                    "neighbour this test starts from the load already there")
 
 
 def test_a_busy_neighbour_is_seen_and_our_own_work_is_not():
     background = background_load()
-    skip_if_no_core_is_free(background)
+    skip_if_busy(background)
     watcher = LoadWatcher()
     spin_here(1.0)  # this process busy: not someone else's load
     assert watcher.busy_elsewhere() < background + 0.5
@@ -86,7 +96,7 @@ def test_fit_threads_gives_a_core_to_a_busy_neighbour_and_takes_it_back(fresh_go
     most = cpu_threads._STARTING_THREADS  # the ceiling, whatever an earlier test left the count at
     cores = min(most, len(os.sched_getaffinity(0)))
     background = background_load()
-    skip_if_no_core_is_free(background)
+    skip_if_busy(background)
     alone, beside = threads_for(cores, background), threads_for(cores, background + 1.0)
     if beside == alone:
         pytest.skip(f"{cores} usable cores, {background:.1f} busy elsewhere: one more busy core changes no count")
@@ -109,32 +119,62 @@ def test_a_count_the_user_fixed_is_kept(fresh_governor, monkeypatch):
     monkeypatch.setenv("TUTORIAL_THREADS", "many")
     with pytest.raises(ValueError, match="TUTORIAL_THREADS"):
         fit_threads()
-    monkeypatch.setenv("TUTORIAL_THREADS", "auto")
+    monkeypatch.setenv("TUTORIAL_THREADS", "adapt")
+    assert cpu_threads.mode() == "adapt" and cpu_threads.describe_threads() == "threads=adapt"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert cpu_threads.mode() == "fixed"
 
 
-def test_the_thread_count_does_not_change_the_numbers():
-    """Adapting the count is safe only because the results do not depend on it: five training
-    steps of the tiny model give the same weights, bit for bit, on one thread and on two."""
-    from tutorial_lib.models import load_policy
-
+def test_by_default_the_count_never_follows_the_load(monkeypatch):
+    """The default: whatever the load does, the count torch has is the count it keeps, so every
+    number a run computes was computed with the same count."""
+    monkeypatch.delenv("TUTORIAL_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu_threads, "_GOVERNOR", None)
     before = torch.get_num_threads()
-
-    def train(threads: int) -> str:
-        torch.set_num_threads(threads)
-        torch.manual_seed(0)
-        model = load_policy("tiny").model
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        generator = torch.Generator().manual_seed(0)
-        for _ in range(5):
-            batch = torch.randint(0, model.config.vocab_size, (16, 160), generator=generator)
-            model(input_ids=batch, labels=batch).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-        return hashlib.sha1(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
-
+    assert cpu_threads.mode() == "fixed" and cpu_threads.describe_threads() == f"threads={before}"
+    neighbour = start_neighbour(1.5)
     try:
-        assert train(1) == train(2)
+        counts = []
+        for _ in range(3):
+            counts.append(fit_threads(now=True))
+            time.sleep(0.3)
     finally:
-        torch.set_num_threads(before)
+        neighbour.kill()
+        neighbour.wait()
+    assert counts == [before] * 3 and torch.get_num_threads() == before
+    assert cpu_threads._GOVERNOR is None  # nothing looked at the load
+
+
+TRAIN = """
+import hashlib, torch
+from tutorial_lib.models import load_policy
+torch.manual_seed(0)
+model = load_policy("tiny").model
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+generator = torch.Generator().manual_seed(0)
+for _ in range(5):
+    batch = torch.randint(0, model.config.vocab_size, (16, 160), generator=generator)
+    model(input_ids=batch, labels=batch).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print(torch.get_num_threads(), hashlib.sha1(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
+"""
+
+
+def train_in_a_fresh_process(threads: str) -> tuple[int, str]:
+    env = {**os.environ, "TUTORIAL_THREADS": threads}
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", TRAIN], env=env, capture_output=True, text=True, check=True)
+    count, digest = out.stdout.split()[-2:]
+    return int(count), digest
+
+
+@pytest.mark.parametrize("threads", ["1", str(min(2, os.cpu_count() or 1))])
+def test_one_thread_setting_gives_the_same_bytes_twice(threads):
+    """What the book promises: on one machine, with one thread setting, the same seed trains the
+    same weights, bit for bit, in two separate runs (whatever the load was during each). Across
+    thread counts and CPUs it does not hold, and nothing here assumes it does."""
+    first, second = train_in_a_fresh_process(threads), train_in_a_fresh_process(threads)
+    assert first[0] == second[0] == int(threads)  # TUTORIAL_THREADS applied at import
+    assert first == second

@@ -102,8 +102,8 @@ def tictactoe_moves_with_a_long_number(draw, numbers=HUGE_NUMBERS) -> str:
 
 @st.composite
 def boxed_long_numbers(draw, numbers=HUGE_NUMBERS) -> str:
-    sign = draw(st.sampled_from(["", "-"]))
-    return draw(PADDING) + f"\\boxed{{{draw(SPACE)}{sign}{draw(numbers)}{draw(SPACE)}}}" + draw(PADDING)
+    # GEM's form, digits alone in the braces: a sign or a space makes it no guess at all
+    return draw(PADDING) + f"\\boxed{{{draw(numbers)}}}" + draw(PADDING)
 
 
 @st.composite

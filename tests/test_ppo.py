@@ -120,7 +120,15 @@ def test_gae_bootstraps_truncated_episodes_from_the_value_of_their_last_state(ti
     policy = fresh_policy(tiny_cache)
     rollout = collect(AlwaysGuessOne(policy), "guess_the_number", range(8), env_options={"preset": "easy"},
                       num_envs=4, sampling=None)
-    assert any(r.truncated for r in rollout.records) and any(r.terminated for r in rollout.records)
+    cut = [r for r in rollout.records if r.truncated]
+    assert cut and any(not r.truncated for r in rollout.records)
+    # GuessTheNumber's turn limit ends the game (GEM: terminated and truncated): nothing to bootstrap
+    assert all(r.terminated for r in cut)
+    settings = PPOSettings(gamma=0.9, gae_lambda=0.8, whiten_advantages=False)
+    assert PPO(policy, settings).bootstrap_values(rollout) == {}
+    # a game cut by a step limit it could have played past (CookingWorld's) reports only truncated
+    for record in cut[: len(cut) // 2 + 1]:
+        record.terminated = False
     settings = PPOSettings(gamma=0.9, gae_lambda=0.8, whiten_advantages=False)
     ppo = PPO(policy, settings)
     torch.nn.init.normal_(ppo.value_model.head.weight)  # a critic with something to say
@@ -131,7 +139,7 @@ def test_gae_bootstraps_truncated_episodes_from_the_value_of_their_last_state(ti
     for record in rollout.records:
         end = start + record.length
         last_value = 0.0
-        if record.truncated:
+        if record.truncated and not record.terminated:
             # V of the prompt the policy would read next, computed the plain way
             prompt = policy.prompt_for(record.game, record.task, record.turns)
             ids = policy.tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
@@ -140,7 +148,7 @@ def test_gae_bootstraps_truncated_episodes_from_the_value_of_their_last_state(ti
                 last_value = float(ppo.value_model.from_hidden(hidden))
             assert last_value != 0.0
         adv, ret = gae([t.reward for t in rollout.turns[start:end]], old_values[start:end], 0.9, 0.8,
-                       last_value=last_value, terminated=not record.truncated)
+                       last_value=last_value, terminated=record.terminated)
         assert advantages[start:end] == pytest.approx(adv, abs=1e-5)
         assert targets[start:end] == pytest.approx(ret, abs=1e-5)
         start = end

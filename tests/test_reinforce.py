@@ -7,6 +7,7 @@ import torch
 
 from tutorial_lib.advantages import rebn
 from tutorial_lib.models import load_policy
+from tutorial_lib.policies import Sample
 from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
 from tutorial_lib.rollout import TurnBatch, collect, turn_logprobs
 from tutorial_lib.tracking import MetricsLog, load_checkpoint, save_checkpoint
@@ -54,6 +55,49 @@ def test_turn_advantages_are_rebn_of_discounted_returns(tiny_cache):
     raw = turn_advantages(rollout, gamma, "none")
     assert raw == pytest.approx([g for ep in expected_returns for g in ep])
     assert len(raw) == len(rollout.turns)
+
+
+class BinarySearcher:
+    """Plays the binary-search expert's guess every turn, with real token ids and one fixed action per
+    state: a policy that is right and fully sure of itself, as chapter 4's GuessTheNumber SFT is."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def act_samples(self, episodes, sampling=None):
+        tok = self.policy.tokenizer
+        samples = []
+        for episode in episodes:
+            text = episode.env.expert_action()  # from what the feedback revealed, not the secret
+            prompt = tok(self.policy.prompt(episode), add_special_tokens=False).input_ids
+            action = tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+            samples.append(Sample(text, prompt, action, [0.0] * len(action)))
+        return samples
+
+
+def test_the_default_moves_nothing_when_every_game_is_won_the_same_way(tiny_cache):
+    """Chapter 5's collapse, at its cause. Every game is won by the same play, so no action was
+    better than another in its state. GEM's ReBN still scores each opening turn below the batch
+    mean (its discounted return is smaller than a last turn's), a steady push down on the best
+    opening that Adam turns into full-size steps; the default baseline per state gives those
+    turns advantages that cancel, and the gradient is zero."""
+    policy = fresh_policy(tiny_cache)
+    rollout = collect(BinarySearcher(policy), "guess_the_number", range(40), env_options={"preset": "easy"},
+                      num_envs=8, sampling=None)
+    assert all(record.success for record in rollout.records)
+    assert len({turn.turn for turn in rollout.turns}) > 1  # games of several lengths
+    assert ReinforceSettings().normalise == "rebn_state"
+    norms = {}
+    for normalise in ("rebn", "rebn_state"):
+        advantages = turn_advantages(rollout, 0.9, normalise)
+        if normalise == "rebn":  # one opening state, one opening move: their advantages add up below 0
+            assert sum(a for a, t in zip(advantages, rollout.turns) if t.turn == 0) < -1.0
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        metrics = reinforce_step(policy.model, torch.optim.SGD(params, lr=0.0), batch_of(policy, rollout.turns, advantages),
+                                 ReinforceSettings(microbatch_turns=64))
+        norms[normalise] = metrics["grad_norm"]
+    assert norms["rebn"] > 0, norms
+    assert norms["rebn_state"] < 1e-4 * norms["rebn"], norms
 
 
 def batch_of(policy, turns, advantages):

@@ -15,7 +15,7 @@ Each module's docstring names the chapter that teaches it:
 ``policies``        random, expert and language-model policies (chapters 1-2)
 ``lm_parts``        a model as body + output layer, through LoRA's wrapper (chapters 4-8)
 ``device``          CUDA / TPU / MPS / CPU in one place (chapter 2)
-``cpu_threads``     torch's CPU threads fitted to the machine's load (all chapters)
+``cpu_threads``     torch's CPU thread count, fixed per process (all chapters)
 ``cache``           where built models, data, checkpoints and runs are kept (all chapters)
 ``presets``         the ``ci``, ``small`` and ``full`` scales (all chapters)
 ``plotting``        the book's charts (all chapters)
@@ -48,3 +48,7 @@ __version__ = "0.1.0"
 # Libraries we use import ``tqdm.auto``, which warns in Jupyter when ipywidgets is missing and then
 # falls back to text bars -- which is what the book wants. The warning says nothing to the reader.
 _warnings.filterwarnings("ignore", message="IProgress not found")
+
+# torch's thread count is part of what makes a run's numbers (tutorial_lib.cpu_threads): apply
+# TUTORIAL_THREADS=<n> before anything imported from the library computes
+from . import cpu_threads as _cpu_threads  # noqa: E402,F401

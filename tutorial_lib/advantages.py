@@ -18,7 +18,9 @@ The estimators, from simplest to most elaborate:
 * **Discounted return** ``G_t = r_t + gamma * G_{t+1}``: what followed turn ``t``.
 * **ReBN**, return batch-normalisation (GEM; Liu et al. 2025, *GEM: A Gym for Agentic LLMs*):
   normalise the returns of all turns in the batch to mean 0, std 1. The mean acts as a baseline
-  and the scale keeps step sizes steady as rewards change.
+  and the scale keeps step sizes steady as rewards change. :func:`rebn_by_state` takes the mean
+  per state (prompt) where the batch saw a state more than once: the batch mean credits a state's
+  worth to the action taken in it, which pushes a nearly deterministic policy off its best moves.
 * **GAE**, generalised advantage estimation (Schulman et al. 2016, *High-Dimensional Continuous
   Control Using Generalized Advantage Estimation*): an exponentially weighted sum of one-step TD
   errors of a learned value ``V(s_t)``; ``lam`` trades bias (0: one TD error) for variance (1: the
@@ -40,7 +42,7 @@ lists of floats, except :func:`whiten`, which works on tensors.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -94,6 +96,49 @@ def rebn(returns_per_episode: Sequence[Sequence[float]], eps: float = 1e-8) -> l
     std = math.sqrt(math.fsum((g - mean) ** 2 for g in flat) / len(flat))
     scale = 1.0 if std <= eps else std + eps
     return [[(float(g) - mean) / scale for g in episode] for episode in returns_per_episode]
+
+
+def rebn_by_state(
+    returns_per_episode: Sequence[Sequence[float]],
+    states_per_episode: Sequence[Sequence[Hashable]],
+    eps: float = 1e-8,
+) -> list[list[float]]:
+    """ReBN with a baseline per state: the book's REINFORCE default (chapter 5).
+
+    Each turn's return minus the mean return of the batch's turns taken *in the same state* (for a
+    text game, the same prompt), where the batch saw that state more than once; a state seen once
+    falls back to the batch mean, as :func:`rebn`. The centred returns are then divided by their
+    population std over the batch (as in :func:`rebn`, so advantages keep std 1).
+
+    Why not :func:`rebn` alone. Its baseline, the batch mean, ignores the state, so a turn taken in
+    a worse state is scored worse whatever its action did. In GuessTheNumber with gamma < 1 the
+    first guess of a won game is worth 0.81 or 0.73, the last 1.0: with every game won, every
+    opening turn gets a negative advantage, iteration after iteration. That is unbiased only in
+    expectation over actions; a nearly deterministic policy samples the same action every time, so
+    the sum is a steady push *down* on its best move. The gradient is tiny (``grad log pi`` of a
+    token with probability ~1), but Adam divides by the gradient's own scale and turns a tiny
+    steady gradient into learning-rate-sized steps: the greedy policy can collapse. With a state's
+    own mean as its baseline, turns that took the same action in the same state have advantages
+    that add up to exactly 0, so they move nothing; the moment the policy tries something else in
+    that state, the two are compared with each other. A baseline that depends only on the state
+    keeps the policy gradient unbiased (Sutton & Barto 2018, section 13.4).
+    """
+    flat = [g for episode in returns_per_episode for g in _floats(episode)]
+    keys = [key for episode in states_per_episode for key in episode]
+    if len(keys) != len(flat) or any(len(r) != len(k) for r, k in zip(returns_per_episode, states_per_episode)):
+        raise ValueError("need one state per turn: states_per_episode must match returns_per_episode's shape")
+    if not flat:
+        return [[] for _ in returns_per_episode]
+    batch_mean = math.fsum(flat) / len(flat)
+    by_state: dict[Hashable, list[float]] = {}
+    for key, g in zip(keys, flat):
+        by_state.setdefault(key, []).append(g)
+    state_mean = {key: math.fsum(gs) / len(gs) for key, gs in by_state.items() if len(gs) > 1}
+    centred = [g - state_mean.get(key, batch_mean) for key, g in zip(keys, flat)]
+    std = math.sqrt(math.fsum(c * c for c in centred) / len(centred))
+    scale = 1.0 if std <= eps else std + eps
+    advantages = iter(c / scale for c in centred)
+    return [[next(advantages) for _ in episode] for episode in returns_per_episode]
 
 
 def gae(

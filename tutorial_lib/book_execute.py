@@ -4,9 +4,10 @@ Why: on a 2-core machine the tiny model's steps barely use a second thread (two 
 by side train at ~1.8x the rate of one 2-thread run: ``benchmarks/results/sft_recipe.md``), so a build
 that executes one chapter at a time leaves most of a core idle for most of an hour. ``make book`` runs
 this first; jupyter-book then finds every chapter's outputs in the cache (``execute_notebooks: cache``
-in ``_config.yml``) and executes nothing itself. Each kernel fits its threads to the load
-(:mod:`tutorial_lib.cpu_threads`), so two kernels side by side take one thread each, and one alone
-takes both cores.
+in ``_config.yml``) and executes nothing itself. Each kernel gets ``cores // jobs`` torch threads
+(:func:`kernel_threads`, through ``TUTORIAL_THREADS``), fixed whatever else runs: a chapter's
+numbers are then the same in every build on one machine, busy or idle, alone or beside another
+chapter (:mod:`tutorial_lib.cpu_threads`).
 
 A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`),
 or once this build has written the SFT checkpoints it loads (:data:`CHAPTER_CHECKPOINTS`); a chapter
@@ -21,6 +22,7 @@ The timeout there is ``ci``'s; a larger preset gets :func:`cell_timeout`'s.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -206,6 +208,14 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
     return list(runs.values())
 
 
+def kernel_threads(jobs: int, cores: int | None = None) -> int:
+    """torch threads for each of ``jobs`` kernels side by side: the cores shared out, at least one.
+    Decided from the machine and the build's settings, never from the load."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, jobs))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -220,10 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks to execute (default: every chapter)")
     args = parser.parse_args(argv)
     settings = execute_settings()
+    # every kernel inherits it; a count the user set is theirs
+    if not os.environ.get("TUTORIAL_THREADS") and not os.environ.get("OMP_NUM_THREADS"):
+        os.environ["TUTORIAL_THREADS"] = str(kernel_threads(args.jobs))
     notebooks = args.chapters or [py.with_suffix(".ipynb") for py in chapter_sources()]
     timeout = settings["timeout"]
     print(f"executing {len(notebooks)} chapters at TUTORIAL_SCALE={settings['scale']}, {args.jobs} at a time, "
-          f"cell timeout {timeout} s")
+          f"TUTORIAL_THREADS={os.environ.get('TUTORIAL_THREADS', '')}, cell timeout {timeout} s")
     start = time.perf_counter()
     runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
                             timeout=timeout, allow_errors=settings["allow_errors"],

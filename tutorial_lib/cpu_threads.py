@@ -1,26 +1,30 @@
-"""CPU threads fitted to what else the machine is doing (all chapters; the set-up page explains it).
+"""torch's CPU thread count: fixed for the whole process, so a number never depends on the load
+(all chapters; the set-up page explains it).
 
-PyTorch runs each CPU operation on as many threads as the machine has cores, and its threads meet
-at the end of every parallel region. While one waits for the others it spins before it sleeps
-(libgomp, which torch's Linux wheels use, spins ~300,000 times). On an idle machine that is the
-fastest choice. Beside another busy process it is the slowest: the thread that should be running
-has lost its core to the neighbour, and its siblings burn the remaining cores waiting for it. On
-the book's 2-core machine, one tiny-model training step took 2.8-3.8x its idle time with torch's
-2 threads beside one busy thread, and 1.7x with one thread (benchmarks/results/threads_cpu.md);
-chapter 2, which samples tokens in many small steps, took 290 s beside such a neighbour against
-about 30 s alone.
+**What is reproducible.** On one machine, with one thread count, the same seed gives the same
+bytes: two runs train the same weights and play the same games (``tests/test_cpu_threads.py`` runs
+the same training twice in fresh processes and compares hashes). Across thread counts and across
+CPUs it does not hold: a sum split over two threads is added in another order than over one, and
+another CPU (or another kernel set, ``ATEN_CPU_CAPABILITY=avx2``) rounds differently. On some CPUs
+five training steps of the tiny model already end in different weights on one thread and on two.
+So the count is chosen once, from settings and never from the load, and kept:
 
-So the library's long loops (SFT steps, game turns, RL iterations) call :func:`fit_threads`, which
-at most every ``CHECK_EVERY`` seconds looks at how many cores *other* processes kept busy since its
-last look (this process's own threads do not count) and sets
-torch's thread count to the cores left over, between 1 and the count torch started with. The
-numbers do not change: the tiny model's training computes the same weights, bit for bit, with one
-thread or two (``tests/test_cpu_threads.py``), so a chapter prints the same results on a busy
-machine as on an idle one, only later.
+* ``TUTORIAL_THREADS=<n>`` fixes it to ``n``; ``OMP_NUM_THREADS`` is left as the user set it;
+* otherwise torch's own count (one thread per core) stays;
+* ``make book`` runs two chapters at a time and gives each kernel ``cores // jobs`` threads
+  (:mod:`tutorial_lib.book_execute`), the same in every build on that machine, idle or busy.
 
-``TUTORIAL_THREADS=<n>`` fixes the count instead, and so does ``OMP_NUM_THREADS`` (a count the
-user chose is left alone); ``TUTORIAL_THREADS=auto`` is the default. Only CPU runs adapt: on a GPU
-the host threads hardly matter.
+**A busy machine.** PyTorch's threads meet at the end of every parallel region, and while one waits
+for the others it spins before it sleeps (libgomp, which torch's Linux wheels use, spins ~300,000
+times). Beside another busy process that is slow: the thread that should run has lost its core and
+its siblings burn the rest waiting for it. On the book's 2-core machine one tiny-model training
+step took 2.8-3.8x its idle time with 2 threads beside one busy thread, and 1.7x with one thread
+(``benchmarks/results/threads_cpu.md``). ``TUTORIAL_THREADS=1`` is the reproducible remedy.
+``TUTORIAL_THREADS=adapt`` trades reproducibility for speed: the library's long loops (SFT steps,
+game turns, RL iterations) call :func:`fit_threads`, which at most every ``CHECK_EVERY`` seconds
+looks at how many cores *other* processes kept busy since its last look and sets torch's count to
+the cores left over. The results then depend on what else ran, on CPUs where the count changes the
+sums; every chapter's first line says ``threads=adapt`` when it is on.
 """
 
 from __future__ import annotations
@@ -113,29 +117,38 @@ _GOVERNOR: _Governor | None = None
 _STARTING_THREADS = torch.get_num_threads()
 
 
+def _setting() -> str:
+    return os.environ.get("TUTORIAL_THREADS", "").strip().lower()
+
+
 def _fixed_count() -> int | None:
-    """The count ``TUTORIAL_THREADS`` fixes, or ``None`` for ``auto`` (the default)."""
-    setting = os.environ.get("TUTORIAL_THREADS", "auto").strip().lower() or "auto"
-    if setting == "auto":
+    """The count ``TUTORIAL_THREADS=<n>`` fixes, or ``None`` (unset, or ``adapt``)."""
+    setting = _setting()
+    if setting in ("", "adapt"):
         return None
     count = int(setting) if setting.isdigit() else 0
     if count < 1:
-        raise ValueError(f"TUTORIAL_THREADS must be 'auto' or a whole number >= 1; got {setting!r}")
+        raise ValueError(
+            f"TUTORIAL_THREADS must be a whole number >= 1, or 'adapt' to follow the load; got {setting!r}"
+        )
     return count
 
 
 def mode() -> str:
-    """``"auto"`` (adapt to the load), or ``"fixed"`` (``TUTORIAL_THREADS=<n>`` or ``OMP_NUM_THREADS``)."""
-    return "fixed" if _fixed_count() is not None or os.environ.get("OMP_NUM_THREADS") else "auto"
+    """``"fixed"`` (the default: the count never changes), or ``"adapt"`` (``TUTORIAL_THREADS=adapt``
+    without ``OMP_NUM_THREADS``: the count follows the load)."""
+    adapt = _setting() == "adapt" and not os.environ.get("OMP_NUM_THREADS")
+    return "adapt" if adapt else "fixed"
 
 
 def fit_threads(now: bool = False) -> int:
-    """Set torch's CPU thread count to the cores other processes leave free; return it.
+    """Apply the process's thread setting; under ``TUTORIAL_THREADS=adapt``, fit the count to the
+    cores other processes leave free. Return the count.
 
-    Cheap enough for any loop: between looks (every ``CHECK_EVERY`` seconds, or at once with
-    ``now=True``) it only reads the clock. Does nothing on a GPU or TPU, and nothing when
-    ``TUTORIAL_THREADS`` or ``OMP_NUM_THREADS`` fixes the count (``TUTORIAL_THREADS=<n>`` is
-    applied here).
+    Cheap enough for any loop. By default it changes nothing (torch's count, or the one
+    ``TUTORIAL_THREADS=<n>`` names, which is applied here). With ``adapt``, between looks (every
+    ``CHECK_EVERY`` seconds, or at once with ``now=True``) it only reads the clock; on a GPU or TPU
+    it does nothing.
     """
     global _GOVERNOR
     from .device import device_kind
@@ -168,11 +181,11 @@ def fit_threads(now: bool = False) -> int:
 
 
 def describe_threads() -> str:
-    """``"threads=auto"`` or ``"threads=<n>"``: what the chapters' first line says about threads."""
+    """``"threads=<n>"``, or ``"threads=adapt"``: what the chapters' first line says about threads."""
     fixed = _fixed_count()
     if fixed is not None:
         return f"threads={fixed}"
-    return "threads=auto" if mode() == "auto" else f"threads={torch.get_num_threads()}"
+    return "threads=adapt" if mode() == "adapt" else f"threads={torch.get_num_threads()}"
 
 
 def trainer_callback():
@@ -185,3 +198,17 @@ def trainer_callback():
             fit_threads()
 
     return FitThreads()
+
+
+def _apply_fixed_count() -> None:
+    """``TUTORIAL_THREADS=<n>`` applies as soon as the library is imported, before anything computes
+    (a bad value raises later, with its message, from :func:`fit_threads` or :func:`describe_threads`)."""
+    try:
+        fixed = _fixed_count()
+    except ValueError:
+        return
+    if fixed is not None and torch.get_num_threads() != fixed:
+        torch.set_num_threads(fixed)
+
+
+_apply_fixed_count()

@@ -13,6 +13,7 @@ is converted, and every pattern runs in time linear in the text.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Generic, TypeVar
@@ -65,19 +66,24 @@ def parse_tictactoe_move(text: str) -> Parsed[str]:
 
 
 # -- GuessTheNumber: \boxed{N} -------------------------------------------------------------------
-_BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
-_MAX_GUESS_DIGITS = 18  # no game's range is wider; int() of a longer string is slow, or raises
+# GEM's own pattern (gem/envs/game_env/guess_the_number.py): digits only, nothing else inside the
+# braces: no sign, no spaces. ``\d`` is Python's, so other scripts' decimal digits count as well.
+_BOXED_INT = re.compile(r"\\boxed\{(\d+)\}")
+# GEM reads the digits with int(), which refuses more than Python's limit on an integer's digits
+# (4,300 by default): such an answer is a format error there, and here (and int() stays fast).
+_MAX_GUESS_DIGITS = sys.get_int_max_str_digits() or 4300
 
 
 def parse_boxed_integer(text: str) -> Parsed[int]:
-    """Return the integer in the *last* ``\\boxed{...}``, as GEM's GuessTheNumber reads guesses."""
+    """Return the integer in the *last* ``\\boxed{N}`` that holds only digits, exactly as GEM's
+    GuessTheNumber reads a guess (``\\boxed{ 7 }`` and ``\\boxed{-4}`` are not guesses there)."""
     if not isinstance(text, str):
         return _fail(f"expected text, got {type(text).__name__}")
     matches = _BOXED_INT.findall(text)
     if not matches:
-        return _fail("no integer inside \\boxed{}")
+        return _fail("no \\boxed{N} with only digits inside")
     digits = matches[-1]
-    if len(digits.lstrip("-")) > _MAX_GUESS_DIGITS:
+    if len(digits) > _MAX_GUESS_DIGITS:
         return _fail(f"number too long (more than {_MAX_GUESS_DIGITS} digits)")
     return Parsed(int(digits))
 

@@ -286,7 +286,11 @@ class PPO(Algorithm):
     @torch.no_grad()
     def bootstrap_values(self, rollout: Rollout) -> dict[int, float]:
         """V of the state each truncated episode stopped in, by episode index (detail 5)."""
-        cut = [i for i, r in enumerate(rollout.records) if r.truncated] if self.settings.bootstrap_truncated else []
+        # an episode that hit its limit but whose game ended there (GuessTheNumber, as in GEM,
+        # returns both flags on its last turn) has nothing left to estimate
+        cut = [i for i, r in enumerate(rollout.records) if r.truncated and not r.terminated]
+        if not self.settings.bootstrap_truncated:
+            cut = []
         if not cut:
             return {}
         # the prompt the policy would have read next

@@ -9,9 +9,13 @@ Each iteration:
 1. **Collect** episodes with the current policy (:func:`tutorial_lib.rollout.collect`): many games
    side by side, one batched ``generate`` per turn, sampling from the model itself, until a
    budget of turns is full (the GEM training script's recipe). The sampler's log-probs are kept.
-2. **Credit** each turn with its discounted return ``G_t = r_t + gamma G_{t+1}`` and normalise the
-   returns over the whole batch of turns (ReBN): the mean is the baseline, the standard deviation
-   sets the step size whatever the game's reward scale.
+2. **Credit** each turn with its discounted return ``G_t = r_t + gamma G_{t+1}``, subtract a
+   baseline and normalise over the whole batch of turns. The default, ``"rebn_state"``
+   (:func:`~tutorial_lib.advantages.rebn_by_state`), takes as baseline the mean return of the
+   batch's turns in the same state (the same prompt) where a state recurs, else the batch mean;
+   GEM's ReBN (``"rebn"``) takes the batch mean for every turn, which pushes a nearly
+   deterministic policy off its best moves (chapter 5 shows it). The standard deviation sets the
+   step size whatever the game's reward scale.
 3. **Update** once: each turn's advantage multiplies the log-probs of *that turn's action tokens
    only* (the prompt, and so every observation, is context, never a target), weighted by the
    importance ratio ``pi_theta(a) / pi_sampler(a)``:
@@ -35,11 +39,11 @@ from pathlib import Path
 
 import torch
 
-from .advantages import batch_returns, rebn
+from .advantages import batch_returns, rebn, rebn_by_state
 from .rl_loop import Algorithm, RLResult, RLSettings, clip_and_step, run_rl, sampler_kl_sums
 from .rollout import Rollout, TurnBatch, action_logprobs
 
-NORMALISATIONS = ("rebn", "none")
+NORMALISATIONS = ("rebn_state", "rebn", "none")
 
 
 @dataclass
@@ -49,8 +53,10 @@ class ReinforceSettings(RLSettings):
 
     #: discount per turn
     gamma: float = 0.9
-    #: ``"rebn"`` (normalise returns over the batch of turns) or ``"none"`` (raw returns)
-    normalise: str = "rebn"
+    #: how returns become advantages: ``"rebn_state"`` (baseline per recurring state, then the
+    #: batch's scale: :func:`~tutorial_lib.advantages.rebn_by_state`), ``"rebn"`` (GEM's: the
+    #: batch mean and std for every turn) or ``"none"`` (raw returns)
+    normalise: str = "rebn_state"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -61,11 +67,19 @@ class ReinforceSettings(RLSettings):
 
 
 def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[float]:
-    """One advantage per turn of ``rollout.turns`` (same order): discounted return, then ReBN."""
+    """One advantage per turn of ``rollout.turns`` (same order): discounted return, then the
+    baseline and scale ``normalise`` names."""
+    if normalise not in NORMALISATIONS:
+        raise ValueError(f"normalise must be one of {', '.join(NORMALISATIONS)}; got {normalise!r}")
     rewards = [record.rewards for record in rollout.records]
     returns = batch_returns(rewards, gamma)
     if normalise == "rebn":
         returns = rebn(returns)
+    elif normalise == "rebn_state":
+        states: list[list[tuple[int, ...]]] = [[] for _ in rollout.records]
+        for turn in rollout.turns:  # the state is what the policy read: the prompt's tokens
+            states[turn.episode].append(tuple(turn.prompt_ids))
+        returns = rebn_by_state(returns, states)
     return [g for episode in returns for g in episode]
 
 

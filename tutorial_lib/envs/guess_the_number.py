@@ -1,16 +1,26 @@
 """GuessTheNumber, a multi-turn game with GEM's rules (chapter 1; trained on in chapter 5).
 
 The player guesses a secret integer in ``[low, high]`` and hears "higher" or "lower" after each
-guess. Rules, as in GEM's ``game:GuessTheNumber`` (https://github.com/axon-rl/gem), implemented here
-so the book does not depend on GEM:
+guess. The rules are GEM's ``game:GuessTheNumber`` (https://github.com/axon-rl/gem,
+``gem/envs/game_env/guess_the_number.py``), reward, end and cut-off flag alike, for any answer
+text; ``tests/test_gem_rules.py`` plays thousands of answers through both and compares every step.
+Implemented here so the book does not depend on GEM:
 
-* a guess is the integer in the last ``\\boxed{...}`` of the answer;
+* a guess is the number in the last ``\\boxed{N}`` holding only digits (``\\boxed{ 7 }``,
+  ``\\boxed{-3}`` and ``\\boxed{seven}`` are no guess);
+* no guess, or a guess of 0 (GEM tests ``if not guess``), is a *format error*: reward -0.1 and the
+  episode ends;
 * a correct guess ends the episode with reward +1;
-* an answer with no boxed integer ends the episode with reward -0.1 (a format error);
 * a guess outside the range, or one already made, is invalid: reward ``invalid_guess_reward``
-  (0 by default), the turn is used up, the game goes on;
-* when the turns run out, the last guess earns the partial reward ``1 - |guess - target| / (high -
-  low)`` (if it was a valid guess), and the episode is *truncated*.
+  (0, GEM's ``invalid_action_reward``), the turn is used up, the game goes on;
+* on the last turn the game ends whatever the guess: a wrong guess inside the range earns the
+  partial reward ``1 - |guess - target| / (high - low)``, a repeated one included (GEM pays it),
+  one outside the range ``invalid_guess_reward``.
+
+When the turns run out the step returns ``terminated=True`` *and* ``truncated=True``, as GEM does:
+the game is over (its last reward says how close the guess was; nothing follows to bootstrap
+from), and the flag says it ended on the turn limit. A format error on the last turn carries the
+same flag.
 
 Two presets: ``easy`` (1-10, 4 turns) and ``hard`` (1-50, 7 turns). Binary search, the expert,
 always wins both: it needs at most ceil(log2(10 + 1)) = 4 and ceil(log2(50 + 1)) = 6 guesses.
@@ -84,13 +94,16 @@ class GuessTheNumberEnv(TextEnv):
 
     def _step(self, action_text: str) -> StepResult:
         turn = self.num_steps
+        last_turn = turn >= self.max_turns
         parsed = parse_boxed_integer(action_text)
-        if not parsed.ok:
-            info = dict(invalid_action=True, parse_error=parsed.error, success=False)
-            return "You did not write a guess as \\boxed{N}. Game over.", FORMAT_ERROR_REWARD, True, False, info
+        if not parsed.ok or parsed.value == 0:
+            error = parsed.error if not parsed.ok else "a guess of 0 counts as no guess (GEM's rule)"
+            info = dict(invalid_action=True, parse_error=error, success=False)
+            return "You did not write a guess as \\boxed{N}. Game over.", FORMAT_ERROR_REWARD, True, last_turn, info
         guess = parsed.value
         info: dict[str, Any] = dict(guess=guess)
-        if not self.low <= guess <= self.high:
+        in_range = self.low <= guess <= self.high
+        if not in_range:
             reward, info["invalid_action"] = self.invalid_guess_reward, True
             info["parse_error"] = f"guess {guess} is outside {self.low}..{self.high}"
             feedback = f"Your guess {guess} is outside the range {self.low} to {self.high}."
@@ -111,11 +124,11 @@ class GuessTheNumberEnv(TextEnv):
             else:
                 self.known_high = min(self.known_high, guess - 1)
                 feedback = f"Your guess {guess} is too high: the number is lower."
-        if turn >= self.max_turns:
+        if last_turn:
             info["success"] = False
-            if not info.get("invalid_action"):
+            if in_range:  # a repeated guess too: GEM pays how close it is
                 reward = 1.0 - abs(guess - self.target) / (self.high - self.low)
-            return f"{feedback} No turns left; the number was {self.target}.", reward, False, True, info
+            return f"{feedback} No turns left; the number was {self.target}.", reward, True, True, info
         return f"{feedback} Turn {turn + 1} of {self.max_turns}.", reward, False, False, info
 
     def expert_action(self) -> str:

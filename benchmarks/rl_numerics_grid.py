@@ -1,0 +1,145 @@
+"""An RL recipe over seeds x thread counts x kernel sets: does its conclusion survive another CPU?
+
+    python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [--seeds 0 1 2] [--threads 1 2]
+        [--kernels default avx2] [--normalise rebn_state rebn] [--out benchmarks/results/F.jsonl]
+
+Training on one CPU with one thread setting is deterministic; across CPUs and thread counts the
+sums round differently, and an RL run sensitive to that lands somewhere else. Seeds alone do not
+sample that variation, so each cell of the grid runs in a fresh process with
+
+* ``TUTORIAL_THREADS`` = 1 or 2 (torch's thread count, fixed for the process), and
+* ``ATEN_CPU_CAPABILITY`` unset (this CPU's best kernels, AVX-512 here) or ``avx2``: another set
+  of vectorised kernels, which rounds like another CPU would,
+
+and its own cache folder, so that the SFT checkpoint RL starts from is trained under the same
+numerics, as on a reader's machine (the tiny model and its tokenizer are copied from the main
+cache: they are built, not trained). For each seed s: chapter 4's SFT with data-order seed s (seed
+0 is the chapter's recipe), greedy evaluation before, the preset's RL run with RL seed s (and the
+``--normalise`` choice), greedy evaluation after, on the chapters' 200 evaluation games.
+
+Recipes (the settings are the preset's, as the chapters run them):
+
+* ``gtn-reinforce``: chapter 5's GuessTheNumber REINFORCE; success rate, mean turns.
+* ``ttt-reinforce``: chapter 5's tic-tac-toe REINFORCE; draws against minimax, losses to random.
+
+One JSON line per cell (``record_run``: preset, model, CPU and the cell's numerics in each line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+RECIPES = {
+    "gtn-reinforce": dict(game="guess_the_number", opponents=(None,), keys=("success_rate", "mean_turns", "invalid_rate")),
+    "ttt-reinforce": dict(game="tictactoe", opponents=("random", "minimax"),
+                          keys=("win_rate", "draw_rate", "loss_rate", "invalid_rate")),
+}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
+    """One cell, in this process (whose numerics the parent set through the environment)."""
+    import torch
+
+    from tutorial_lib.cache import cache_root
+    from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
+    from tutorial_lib.presets import get_preset
+    from tutorial_lib.reinforce import train_reinforce
+
+    spec = RECIPES[recipe]
+    game, preset = spec["game"], get_preset(preset_name)
+    start = time.perf_counter()
+    policy = sft_policy(game, preset, data_seed=seed)
+    sft_seconds = time.perf_counter() - start
+
+    settings = replace(rl_settings(game, preset), seed=seed, normalise=normalise)
+
+    def evaluate() -> dict:  # where RL trains (GuessTheNumber's range), as chapter 5 evaluates
+        results = {}
+        for opponent in spec["opponents"]:
+            options = {} if opponent is None else {"opponent": opponent}
+            summary = evaluate_policy(game, policy, preset=preset, episodes=200, env_options=settings.env_options,
+                                      **options)
+            prefix = "" if opponent is None else f"{opponent}_"
+            results.update({prefix + key: summary[key] for key in spec["keys"]})
+        return results
+
+    before = evaluate()
+    run = train_reinforce(policy, game, settings, out_dir=cache_root() / "runs" / f"grid-{recipe}-{seed}",
+                          progress=False)
+    after = evaluate()
+    return {"recipe": recipe, "seed": seed, "normalise": normalise, "threads": torch.get_num_threads(),
+            "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "default"), "cpu": cpu_name(),
+            "iterations": settings.iterations, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
+            **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
+            "return_curve": [round(row["mean_return"], 3) for row in run.history]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", choices=sorted(RECIPES), required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--kernels", nargs="+", default=["default", "avx2"])
+    parser.add_argument("--normalise", nargs="+", default=["rebn_state"])
+    parser.add_argument("--preset", default="ci")
+    parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
+    parser.add_argument("--cell", nargs=2, metavar=("SEED", "NORMALISE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.cell:  # a child: one cell, its numerics already in the environment
+        print(json.dumps(run_cell(args.recipe, int(args.cell[0]), args.cell[1], args.preset)))
+        return
+
+    from tutorial_lib.cache import cache_root
+    from tutorial_lib.presets import get_preset
+    from tutorial_lib.report import record_run
+
+    preset = get_preset(args.preset)
+    main_cache = cache_root()
+    scratch = Path(tempfile.mkdtemp(prefix="rl-grid-"))
+    try:
+        for kernels in args.kernels:
+            for threads in args.threads:
+                cache = scratch / f"{kernels}-{threads}"
+                # the tiny model and its tokenizer are built from a config, not trained: copied as they are
+                for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
+                    if not (cache / built.name).exists():
+                        shutil.copytree(built, cache / built.name)
+                env = {**os.environ, "TUTORIAL_THREADS": str(threads), "TUTORIAL_CACHE": str(cache)}
+                env.pop("OMP_NUM_THREADS", None)
+                env.pop("ATEN_CPU_CAPABILITY", None)
+                if kernels != "default":
+                    env["ATEN_CPU_CAPABILITY"] = kernels
+                for seed in args.seeds:
+                    for normalise in args.normalise:
+                        out = subprocess.run([sys.executable, __file__, "--recipe", args.recipe, "--preset", args.preset,
+                                              "--cell", str(seed), normalise], env=env, capture_output=True, text=True)
+                        if out.returncode:
+                            print(out.stderr[-3000:], file=sys.stderr)
+                            raise SystemExit(f"cell {kernels}/{threads}/{seed}/{normalise} failed")
+                        record_run(json.loads(out.stdout.strip().splitlines()[-1]), args.out, preset=preset)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
