@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -46,21 +45,12 @@ RECIPES = {
 }
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
     """One cell, in this process (whose numerics the parent set through the environment)."""
     import torch
 
     from tutorial_lib.cache import cache_root
+    from tutorial_lib.device import cpu_name
     from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
     from tutorial_lib.presets import get_preset
     from tutorial_lib.reinforce import train_reinforce

@@ -568,10 +568,12 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # How much of this holds from one run to the next? The run above is one draw: the tiny model's
 # training is deterministic on one CPU but not across CPUs, and a start this strong has little
 # room. `benchmarks/tictactoe_rl_seeds.py --algo reinforce` runs the same recipe from several SFT
-# data orders and RL seeds (the first is this chapter's own checkpoint and seed), and records each
-# run in `benchmarks/results/reinforce_tictactoe_seeds.jsonl` (longer and faster variants are in
-# `reinforce_tictactoe.md`). The cell below reads that record: the spread that the chapter's
-# conclusions may rely on.
+# data orders and RL seeds (the first uses this chapter's recipe and seed), and records each run in
+# `benchmarks/results/reinforce_tictactoe_seeds.jsonl` (longer and faster variants are in
+# `reinforce_tictactoe.md`). The record was made on one machine, with one thread setting, and
+# before the library's baseline per state for its earlier lines: even its seed-0 line is not the
+# run above, whose numbers depend on this machine's rounding. The cell below reads it: the spread
+# that the chapter's conclusions may rely on.
 
 # %%
 seed_runs = pd.DataFrame(recorded_runs("reinforce_tictactoe_seeds.jsonl", preset))

@@ -260,8 +260,8 @@ say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
 # variance stays small, and the advantage is close to REINFORCE's return minus a baseline. What
 # PPO adds here is the reuse of each batch (two epochs) under the clip, which keeps each update
 # small (the clip fraction stays low). The same recipe from other starts and seeds, recorded by
-# `benchmarks/tictactoe_rl_seeds.py --algo ppo` (the first line is this chapter's checkpoint and
-# seed):
+# `benchmarks/tictactoe_rl_seeds.py --algo ppo` on one machine (the first line uses this
+# chapter's recipe and seed, but another machine's rounding: it is not the run above):
 
 # %%
 ppo_seeds = pd.DataFrame(recorded_runs("ppo_tictactoe_seeds.jsonl", preset))
@@ -339,7 +339,8 @@ say("This run:", "; ".join(str(c) for c in compare_math(before["math"], after["m
 # sharpens on the training set. The sampled accuracy on the training problems is where PPO has
 # room: it rises when the run works, and the greedy accuracy on those problems with it. Read the
 # sentence above against that, and against the same recipe from three SFT data orders and RL seeds
-# (`benchmarks/math_rl_seeds.py`; the first is this chapter's checkpoint and seed):
+# (`benchmarks/math_rl_seeds.py`; the first uses this chapter's recipe and seed, recorded on one
+# machine, so its numbers are not this run's):
 
 # %%
 math_seeds = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl", preset))
@@ -409,8 +410,9 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 
 # %% [markdown]
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
-# held-out test RL can move: the policy already knows how to block and win, and RL makes it do so
-# consistently. Math is a start whose held-out test needs knowledge RL cannot supply (the new
+# held-out test RL can move: the policy already knows how to block and win, and RL can make it do
+# so more consistently; whether it did in this run, and in how many of the recorded runs, the
+# sentences under the tic-tac-toe section say (a run on another machine can go the other way). Math is a start whose held-out test needs knowledge RL cannot supply (the new
 # problems need arithmetic the tiny model never learnt). CookingWorld at `ci` is a long game with
 # too few episodes per update for a result: a check of the machinery. The recorded seeds above
 # say how often each change exceeded its noise.

@@ -158,7 +158,8 @@ comparison.round(3)
 
 # %% [markdown]
 # One run of each is one draw. `benchmarks/math_rl_seeds.py` repeats the comparison from three SFT
-# data orders, each with its own RL seed (the first is this chapter's checkpoint and seed), and
+# data orders, each with its own RL seed (the first uses this chapter's recipe and seed, on the
+# recording machine), and
 # records the greedy accuracies; for each algorithm, how each run's change compares with two
 # standard errors of its evaluation set:
 
@@ -318,11 +319,12 @@ if grpo_ttt_seeds:
 #   assumed; this chapter's run is one draw, and the recorded seeds say which changes recur. RL can
 #   only reweight answers the policy already samples, so what the tiny model can gain on math is
 #   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
-#   tiny model never learnt. Where the start has the skill and lacks the consistency, RL moves a
-#   held-out test: tic-tac-toe against minimax, with REINFORCE and PPO over whole games (chapters
-#   5 and 6) and with GRPO over single moves scored by a solver (the last section; its recorded
-#   seeds are printed under the run).
-# - REINFORCE with ReBN is the simplest (no critic, no groups); PPO adds a critic and several
+#   tiny model never learnt. Where the start has the skill and lacks the consistency, RL can move
+#   a held-out test: tic-tac-toe against minimax, tried with REINFORCE and PPO over whole games
+#   (chapters 5 and 6) and with GRPO over single moves scored by a solver (the last section). Each
+#   of those sections prints whether its own run moved it beyond noise, and how often the recorded
+#   seeds did: read them, not this summary, for the outcome.
+# - REINFORCE (with a baseline per state, chapter 5) is the simplest (no critic, no groups); PPO adds a critic and several
 #   epochs per batch; GRPO replaces the critic with groups, and loses every group whose answers all
 #   score alike. What each cost per token on your machine is in the cost table: on a CPU, how an
 #   implementation batches its work (TRL's trainer against this book's loops) matters as much as

@@ -5,13 +5,14 @@ ran side by side, which waited for which, and what a failure stops.
 """
 
 import json
+import os
 import time
 
 import nbformat
 import pytest
 from jupyter_cache import get_cache
 
-from tutorial_lib.book_execute import CHAPTER_NEEDS, chapter_order, execute_chapters
+from tutorial_lib.book_execute import CHAPTER_NEEDS, chapter_order, execute_chapters, kernel_threads
 
 
 def notebook(folder, name, body="time.sleep(1.5)"):
@@ -96,6 +97,27 @@ def test_the_command_records_each_chapter_and_fails_when_one_fails(tmp_path):
     written = json.loads(record.read_text())
     assert [run["name"] for run in written["chapters"]] == ["good"] and written["wall_seconds"] > 0
     assert main(["--cache", str(tmp_path / "cache"), "--record", str(record), str(good), str(bad)]) == 1
+
+
+def test_every_kernel_gets_a_thread_count_fixed_by_the_build_not_by_the_load(tmp_path, monkeypatch):
+    """Two chapters at a time on two cores: one thread each, in every build on that machine, so
+    a chapter computes the same numbers whether it ran alone, beside another, or beside a busy
+    program. A count the user set is passed on as it is; the builder's own setting is untouched."""
+    from tutorial_lib.book_execute import main
+
+    assert [kernel_threads(jobs, cores) for jobs, cores in [(2, 2), (1, 2), (2, 1), (2, 8), (3, 8)]] == [1, 2, 1, 4, 2]
+    monkeypatch.delenv("TUTORIAL_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen = notebook(tmp_path, "seen", "import os, tutorial_lib, torch\n"
+                    "open('threads.json', 'w').write(json.dumps([os.environ.get('TUTORIAL_THREADS'), torch.get_num_threads()]))")
+    args = ["--cache", str(tmp_path / "cache"), "--record", str(tmp_path / "runs.json"), "--jobs", "2", str(seen)]
+    assert main(args) == 0
+    expected = kernel_threads(2)
+    assert json.loads((tmp_path / "threads.json").read_text()) == [str(expected), expected]
+    assert "TUTORIAL_THREADS" not in os.environ
+    monkeypatch.setenv("TUTORIAL_THREADS", "3")
+    assert main(args) == 0
+    assert json.loads((tmp_path / "threads.json").read_text()) == ["3", 3]
 
 
 @pytest.mark.parametrize("scale", ["ci", "small", "full"])

@@ -1,11 +1,13 @@
 """The sentences chapters print from their results: noise thresholds, verdicts, spreads."""
 
 import dataclasses
+import json
 import math
 
 import pytest
 
 from tutorial_lib import report
+from tutorial_lib.device import cpu_name
 
 
 def test_rate_noise_is_two_standard_errors_of_a_difference():
@@ -83,8 +85,10 @@ def test_record_run_prints_and_appends_what_recorded_runs_reads(tmp_path, monkey
     report.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl")
     report.record_run({"seed": 1, "after": 0.7}, tmp_path / "study.jsonl")
     report.record_run({"seed": 2, "after": 0.9})  # printed only
-    assert capsys.readouterr().out.splitlines()[-1] == '{"seed": 2, "after": 0.9}'
-    assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
+    cpu = cpu_name()  # every line names the CPU that computed it
+    assert capsys.readouterr().out.splitlines()[-1] == json.dumps({"seed": 2, "after": 0.9, "cpu": cpu})
+    assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5, "cpu": cpu},
+                                                   {"seed": 1, "after": 0.7, "cpu": cpu}]
 
 
 def test_recorded_runs_keep_to_the_preset_and_model_they_were_recorded_with(tmp_path, monkeypatch, capsys):
@@ -95,7 +99,8 @@ def test_recorded_runs_keep_to_the_preset_and_model_they_were_recorded_with(tmp_
     report.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl", preset=ci)
     report.record_run({"seed": 0, "after": 0.9}, tmp_path / "study.jsonl", preset=small)
     capsys.readouterr()
-    assert report.recorded_runs("study.jsonl", ci) == [{"preset": "ci", "model": "tiny", "seed": 0, "after": 0.5}]
+    assert report.recorded_runs("study.jsonl", ci) == [{"preset": "ci", "model": "tiny", "seed": 0, "after": 0.5,
+                                                        "cpu": cpu_name()}]
     assert [row["after"] for row in report.recorded_runs("study.jsonl", small)] == [0.9]
     assert capsys.readouterr().out == ""  # each preset has its rows: nothing to explain
     # a preset with no rows of its own (the same name, another model) gets none, and is told whose they are

@@ -230,17 +230,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks to execute (default: every chapter)")
     args = parser.parse_args(argv)
     settings = execute_settings()
-    # every kernel inherits it; a count the user set is theirs
-    if not os.environ.get("TUTORIAL_THREADS") and not os.environ.get("OMP_NUM_THREADS"):
-        os.environ["TUTORIAL_THREADS"] = str(kernel_threads(args.jobs))
+    # every kernel inherits the thread count; a count the user set is theirs
+    chosen = os.environ.get("TUTORIAL_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    threads = chosen or str(kernel_threads(args.jobs))
     notebooks = args.chapters or [py.with_suffix(".ipynb") for py in chapter_sources()]
     timeout = settings["timeout"]
     print(f"executing {len(notebooks)} chapters at TUTORIAL_SCALE={settings['scale']}, {args.jobs} at a time, "
-          f"TUTORIAL_THREADS={os.environ.get('TUTORIAL_THREADS', '')}, cell timeout {timeout} s")
+          f"{threads} torch thread(s) each, cell timeout {timeout} s")
     start = time.perf_counter()
-    runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
-                            timeout=timeout, allow_errors=settings["allow_errors"],
-                            early=checkpoints_written_since(time.time()))
+    saved = os.environ.get("TUTORIAL_THREADS")
+    if not chosen:
+        os.environ["TUTORIAL_THREADS"] = threads
+    try:
+        runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
+                                timeout=timeout, allow_errors=settings["allow_errors"],
+                                early=checkpoints_written_since(time.time()))
+    finally:  # this process's own setting is left as it was
+        if saved is None:
+            os.environ.pop("TUTORIAL_THREADS", None)
+        else:
+            os.environ["TUTORIAL_THREADS"] = saved
     wall = time.perf_counter() - start
     busy = sum(run.seconds for run in runs)
     print(f"{len(runs)} of {len(notebooks)} chapters ran in {wall:.0f} s ({busy:.0f} s of chapters, "

@@ -51,6 +51,21 @@ def get_device(kind: str | None = None) -> torch.device:
     return torch.device(kind)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``"AMD EPYC"``, ``"Intel(R) Xeon(R) ..."``), for records: floating point
+    differs between CPUs, so a recorded number says which one computed it."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def has_accelerator() -> bool:
     return device_kind() != "cpu"
 

@@ -193,6 +193,10 @@ def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | Non
     line (the name and the model), which is how a chapter keeps to its own preset's records."""
     if preset is not None:
         row = {"preset": preset.name, "model": preset.model, **row}
+    if "cpu" not in row:  # floating point differs between CPUs: a record names the one it ran on
+        from .device import cpu_name
+
+        row = {**row, "cpu": cpu_name()}
     line = json.dumps(row)
     print(line, flush=True)
     if out:
