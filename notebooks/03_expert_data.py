@@ -62,10 +62,12 @@ from tutorial_lib.expert_data import (
     save_examples,
     tictactoe_examples,
 )
+from tutorial_lib.minimax import minimax_values
 from tutorial_lib.models import load_policy
 from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import say
+from tutorial_lib.tictactoe_moves import move_state
 
 preset = get_preset()
 print(describe(preset))
@@ -84,7 +86,7 @@ tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else N
 config, versus_config = selfplay_configs(preset)
 print(config)
 start = time.perf_counter()
-records = mcts_selfplay(config)
+records = mcts_selfplay(config, progress=False)
 selfplay_seconds = time.perf_counter() - start
 frame = pd.DataFrame(records)
 frame[["episode", "turn", "mark", "action_text", "optimal", "explored"]].head(8)
@@ -103,15 +105,32 @@ summary = {
 pd.Series(summary).to_frame("self-play")
 
 # %% [markdown]
-# MCTS with 1000 simulations almost always finds an optimal move. Where does it not? The
-# positions below are the ones it got wrong, with the moves perfect play allows:
+# MCTS with 1000 simulations almost always finds an optimal move. Where does it not? Below are
+# the first three positions it got wrong. For each, the minimax solver (`tutorial_lib.minimax`)
+# gives the value of every legal move under perfect play by both sides: MCTS's move, and all the
+# moves that keep the position's best value.
 
 # %%
+OUTCOME = {1: "a win", 0: "a draw", -1: "a loss"}
 
-mistakes = frame[~frame["optimal"]].head(3)
-print(f"{(~frame['optimal']).sum()} non-optimal moves out of {len(frame)}")
-for _, row in mistakes.iterrows():
-    print(row["board"], f"\nMCTS played {row['action_text']}")
+
+def board_state(board):
+    """The OpenSpiel state of a board as the records print it, its x's and o's placed alternately.
+    Any order of the moves gives the same position, since no line is complete before the last."""
+    cells = [mark for row in board.splitlines()[1:] for mark in row.split()]
+    x_squares, o_squares = ([i for i, mark in enumerate(cells) if mark == player] for player in "xo")
+    return move_state([square for pair in zip(x_squares, o_squares + [None]) for square in pair if square is not None])
+
+
+mistakes = frame[~frame["optimal"]]
+print(f"{len(mistakes)} non-optimal moves out of {len(frame)}")
+for _, row in mistakes.head(3).iterrows():
+    state = board_state(row["board"])
+    values = minimax_values(state)  # legal move -> +1 / 0 / -1 for the player to move
+    best = max(values.values())
+    allowed = [state.action_to_string(state.current_player(), a) for a, v in values.items() if v == best]
+    print(f"\n{row['board']}\nMCTS played {row['action_text']}: {OUTCOME[values[row['action']]]} under perfect play.")
+    print(f"Perfect play allows {', '.join(allowed)}: {OUTCOME[best]}.")
 
 # %% [markdown]
 # ### What the settings cost: simulations and epsilon
@@ -144,6 +163,10 @@ plt.show()
 by_simulations.round(3)
 
 # %% [markdown]
+# The solid line (left axis) is the share of MCTS's moves that perfect play allows; the dashed
+# line (right axis) is what a move costs. Read them together: past the budget where the solid line
+# flattens, more simulations buy time and little quality.
+#
 # Epsilon buys coverage: the more random moves are played, the more distinct positions the data
 # contains -- positions a policy will meet when its opponent (or itself) plays badly. Does it cost
 # label quality? The random moves themselves are not labels; but they lead to positions strong
@@ -174,7 +197,7 @@ by_epsilon.round(3)
 
 # %%
 print(versus_config)
-versus = mcts_selfplay(versus_config)
+versus = mcts_selfplay(versus_config, progress=False)
 versus_frame = pd.DataFrame(versus)
 selfplay_positions = set(zip(frame["board"], frame["mark"]))
 versus_positions = set(zip(versus_frame["board"], versus_frame["mark"]))
@@ -207,9 +230,10 @@ print("-->", examples[5]["completion"])
 # The move is MCTS's. At the `ci` preset the completion writes something first
 # (`GameSettings.worked_lines`): the board's eight lines, rows, then columns, then diagonals, each
 # as four words, its three cells and then the square that would complete it (`o(0,2)`: o has two
-# there and (0,2) is empty) or `-`. A program computes them from the board, so they are always right. Chapter 4 shows why
-# a small model trained from scratch needs them: without them it did not learn to complete or
-# block a line.
+# there and (0,2) is empty) or `-`. A program computes them from the board, so they are always
+# right. Chapter 4 explains why a small model trained from scratch needs them: trained on the move
+# alone, it did not learn to complete or block a line (`benchmarks/results/sft_recipe.md` records
+# those runs).
 
 # %% [markdown]
 # ## CookingWorld: gold paths
@@ -222,32 +246,37 @@ print("-->", examples[5]["completion"])
 # %%
 data = {}
 for game in ["cookingworld", "guess_the_number", "math"]:
-    start = time.perf_counter()
     data[game] = make_expert_data(game, preset)
-    print(f"{game}: {len(data[game])} examples in {time.perf_counter() - start:.1f} s")
+    print(f"{game}: {len(data[game])} examples")
 print("\n" + data["cookingworld"][6]["prompt"])
 print("-->", data["cookingworld"][6]["completion"])
 
 # %%
 actions = Counter(e["completion"].split()[0] for e in data["cookingworld"])
-pd.Series(actions).sort_values().plot.barh(figsize=(6, 3), title="CookingWorld gold actions by verb")
+pd.Series(actions).sort_values().plot.barh(figsize=(7, 3), title="CookingWorld gold actions by verb")
 plt.show()
 
 # %% [markdown]
+# Each bar counts the gold actions that begin with one verb. Most verbs follow from the room and
+# the inventory (open what is closed, take what the recipe needs). Four do not: `cook` and the
+# three cuts (`slice`, `dice`, `chop`) say *how* an ingredient is prepared, and only the recipe
+# tells which is right. They are the steps the rest of this section is about.
+#
 # ### Recovery data: mistakes in the demonstrations
 #
 # A gold path never makes a mistake, so none of its prompts shows one. A policy that imitates it
 # will make mistakes, and after its first invalid command it reads an observation ("Invalid
-# command: ...") and a list of past actions that no training prompt had. Chapter 4's CookingWorld
-# model trained on clean gold paths did exactly that: in the test games it lost, it mostly went
-# on writing invalid commands until the step limit. Imitation learning's answer is to put such
-# states in the data. DAgger (Ross, Gordon and Bagnell, AISTATS 2011) has the expert label the
-# states the learner visits; DART (Laskey et al., CoRL 2017) injects noise while the expert
-# demonstrates. Here the noise is cheap and exact: with probability `expert_mistake_rate` an
-# invalid command (a repeated earlier command, a swapped word, a wrong verb: the kinds of mistake
-# chapter 4 saw) is played before a gold action. In CookingWorld an invalid command changes
-# nothing but the text, so the gold path still applies and the next example teaches the way back
-# to it; the invalid command itself is never a label.
+# command: ...") and a list of past actions that no training prompt had. A CookingWorld model
+# trained on clean gold paths, in the runs that built chapter 4's recipe
+# (`benchmarks/results/sft_recipe.md`), did exactly that: once it had written an invalid command
+# in a test game, it never got back on the path, and went on writing invalid commands until the
+# step limit. Imitation learning's answer is to put such states in the data. DAgger (Ross, Gordon
+# and Bagnell, AISTATS 2011) has the expert label the states the learner visits; DART (Laskey et
+# al., CoRL 2017) injects noise while the expert demonstrates. Here the noise is cheap and exact:
+# with probability `expert_mistake_rate` an invalid command (a repeated earlier command, a swapped
+# word, a wrong verb: the kinds of mistake that model made) is played before a gold action. In
+# CookingWorld an invalid command changes nothing but the text, so the gold path still applies and
+# the next example teaches the way back to it; the invalid command itself is never a label.
 
 # %%
 rate = preset.game("cookingworld").expert_mistake_rate

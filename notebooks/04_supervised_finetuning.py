@@ -51,6 +51,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from IPython.display import Markdown, display
 from myst_nb import glue
 
 from tutorial_lib.envs.tictactoe import completing_squares
@@ -62,8 +63,9 @@ from tutorial_lib.pipeline import evaluate_policy, expert_data, sft_dir, sft_set
 from tutorial_lib.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import PRETRAINED_LORA, describe, get_preset
 from tutorial_lib.prompts import render_chat
-from tutorial_lib.report import compare_summaries, say
-from tutorial_lib.sft import train_sft
+from tutorial_lib.report import RESULTS_DIR, compare_summaries, say, show_source
+from tutorial_lib.sft import completion_logits, sft_config, tokenize_examples, train_sft
+from tutorial_lib.tokenization import encode_prompt_completion
 
 preset = get_preset()
 print(describe(preset))
@@ -80,7 +82,8 @@ use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune
 # 2. hands the pre-tokenised dataset to TRL's `SFTTrainer`, which batches, pads, optimises (AdamW
 #    with a short warm-up), logs and saves. One change to its loss: the output layer runs only at
 #    the completion's positions (`completion_logits`), since the prompt's positions carry no
-#    label -- same loss, about twice the steps per second for the tiny model;
+#    label -- same loss, about twice the steps per second for the tiny model (the last row of the
+#    record shown under *What made the tiny model learn*);
 # 3. saves the model and tokenizer, which `load_policy(output_dir)` loads back.
 #
 # The tiny model is fine-tuned fully: every weight trains. A pretrained model is trained with LoRA
@@ -90,6 +93,39 @@ use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune
 pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games}).T[
     ["epochs", "learning_rate", "lr_scheduler", "batch_size", "micro_batches", "gradient_accumulation_steps", "optim"]
 ]
+
+# %% [markdown]
+# ### The code
+#
+# Step 1 is two functions. `tokenize_examples` renders each prompt with the chat template and
+# passes it to `encode_prompt_completion`, which does the masking. Look at its last line: every
+# prompt position gets the label `IGNORE_INDEX` (-100), and only the completion's tokens, the
+# end-of-turn token included, are labels. Note also which end a long example loses: the prompt's
+# oldest tokens, never the completion.
+
+# %%
+show_source(tokenize_examples)
+show_source(encode_prompt_completion)
+
+# %% [markdown]
+# Step 2 starts with `sft_config`, where each of the book's settings becomes an argument of TRL's
+# `SFTConfig`. Look at the batch: with `micro_batches` the per-device batch shrinks and gradient
+# accumulation grows by the same factor, so an optimiser step still sees `batch_size` examples.
+# The progress bar is off when `progress=False` (as in this chapter), and bf16 is used only where
+# the hardware has it.
+
+# %%
+show_source(sft_config)
+
+# %% [markdown]
+# The trainer's `compute_loss` (in `tutorial_lib/sft.py`, a subclass of `SFTTrainer`) calls
+# `completion_logits`. Look at `keep`: the labels are shifted by one, since position $t$ predicts
+# token $t+1$, and the output layer runs only where the label is not -100. The cross-entropy over
+# those positions is summed and divided by the number of completion tokens in the whole optimiser
+# step, so a micro-batch counts as much as it would in one big batch.
+
+# %%
+show_source(completion_logits)
 
 # %% [markdown]
 # ## LoRA: what trains when the model is large
@@ -188,7 +224,7 @@ def finetune(game, stage=(1, 1)):
     result = train_sft(policy, examples, settings, output_dir=sft_dir(game, preset), stage=stage)
     if not result.finished:
         return print(f"part {stage[0]} of {stage[1]}: step {result.step:,} of {result.total_steps:,}, "
-                     f"loss {result.losses[-1][1]:.3f}, {result.seconds:.0f} s of training so far")
+                     f"loss {result.losses[-1][1]:.3f}")
     results[game].append(evaluate_policy(game, policy, preset=preset, **options))
     curves[game] = result.losses
     timings[game] = {"examples": result.examples, "trained tokens": result.trained_tokens,
@@ -237,15 +273,23 @@ finetune("cookingworld", stage=(3, 4))
 finetune("cookingworld", stage=(4, 4))
 
 # %%
-fig, axes = plt.subplots(1, len(curves), figsize=(12, 2.8))
-for ax, (game, losses) in zip(axes, curves.items()):
+fig, axes = plt.subplots(2, 2, figsize=(8, 4.5))  # four games: a 2 x 2 grid fits the page
+for ax, (game, losses) in zip(axes.flat, curves.items()):
     ax.plot(*zip(*losses))
-    ax.set(title=game, xlabel="optimizer step", yscale="log")
-axes[0].set_ylabel("training loss (completion tokens)")
+    ax.set(title=game, yscale="log")
+for ax in axes[1]:
+    ax.set_xlabel("optimizer step")
+for ax in axes[:, 0]:
+    ax.set_ylabel("loss per\ncompletion token")
 fig.suptitle("SFT loss curves")
 plt.tight_layout()
 plt.show()
 pd.DataFrame(timings).T
+
+# %% [markdown]
+# Each panel is one game's training loss, on a log scale. Look for where a curve flattens: past
+# that point more steps buy little on the training data. The table gives each run's size and cost:
+# examples, the completion tokens that carry loss, the share of padding, and the training time.
 
 # %% [markdown]
 # ## Before and after
@@ -413,36 +457,55 @@ table.round(3)
 # ## What made the tiny model learn
 #
 # The recipe above is not the first one tried. Each change that mattered was measured while
-# building this chapter, one at a time with everything else fixed; the commands, seeds and numbers
-# are in `benchmarks/results/sft_recipe.md` (its first table summarises them). Four lessons
-# generalise.
+# building this chapter, one at a time with everything else fixed. The commands, seeds and numbers
+# are in `benchmarks/results/sft_recipe.md`; its first table lists each change with the result
+# before and after it, and the cell below reads it from the file ("the table above" in a row means
+# one of the record's own tables). Its numbers come from the recorded runs on a 2-core CPU, not
+# from this page's run, and most rows are a single training run.
+
+# %%
+recipe_record = RESULTS_DIR / "sft_recipe.md"
+if recipe_record.exists():
+    lines = recipe_record.read_text().splitlines()
+    summary_at = lines.index("## Summary: what changed the results")
+    first_row = next(i for i in range(summary_at, len(lines)) if lines[i].startswith("|"))
+    last_row = next(i for i in range(first_row, len(lines)) if not lines[i].startswith("|"))
+    display(Markdown("\n".join(lines[first_row:last_row])))
+else:
+    say("(The record benchmarks/results/sft_recipe.md ships with the repository, which this installation "
+        "does not have; clone the repository to read it.)")
+
+# %% [markdown]
+# Four lessons generalise.
 #
 # 1. **Make the right answer easy to copy and easy to find.** A model trained from scratch has no
 #    copying skill to fall back on: one token per tic-tac-toe move instead of digits, and the board
 #    placed last in the prompt (at a fixed distance from the answer), each cut the invalid moves
-#    several-fold. Where finding the answer takes more computation than the model does in one
-#    token, the completion can *carry the steps* (the worked lines).
-# 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared only after thousands
-#    of steps; a schedule that decays the learning rate to zero ended training just before they
-#    did, so the `ci` recipes keep it constant.
+#    several-fold (the first and third rows). Where finding the answer takes more computation than
+#    the model does in one token, the completion can *carry the steps* (the worked lines).
+# 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared late in training, and
+#    all at once; a schedule that decays the learning rate to zero ended training just before they
+#    did (the second row), so the `ci` recipes keep it constant.
 # 3. **Demonstrations without mistakes say nothing about what to do after one.** Without recovery
 #    data, a CookingWorld policy that wrote one invalid command went on writing them until the
-#    step limit; chapter 3's injected mistakes taught it to get back on the path.
+#    step limit. Chapter 3's injected mistakes cut its invalid commands; its success moved only
+#    with the counterfactual recipes of the next lesson.
 # 4. **When a shortcut explains the labels, a small model takes it.** In the gold paths each
 #    ingredient is prepared the same few ways, so "cilantro: dice" predicts the label as well as
 #    reading the recipe does, and the test fold asks for combinations the training games never
 #    show (chapter 3 counts them). Rewriting the training episodes with permuted recipes
-#    (counterfactual recipes) makes the recipe the only predictor, and was the largest single gain
-#    on the test fold.
+#    (counterfactual recipes) makes the recipe the only predictor. Those rows, the rewritten
+#    recipes and then extra rewritten copies of the cut and cook steps, raised test success more
+#    than any other change in the table.
 #
-# A caution about every line of that record: each is one training run, and the same CookingWorld
-# examples shuffled in other orders moved test success by more than most single changes did. A
-# difference smaller than that spread needs several seeds to settle, and the `ci` run above is one
-# draw from it (chapter 8 measures how much of a result is the draw). That is also why batching by
-# length stays off: it nearly halved the time of the CookingWorld run, but every grouped run ended
-# below the random-order runs. Micro-batches keep the random batch and group only its pieces: the
-# optimiser step is the same (the loss is divided by the whole batch's completion tokens, which the
-# tests check), only most of the padding goes.
+# A caution about every line of that record: most are one training run, and the same CookingWorld
+# examples shuffled in other orders moved test success by more than most single changes did (the
+# data-order row). A difference smaller than that spread needs several seeds to settle, and the
+# `ci` run above is one draw from it (chapter 8 measures how far another draw of the sampler moves
+# a result). That is also why batching by length stays off: it nearly halved the time of the
+# CookingWorld run, but every grouped run ended below the random-order runs. Micro-batches keep
+# the random batch and group only its pieces: the optimiser step is the same (the loss is divided
+# by the whole batch's completion tokens, which the tests check), only most of the padding goes.
 #
 # ## Summary
 # - SFT teaches the answer format: in GuessTheNumber and math the invalid answers all but disappear

@@ -88,6 +88,7 @@ from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
 from tutorial_lib.report import (
+    across_runs,
     compare_rates,
     compare_summaries,
     count_phrase,
@@ -454,10 +455,18 @@ show_source(reinforce_step)
 # token count, so the sum of their gradients is the gradient of the one loss above. Note what the
 # loss value does not say: at ratio 1 it is the token-weighted mean advantage, close to 0 after
 # ReBN whatever the policy's quality, so a REINFORCE loss curve is no learning curve (watch the
-# returns instead). The settings of the runs below:
+# returns instead). The settings that matter for the runs below (every setting is in the collapsed
+# cell after it, each documented in `ReinforceSettings`):
 
 # %%
-pd.Series({k: v for k, v in rl_settings("guess_the_number", preset).__dict__.items() if k != "env_options"})
+gtn_settings = rl_settings("guess_the_number", preset)
+pd.Series({"iterations": gtn_settings.iterations, "turns per iteration": gtn_settings.turns_per_iteration,
+           "games side by side": gtn_settings.num_envs, "learning rate (Adam)": gtn_settings.learning_rate,
+           "γ": gtn_settings.gamma, "advantages": gtn_settings.normalise,
+           "sampling temperature": gtn_settings.temperature}, name="GuessTheNumber REINFORCE").to_frame()
+
+# %% tags=["hide-output"]
+pd.Series({k: str(v) for k, v in gtn_settings.__dict__.items()}, name="every setting").to_frame()
 
 # %% [markdown]
 # ## GuessTheNumber
@@ -473,10 +482,9 @@ pd.Series(before["guess_the_number"]).round(3)
 
 # %%
 gtn_run = train_reinforce(gtn, "guess_the_number", rl_settings("guess_the_number", preset),
-                          out_dir=runs_dir / "reinforce-gtn", progress=True)
+                          out_dir=runs_dir / "reinforce-gtn", progress=False)
 after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
                                                    env_options=gtn_options)}
-print(f"RL: {gtn_run.seconds:.0f} s for {len(gtn_run.history)} iterations")
 pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
     ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].round(3)
 
@@ -487,7 +495,11 @@ fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
 
 # %% [markdown]
 # The curves are measured on the training batches, which are *sampled*; the table above is greedy
-# play on held-out seeds (chapter 8 is about the gap between the two). Compare the two tables and
+# play on held-out seeds (chapter 8 is about the gap between the two). A flat return at the top
+# is what a policy that already wins every game should show. A return that slides towards −0.1
+# (the format-error penalty) while the turns per episode fall to 1 is the collapse of the section
+# on ReBN's blind spot: the policy has stopped writing answers. It is what GEM's ReBN did to this
+# checkpoint on one machine; the baseline per state is there to prevent it. Compare the two tables and
 # look at the entropy curve. How sure of itself was the policy when it sampled?
 
 # %%
@@ -499,6 +511,25 @@ print(f"action tokens sampled with probability > 0.99: {confident:.1%}")
 gtn_change = compare_summaries("greedy success", before["guess_the_number"], after["guess_the_number"], "success_rate")
 say(f"In this run the {gtn_change}, and the mean number of turns went from "
     f"{before['guess_the_number']['mean_turns']:.2f} to {after['guess_the_number']['mean_turns']:.2f}.")
+
+# %% [markdown]
+# One run on one machine says little about a failure that depends on rounding. The same recipe was
+# run over a grid that stands in for other readers' machines: SFT data orders and RL seeds, one
+# and two threads, and two kernel sets (this CPU's own and `ATEN_CPU_CAPABILITY=avx2`, which
+# rounds like another CPU), each cell in a fresh process that trains its own SFT checkpoint, once
+# with GEM's ReBN and once with the baseline per state (`benchmarks/rl_numerics_grid.py`; the
+# record names the CPU it ran on):
+
+# %%
+grid = pd.DataFrame(recorded_runs("reinforce_gtn_grid.jsonl", preset))
+if len(grid):
+    for normalise, label in (("rebn", "GEM's ReBN"), ("rebn_state", "baseline per state")):
+        rows = grid[grid.normalise == normalise].to_dict("records")
+        if rows:
+            say(f"{label}, {across_runs(rows, 'greedy success', 'before_success_rate', 'after_success_rate', EPISODES)}.")
+    display(grid.pivot_table(index=["kernels", "threads", "seed"], columns="normalise",
+                             values="after_success_rate").rename(columns={"rebn": "after, GEM's ReBN",
+                                                                          "rebn_state": "after, per state"}).round(3))
 
 # %% [markdown]
 # REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
@@ -531,10 +562,9 @@ ttt = sft_policy("tictactoe", preset)
 before["tictactoe"] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES)
 before_minimax = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES, opponent="minimax")
 ttt_run = train_reinforce(ttt, "tictactoe", rl_settings("tictactoe", preset), out_dir=runs_dir / "reinforce-ttt",
-                          progress=True)
+                          progress=False)
 after["tictactoe"] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES)
 after_minimax = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES, opponent="minimax")
-print(f"RL: {ttt_run.seconds:.0f} s for {len(ttt_run.history)} iterations")
 pd.concat({
     "vs random": pd.DataFrame({"SFT": before["tictactoe"], "SFT + REINFORCE": after["tictactoe"]}).loc[
         ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]],

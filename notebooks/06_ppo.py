@@ -88,10 +88,10 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
         for name, options in evaluations.items():
             before[name] = evaluate(game, policy, **options)
     settings = rl_settings(game, preset, "ppo")
-    run = train_ppo(policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=True, stage=stage)
-    seconds = sum(row["sample_seconds"] + row["train_seconds"] for row in run.history)
-    print(f"PPO: {len(run.history)} of {settings.iterations} iterations, {seconds:.0f} s")
+    run = train_ppo(policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=False, stage=stage)
     if not run.finished:
+        print(f"part {stage[0]} of {stage[1]}: {len(run.history)} of {settings.iterations} iterations trained; "
+              "the next part resumes from its checkpoint")
         return run, None
     for name, options in evaluations.items():
         after[name] = evaluate(game, policy, **options)
@@ -101,6 +101,21 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
 
 
 before, after = {}, {}  # greedy results of every workload, before and after PPO
+
+
+def largest_fall(history, key, label, smooth=3):
+    """How far the figure's smoothed line for ``key`` (a running mean over ``smooth`` iterations) fell
+    below its best value so far, at worst, and where it ended: a dip the run recovered from and a fall
+    that lasted to the end read differently."""
+    rows = [row for row in history if key in row]
+    line = pd.Series([row[key] for row in rows]).rolling(smooth, min_periods=1).mean()
+    below = line.cummax() - line
+    if below.max() == 0:
+        return f"the smoothed {label} never fell below its best so far"
+    worst, end = float(below.max()), float(below.iloc[-1])
+    ending = ("back at its best" if end == 0 else "mostly recovered" if end < worst / 2 else "not recovered")
+    return (f"the smoothed {label} fell at most {worst:.3f} below its best so far (iteration "
+            f"{rows[int(below.idxmax())]['step']}) and ended {end:.3f} below it ({ending})")
 
 
 # %% [markdown]
@@ -184,7 +199,7 @@ show_source(gae)
 
 # %%
 log_ratios = torch.linspace(-0.7, 0.7, 141)
-fig, axes = plt.subplots(1, 2, figsize=(8.4, 3), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
 for ax, advantage in zip(axes, (1.0, -1.0)):
     losses = []
     for log_ratio in log_ratios:
@@ -196,7 +211,7 @@ for ax, advantage in zip(axes, (1.0, -1.0)):
     ax.axvspan(0.8, 1.2, color="grey", alpha=0.15)
     ax.set(title=f"advantage {advantage:+.0f}", xlabel="ratio r = π/π_old")
 axes[0].set_ylabel("loss per token")
-axes[0].legend(fontsize=8)
+axes[0].legend(fontsize=9)
 fig.tight_layout()
 
 # %% [markdown]
@@ -240,28 +255,37 @@ ttt_run, table = ppo_before_and_after("tictactoe", {f"tictactoe vs {opponent}": 
 table
 
 # %%
-fig = learning_curves({"tictactoe": ttt_run.history},
-                      ["mean_return", "invalid_rate", "explained_variance", "approx_kl", "clipfrac"],
-                      title="PPO on tic-tac-toe (training batches, sampled, against random)")
-
-# %%
 ttt_changes = [compare_summaries(f"against {opponent}, the {name}", before[f"tictactoe vs {opponent}"],
                                  after[f"tictactoe vs {opponent}"], key)
                for opponent, key, name in (("random", "loss_rate", "loss rate"), ("random", "invalid_rate", "invalid rate"),
                                            ("minimax", "draw_rate", "draw rate"))]
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
-    f"Sampled: {trend(ttt_run.history, 'mean_return', 'return')}; {trend(ttt_run.history, 'explained_variance')};",
-    f"{trend(ttt_run.history, 'clipfrac', 'clip fraction')}.")
+    f"Sampled: {trend(ttt_run.history, 'mean_return', 'return')}; {largest_fall(ttt_run.history, 'mean_return', 'return')};",
+    f"{trend(ttt_run.history, 'explained_variance')}; {trend(ttt_run.history, 'clipfrac', 'clip fraction')}.")
+
+# %%
+fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_rate", "explained_variance", "clipfrac"],
+                      title="PPO on tic-tac-toe (training batches, sampled, against random)")
 
 # %% [markdown]
+# Each panel shows one batch per iteration (faint) and a running mean over three (solid). A healthy
+# run has the return rising or holding near its ceiling, the invalid rate near 0, and the clip
+# fraction low. A dip in the return that the line climbs back out of within a few iterations is a
+# batch or two of unlucky games against the random opponent. A fall that lasts, the "not
+# recovered" case of the sentence above, is different: the updates are pushing the policy off moves
+# it knew. Check the invalid rate beside it (a rise means the policy is writing moves the game
+# rejects, and forfeiting those games) and the clip fraction (a high one means the steps were too
+# large: lower the learning rate).
+#
 # Read the explained variance first. Against a random opponent the policy wins most games from
 # almost every position, so a return is +1 with a few surprises the state cannot predict (the
-# opponent's random replies): the critic can do little better than the mean, its explained
-# variance stays small, and the advantage is close to REINFORCE's return minus a baseline. What
-# PPO adds here is the reuse of each batch (two epochs) under the clip, which keeps each update
-# small (the clip fraction stays low). The same recipe from other starts and seeds, recorded by
-# `benchmarks/tictactoe_rl_seeds.py --algo ppo` on one machine (the first line uses this
-# chapter's recipe and seed, but another machine's rounding: it is not the run above):
+# opponent's random replies): the critic can do little better than the mean. Expect its
+# explained variance to stay small; while it does, the advantage is close to REINFORCE's return
+# minus a baseline. What PPO adds here is the reuse of each batch (two epochs) under the clip,
+# which keeps each update small, as long as the clip fraction stays low. The same recipe from
+# other starts and seeds, recorded by `benchmarks/tictactoe_rl_seeds.py --algo ppo` on one machine
+# (the first line uses this chapter's recipe and seed, but another machine's rounding: it is not
+# the run above):
 
 # %%
 ppo_seeds = pd.DataFrame(recorded_runs("ppo_tictactoe_seeds.jsonl", preset))
@@ -296,10 +320,25 @@ if len(ppo_seeds):
 # spreads probability over other wrong answers. Sampling at T < 1 and *scoring at the same T*
 # (the policy being trained is then $\mathrm{softmax}(\text{logits}/T)$, exactly what the sampler
 # drew from, so the logged KL between the two stays at 0) puts more successes in each batch.
-# Greedy evaluation does not depend on T. The settings at this preset:
+# Greedy evaluation does not depend on T. The settings this section is about, at this preset:
 
 # %%
-# one row per setting: the table is long, but nothing in it is cut
+MEANING = {"train_seeds": "training problems (the split chapter 4 fine-tuned on)",
+           "iterations": "batches sampled and trained on",
+           "turns_per_iteration": "answers per batch (one turn each)",
+           "temperature": "sampling temperature, also the one the policy is scored at",
+           "gamma": "discount γ", "gae_lambda": "GAE λ",
+           "kl_coef": "β, the KL penalty to the SFT policy (0: no reference model)",
+           "ppo_epochs": "passes over each batch", "clip_range": "ε of the policy clip",
+           "value_clip_range": "clip of the value change", "critic": "where the value head sits"}
+pd.DataFrame({"value": [str(getattr(math_settings, k)) for k in MEANING], "what it is": list(MEANING.values())},
+             index=list(MEANING))
+
+# %% [markdown]
+# The full list, with every other setting (optimiser, batch splitting, checkpoints), is in the
+# collapsed output below.
+
+# %% tags=["hide-output"]
 pd.Series({k: str(v) for k, v in math_settings.__dict__.items() if k not in ("env_options", "normalise")}).to_frame("value")
 
 
@@ -310,37 +349,42 @@ def evaluate_math(policy):
 
 
 before["math"] = evaluate_math(math_policy)
-math_run = train_ppo(math_policy, "math", math_settings, out_dir=runs_dir / "ppo-math", progress=True)
+math_run = train_ppo(math_policy, "math", math_settings, out_dir=runs_dir / "ppo-math", progress=False)
 after["math"] = evaluate_math(math_policy)
-print(f"PPO: {math_run.seconds:.0f} s for {len(math_run.history)} iterations")
 pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).T.round(3)
 
 # %%
-fig = learning_curves({"math": math_run.history},
-                      ["mean_return", "accuracy", "explained_variance", "approx_kl", "clipfrac"],
-                      title=f"PPO on math (training batches, sampled at T = {math_settings.temperature})")
+say("This run:", "; ".join(str(c) for c in compare_math(before["math"], after["math"])) + ".",
+    f"Sampled: {trend(math_run.history, 'accuracy', 'accuracy')}; {largest_fall(math_run.history, 'accuracy', 'accuracy')};",
+    f"{trend(math_run.history, 'explained_variance')}; {trend(math_run.history, 'approx_kl', 'approx-KL', 4)};",
+    f"{trend(math_run.history, 'clipfrac', 'clip fraction')}.")
 
 # %%
-say("This run:", "; ".join(str(c) for c in compare_math(before["math"], after["math"])) + ".",
-    f"Sampled: {trend(math_run.history, 'accuracy', 'accuracy')}; {trend(math_run.history, 'explained_variance')};",
-    f"{trend(math_run.history, 'approx_kl', 'approx-KL', 4)}; {trend(math_run.history, 'clipfrac', 'clip fraction')}.")
+fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_variance", "approx_kl", "clipfrac"],
+                      title=f"PPO on math (training batches, sampled at T = {math_settings.temperature})")
 
 # %% [markdown]
-# Read the diagnostics together (the sentence above gives their half-run means). *Explained
-# variance* rises above 0 as the critic learns which problems the policy gets right (a negative
-# value means the critic is worse than predicting the mean). *Approx-KL* (the k3 estimate of KL
-# between the policy before and after the update) and the *clip fraction* say how far each update
-# moved: values near 0 mean the learning rate could go up; a clip fraction above ~0.3 means most
-# tokens hit the clip and the extra epochs are wasted.
+# The accuracy panel is the share of right answers in each sampled batch of training problems; the
+# other three say whether the updates behind it were sound. Read them together, with the half-run
+# means printed above. *Explained variance* rises above 0 as the critic learns which problems the
+# policy gets right (a negative value means the critic is worse than predicting the mean).
+# *Approx-KL* (the k3 estimate of KL between the policy before and after the update) and the *clip
+# fraction* say how far each update moved: values near 0 mean the learning rate could go up; a clip
+# fraction above ~0.3 means most tokens hit the clip and the extra epochs are wasted. A dip in the
+# accuracy line that recovers is the noise of batches of a few hundred answers. A fall that does
+# not recover means the policy is moving away from answers it used to get right: look at approx-KL
+# and the clip fraction at the same iterations (a spike says one update went too far), and at the
+# greedy accuracy on training problems in the table above, which should then have fallen too.
 #
 # What to expect from this run at `ci`: the tiny model's answers to *new* problems are mostly
 # memorised facts it does not have (chapter 4), and RL on 600 training problems cannot teach
 # arithmetic it never saw, so accuracy on new problems moves within noise, or falls as the policy
 # sharpens on the training set. The sampled accuracy on the training problems is where PPO has
-# room: it rises when the run works, and the greedy accuracy on those problems with it. Read the
-# sentence above against that, and against the same recipe from three SFT data orders and RL seeds
-# (`benchmarks/math_rl_seeds.py`; the first uses this chapter's recipe and seed, recorded on one
-# machine, so its numbers are not this run's):
+# room: it rises when the run works, and the greedy accuracy on those problems with it. So the
+# result to look for in the printed sentence is a rise beyond noise on training problems; a rise
+# beyond noise on new problems would be the surprise. Compare it with the same recipe from three
+# SFT data orders and RL seeds (`benchmarks/math_rl_seeds.py`; the first uses this chapter's
+# recipe and seed, recorded on one machine, so its numbers are not this run's):
 
 # %%
 math_seeds = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl", preset))
@@ -359,9 +403,9 @@ if len(math_seeds):
 # cut by the 32-step limit is bootstrapped as above. Unlike math, a KL penalty to the frozen SFT
 # policy (β = 0.1, the tutorial uses 0.2) keeps the policy close to what it imitated: a batch of
 # a few hundred turns holds few episodes (the run prints how many), so each update follows a
-# noisy signal, and without the penalty the invalid-action rate drifted up while building
-# this chapter. Before and after, on the training games' fold and on held-out test games, with the
-# run in two parts (two cells) that each stay within a few minutes:
+# noisy signal, and without the penalty the invalid-action rate can drift up over a run (exercise
+# 2 removes it). Before and after, on the training games' fold and on held-out test games, with
+# the run in two parts (two cells) that each stay within a few minutes:
 
 # %%
 cw_evaluations = {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")}
@@ -373,28 +417,31 @@ cw_run, table = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns,
 table
 
 # %%
-fig = learning_curves({"cookingworld": cw_run.history},
-                      ["mean_return", "invalid_rate", "value_loss", "explained_variance", "kl_ref"],
-                      title="PPO on CookingWorld (training batches, sampled, train fold)")
-
-# %%
 episodes_per_batch = sum(row["episodes"] for row in cw_run.history) / len(cw_run.history)
 cw_changes = [compare_summaries(f"{fold}-fold {name}", before[f"cookingworld {fold}"], after[f"cookingworld {fold}"], key)
               for fold in ("train", "test") for key, name in (("success_rate", "success"), ("invalid_rate", "invalid rate"))]
 say(f"This run: {episodes_per_batch:.1f} episodes per batch on average.",
     "; ".join(str(c) for c in cw_changes) + ".",
-    f"Sampled: {trend(cw_run.history, 'mean_return', 'return')}; {trend(cw_run.history, 'explained_variance')};",
-    f"{trend(cw_run.history, 'kl_ref', 'KL to the SFT policy', 4)}.")
+    f"Sampled: {trend(cw_run.history, 'mean_return', 'return')}; {largest_fall(cw_run.history, 'mean_return', 'return')};",
+    f"{trend(cw_run.history, 'explained_variance')}; {trend(cw_run.history, 'kl_ref', 'KL to the SFT policy', 4)}.")
+
+# %%
+fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid_rate", "explained_variance", "kl_ref"],
+                      title="PPO on CookingWorld (training batches, sampled, train fold)")
 
 # %% [markdown]
 # With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld is a
 # check that the machinery works (GAE with bootstrapping, the value head learning, the KL penalty
 # holding the policy near its start), not a result: expect the greedy rates to move within the
-# noise of the evaluation games, and the sampled return to wander. Explained variance is the
-# diagnostic to read first: while it stays near or below 0, the critic predicts returns no better
-# than their mean, the advantages are mostly noise, and more iterations will not help until it
-# rises. The `full` preset sizes the same run for a pretrained model on a GPU (50 iterations on the
-# tutorial's world); no such run is recorded in this book yet.
+# noise of the evaluation games, and the sampled return to wander, dips included. A batch holds
+# only the few episodes printed above, so one lucky or unlucky game moves a point of the faint
+# line a long way. A fall in the return that lasts is worth a look only together with the other
+# panels: with the invalid rate rising and the KL to the SFT policy growing, the policy is drifting
+# away from what it imitated (raise β); with both flat, it is most likely the noise of small
+# batches. Explained variance is the diagnostic to read first: while it stays near or below 0, the
+# critic predicts returns no better than their mean, the advantages are mostly noise, and more
+# iterations will not help until it rises. The `full` preset sizes the same run for a pretrained
+# model on a GPU (50 iterations on the tutorial's world); no such run is recorded in this book yet.
 
 # %% [markdown]
 # ## Summary
@@ -411,11 +458,14 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 # %% [markdown]
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
 # held-out test RL can move: the policy already knows how to block and win, and RL can make it do
-# so more consistently; whether it did in this run, and in how many of the recorded runs, the
-# sentences under the tic-tac-toe section say (a run on another machine can go the other way). Math is a start whose held-out test needs knowledge RL cannot supply (the new
-# problems need arithmetic the tiny model never learnt). CookingWorld at `ci` is a long game with
-# too few episodes per update for a result: a check of the machinery. The recorded seeds above
-# say how often each change exceeded its noise.
+# so more consistently. The sign that it did is a draw rate against minimax that rose beyond noise
+# (the sentence under the tic-tac-toe table says whether it did in this run; the recorded runs say
+# how often it did from other starts, and a run on another machine can go the other way). Math is
+# a start whose held-out test needs knowledge RL cannot supply (the new problems need arithmetic
+# the tiny model never learnt), so the change to look for is on the training problems only.
+# CookingWorld at `ci` is a long game with too few episodes per update for a result: a check of
+# the machinery. The table above puts every before and after side by side; whether a difference
+# in it is more than noise is what the sentences in each section print.
 #
 # The implementation, detail by detail (the numbers match `tutorial_lib/ppo.py`'s docstring; the
 # PPO details follow Huang et al. {cite}`huang2022ppodetails` and CleanRL's `ppo.py`):

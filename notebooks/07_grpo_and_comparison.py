@@ -83,6 +83,21 @@ settings = comparison_settings(preset)  # chapter 6's math settings are the comm
 options = settings["PPO"].env_options
 
 
+def largest_fall(history, key, label, smooth=3):
+    """How far the figure's smoothed line for ``key`` (a running mean over ``smooth`` updates) fell
+    below its best value so far, at worst, and where it ended: a dip the run recovered from and a fall
+    that lasted to the end read differently."""
+    rows = [row for row in history if key in row]
+    line = pd.Series([row[key] for row in rows]).rolling(smooth, min_periods=1).mean()
+    below = line.cummax() - line
+    if below.max() == 0:
+        return f"the smoothed {label} never fell below its best so far"
+    worst, end = float(below.max()), float(below.iloc[-1])
+    ending = ("back at its best" if end == 0 else "mostly recovered" if end < worst / 2 else "not recovered")
+    return (f"the smoothed {label} fell at most {worst:.3f} below its best so far (step "
+            f"{rows[int(below.idxmax())]['step']}) and ended {end:.3f} below it ({ending})")
+
+
 # %% [markdown]
 # ## Groups instead of a critic
 #
@@ -128,11 +143,37 @@ pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem[
 
 # %% [markdown]
 # The settings, chapter 6's where they mean the same: the training split of chapter 4's problems
-# and the sampling temperature (TRL, like our PPO, scores at the temperature it samples at):
+# and the sampling temperature (TRL, like our PPO, scores at the temperature it samples at). What
+# each of the three algorithms runs with, where they differ and where they are held equal:
 
 # %%
 math_grpo = settings["GRPO (TRL)"]
-pd.Series({k: v for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}).to_frame("value").T
+reinforce_math, ppo_math = settings["REINFORCE + ReBN"], settings["PPO"]
+training_split = f"seeds {ppo_math.first_seed}-{ppo_math.first_seed + ppo_math.train_seeds - 1}"  # all three use it
+pd.DataFrame({
+    "REINFORCE + ReBN": {"training problems": training_split, "temperature": reinforce_math.temperature,
+                         "learning rate (constant)": reinforce_math.learning_rate,
+                         "sampled-token budget": reinforce_math.token_budget,
+                         "answers per update": reinforce_math.turns_per_iteration,
+                         "baseline": f"per-state mean ({reinforce_math.normalise})",
+                         "passes over each batch": 1, "KL penalty β": "none"},
+    "PPO": {"training problems": training_split, "temperature": ppo_math.temperature,
+            "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": ppo_math.token_budget,
+            "answers per update": ppo_math.turns_per_iteration, "baseline": f"critic ({ppo_math.critic} body)",
+            "passes over each batch": ppo_math.ppo_epochs, "KL penalty β": ppo_math.kl_coef},
+    "GRPO (TRL)": {"training problems": training_split, "temperature": math_grpo.temperature,
+                   "learning rate (constant)": math_grpo.learning_rate, "sampled-token budget": math_grpo.token_budget,
+                   "answers per update": f"{math_grpo.prompts_per_step} problems x {math_grpo.num_generations} answers",
+                   "baseline": f"group mean ({math_grpo.scale_rewards} scaling)",
+                   "passes over each batch": math_grpo.extra.get("num_iterations", 1), "KL penalty β": math_grpo.beta},
+}).astype(str)
+
+# %% [markdown]
+# Every GRPO setting, for reference (the output is collapsed; its `first_seed` is not used here:
+# the comparison hands GRPO the split above as its dataset):
+
+# %% tags=["hide-output"]
+pd.Series({k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}).to_frame("value")
 
 # %% [markdown]
 # ## Three algorithms, one budget
@@ -144,7 +185,7 @@ pd.Series({k: v for k, v in math_grpo.__dict__.items() if k not in ("env_options
 # allocator's peak).
 
 # %%
-result = compare_on_math(preset, runs_dir=runs_dir)
+result = compare_on_math(preset, runs_dir=runs_dir, progress=False)
 runs, final = result.histories, {"SFT (start)": result.start, **result.final}
 print(result.memory_measure)
 pd.DataFrame(result.costs).T.round(1)
@@ -180,7 +221,7 @@ if len(math_seeds):
     display(table.reindex(["SFT (start)", *ALGORITHMS]).round(3))
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
 for name, history in runs.items():
     tokens = pd.Series([r["action_tokens"] for r in history]).cumsum()
     # smoothed over a tenth of each run: GRPO logs ~4x as many (smaller) updates as the others
@@ -190,31 +231,51 @@ for name, history in runs.items():
     axes[1].plot(seconds.cumsum(), accuracy, label=name)
 axes[0].set(title="sampled accuracy vs tokens sampled", xlabel="thousands of answer tokens", ylabel="accuracy")
 axes[1].set(title="sampled accuracy vs wall time", xlabel="seconds")
-axes[0].legend(fontsize=8)
+axes[0].legend(fontsize=9)
 fig.tight_layout()
 
-# %%
-fig = learning_curves({"GRPO (TRL)": runs["GRPO (TRL)"]}, ["mean_return", "frac_reward_zero_std", "entropy"],
-                      title="GRPO on math: reward, groups with nothing to learn, entropy")
+# %% [markdown]
+# **Sample efficiency** is the left plot: the accuracy of the answers each algorithm sampled (a
+# running mean), against the tokens it had sampled so far. A line that rises sooner learnt more
+# from the same tokens; lines that end at the same height learnt as much in the end. The right plot
+# is the same against wall-clock time, which also counts what each algorithm does per token: PPO
+# runs extra forward passes (the critic, the log-probs before the update) and two epochs per batch;
+# GRPO and REINFORCE one update per batch. The curves are sampled accuracy on training problems, at
+# the training temperature: they say how each run learnt, not how its greedy answers to new
+# problems fared (the table above).
 
 # %%
 grpo_history = runs["GRPO (TRL)"]
 first, second = halves(grpo_history, "frac_reward_zero_std")
 say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')};",
-    f"{trend(grpo_history, 'mean_return', 'mean reward')}; {trend(grpo_history, 'entropy')}.",
+    f"{trend(grpo_history, 'mean_return', 'mean reward')}; {largest_fall(grpo_history, 'mean_return', 'mean reward')};",
+    f"{trend(grpo_history, 'entropy')}.",
     f"So {first:.0%} and then {second:.0%} of the groups contributed no gradient at all:",
     "each update learnt from fewer and fewer problems." if second > first + 0.05 else
     "about the same share of the problems taught nothing all through the run.")
 
+# %%
+fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward_zero_std", "entropy"],
+                      title="GRPO on math: reward, groups with nothing to learn, entropy")
+
 # %% [markdown]
-# How to read the comparison (one run of each above, three recorded seeds below the table, on a
-# tiny model; the printed sentences say which differences exceed two standard errors of their
-# evaluation sets):
+# GRPO logs one point per step of a few problems, so its faint line is noisier than PPO's, and the
+# running mean is the line to follow. Read the three panels together. A dip in the mean reward
+# that recovers within a few steps is a run of hard problems. A fall that lasts (the "not
+# recovered" case printed above) means the updates are moving the policy away from answers it got
+# right. The two other panels say why. If the zero-std share rises at the same time, more groups
+# are all wrong alike and teach nothing, so the few that still disagree carry every update. If
+# entropy falls fast, the policy has sharpened onto some answers and samples less variety, which
+# also makes groups agree. If entropy rises instead, probability is being spread over other wrong
+# answers, the failure chapter 6 avoids by sampling at T < 1. In all three cases, lower the learning
+# rate first; then raise the group size or the temperature.
 #
-# - **Sample efficiency** is the left plot: accuracy of the answers each algorithm sampled, against
-#   the tokens it had sampled so far. The right plot is the same against wall-clock time, which
-#   also counts what each algorithm does per token: PPO runs extra forward passes (the critic, the
-#   log-probs before the update) and two epochs per batch; GRPO and REINFORCE one update per batch.
+# How to read the comparison (this chapter's run of each algorithm, and the recorded seeds, all on
+# a tiny model):
+#
+# - **Which differences count.** The sentences printed with the accuracy table compare each run
+#   with the start; a change within two standard errors of its evaluation set is not a finding.
+#   Look for a change beyond noise that recurs in the recorded seeds.
 # - **Memory**: PPO with a shared critic adds one linear layer on the hidden state (chapter 6 counts
 #   its parameters); a separate critic (the GSM8K tutorial's choice) or a reference model would
 #   double the model's share. GRPO keeps G answers per problem in memory at once.
@@ -223,9 +284,10 @@ say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of gro
 #   those without any gain on new ones.
 # - **GRPO's zero-std groups.** A group whose G answers all got the same reward has advantage 0 for
 #   every answer: a problem the policy gets right every time, or one it gets wrong every time
-#   (with the format right, reward 0.1 for all). The sentence under the GRPO curves gives the
-#   share. When it is high and rising, raise the temperature or the group size, or train on
-#   problems of the right difficulty (curriculum); exercise 1 removes the per-group scaling.
+#   (with the format right, reward 0.1 for all). The sentence above the GRPO curves gives the
+#   share in each half of the run. When it is high and rising, raise the temperature or the group
+#   size, or train on problems of the right difficulty (curriculum); exercise 1 removes the
+#   per-group scaling.
 #
 # ## Where GRPO fits: one move, checked on the spot
 #
@@ -268,22 +330,37 @@ def play(policy, opponent):
 
 
 ttt_before = {opponent: play(ttt_policy, opponent) for opponent in ("random", "minimax")}
-ttt_run = train_grpo_on_moves(ttt_policy, ttt_settings, out_dir=runs_dir / "grpo-tictactoe-moves")
+ttt_run = train_grpo_on_moves(ttt_policy, ttt_settings, out_dir=runs_dir / "grpo-tictactoe-moves", progress=False)
 ttt_after = {opponent: play(ttt_policy, opponent) for opponent in ("random", "minimax")}
 columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
 pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("random", "minimax")
               for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[columns].round(3)
 
 # %%
-fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_rate", "frac_reward_zero_std"],
-                      title="GRPO on tic-tac-toe moves: reward, optimal moves, groups with nothing to learn")
-
-# %%
 ttt_changes = [compare_summaries(f"against {opponent}, the {name}", ttt_before[opponent], ttt_after[opponent], key)
                for opponent, key, name in (("minimax", "draw_rate", "draw rate"), ("random", "loss_rate", "loss rate"))]
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
     f"Sampled: {trend(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
+    f"{largest_fall(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
     f"{trend(ttt_run.history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')}.")
+
+# %%
+fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_rate", "frac_reward_zero_std"],
+                      title="GRPO on tic-tac-toe moves: reward, optimal moves, zero-std groups")
+
+# %% [markdown]
+# What to see in the curves. The reward and the share of optimal moves should rise together, and
+# the zero-std share with them: it counts the groups whose eight answers all landed on moves of the
+# same value (all keeping the draw, all taking the win, or all losing). Those groups teach nothing;
+# the gradient comes from the positions where the answers disagree, and as the policy gets more of
+# them right, fewer groups disagree. That is GRPO working as intended, and the reason a harder set
+# of positions, or larger groups, would be the next step. A dip in the optimal share that recovers
+# is a step whose few positions happened to be hard. A fall that lasts (printed above as "not
+# recovered") means the updates are unlearning moves: if the zero-std share is falling at the same
+# time, the answers are spreading out (check the learning rate); if it is rising while the reward
+# falls, more groups are all losing alike and the policy is getting no signal to climb back with.
+
+# %%
 grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
 if grpo_ttt_seeds:
     say("Recorded runs (`benchmarks/tictactoe_rl_seeds.py --algo grpo`, 200 games each):",
@@ -301,17 +378,16 @@ if grpo_ttt_seeds:
     display(table.round(3))
 
 # %% [markdown]
-# What to read here. The zero-std share (printed above) counts the groups whose eight answers all
-# landed on moves of the same value: all keeping the draw, all taking the win, or all losing. Those
-# groups teach nothing; the gradient comes from the positions where the answers disagree, and as
-# the policy gets more of them right, fewer groups disagree. That is GRPO working as intended, and
-# the reason a harder set of positions, or larger groups, would be the next step. The draws against minimax are the held-out test: minimax punishes every move that
-# throws the draw away, which is exactly what the reward penalises, even though no training
-# position came from a game against it. The recorded seeds say whether the change recurs from
-# other starts. The table's three algorithms did not get the same budget (chapter 5's REINFORCE
-# samples the most, from whole games); it shows where each run ended, not which algorithm is
-# better. A first setting, trained on every position of the random games, did not move the
-# draws; its record is in `benchmarks/results/grpo_tictactoe.md`.
+# The draws against minimax are the held-out test: minimax punishes every move that throws the
+# draw away, which is exactly what the reward penalises, even though no training position came
+# from a game against it. So the result to look for is a draw rate against minimax that rose beyond
+# noise in this run (the sentence under the before-and-after table) and in most of the recorded
+# seeds (the sentence above). The table's three algorithms did not get the same budget (chapter
+# 5's REINFORCE samples the most, from whole games); it shows where each run ended, not which
+# algorithm is better. An earlier setting, with every position of the random games and a larger
+# learning rate, did not move the draws in its one recorded run
+# (`benchmarks/results/grpo_tictactoe.md`); it changed both at once, so it cannot say which of
+# the two mattered.
 #
 # ## Summary
 #
@@ -321,14 +397,15 @@ if grpo_ttt_seeds:
 #   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
 #   tiny model never learnt. Where the start has the skill and lacks the consistency, RL can move
 #   a held-out test: tic-tac-toe against minimax, tried with REINFORCE and PPO over whole games
-#   (chapters 5 and 6) and with GRPO over single moves scored by a solver (the last section). Each
-#   of those sections prints whether its own run moved it beyond noise, and how often the recorded
-#   seeds did: read them, not this summary, for the outcome.
-# - REINFORCE (with a baseline per state, chapter 5) is the simplest (no critic, no groups); PPO adds a critic and several
-#   epochs per batch; GRPO replaces the critic with groups, and loses every group whose answers all
-#   score alike. What each cost per token on your machine is in the cost table: on a CPU, how an
-#   implementation batches its work (TRL's trainer against this book's loops) matters as much as
-#   the algorithm.
+#   (chapters 5 and 6) and with GRPO over single moves scored by a solver (the last section). The
+#   sign that it did is a draw rate against minimax that rose beyond noise; each of those sections
+#   prints whether its own run got there and how many of the recorded seeds did, so this summary
+#   does not take it for granted.
+# - REINFORCE (with a baseline per state, chapter 5) is the simplest (no critic, no groups); PPO
+#   adds a critic and several epochs per batch; GRPO replaces the critic with groups, and loses
+#   every group whose answers all score alike. What each cost per token on your machine is in the
+#   cost table: on a CPU, how an implementation batches its work (TRL's trainer against this book's
+#   loops) can matter as much as the algorithm.
 # - Read each algorithm's own diagnostic before its reward curve: ReBN's entropy (chapter 5), PPO's
 #   explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std` (above).
 #

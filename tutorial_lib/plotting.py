@@ -10,9 +10,12 @@ COLORS = {"random": "#c44e52", "expert": "#4c72b0", "win": "#55a868", "draw": "#
 
 
 def bar_compare(
-    values: Mapping[str, Mapping[str, float]], *, title: str, ylabel: str, ax=None, ylim=(0, 1.05)
+    values: Mapping[str, Mapping[str, float]], *, title: str, ylabel: str, ax=None, ylim=(0, 1.05),
+    label_size: float = 9,
 ):
-    """Grouped bars: ``values[group][series]``, e.g. success rate per game for random vs expert."""
+    """Grouped bars: ``values[group][series]``, e.g. success rate per game for random vs expert.
+    Each bar carries its value, in ``label_size`` points (at the book's page width a figure of
+    7-8 inches is shown at about its size, so 9 points stay readable)."""
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
     groups = list(values)
     series = list(dict.fromkeys(s for g in groups for s in values[g]))
@@ -21,7 +24,7 @@ def bar_compare(
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         ys = [values[group].get(name, 0.0) for group in groups]
         bars = ax.bar(xs, ys, width, label=name, color=COLORS.get(name))
-        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+        ax.bar_label(bars, fmt="%.2f", fontsize=label_size)
     ax.set_xticks(range(len(groups)), groups)
     ax.set(title=title, ylabel=ylabel, ylim=ylim)
     ax.legend(frameon=False)
@@ -74,15 +77,26 @@ def token_strip(tokens: Sequence[str], trained: Sequence[bool], *, title: str, a
 
 
 def learning_curves(
-    runs: Mapping[str, Sequence[Mapping[str, float]]], keys: Sequence[str], *, title: str, smooth: int = 3
+    runs: Mapping[str, Sequence[Mapping[str, float]]], keys: Sequence[str], *, title: str, smooth: int = 3,
+    columns: int | None = None,
 ):
     """One panel per metric in ``keys``, one line per run; ``runs[name]`` is a list of per-iteration
     metric dicts (``RLResult.history``). Lines are a running mean over ``smooth`` iterations, the
-    raw values faint behind them: one iteration's batch is noisy."""
+    raw values faint behind them: one iteration's batch is noisy.
+
+    The panels fill a grid ``columns`` wide (by default up to three across, two for four panels), so
+    that the figure stays within about 8 inches, the width of the book's page, whatever the number
+    of metrics; a row of five panels would be shrunk until its labels could not be read."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.2), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    columns = columns or (len(keys) if len(keys) <= 3 else 2 if len(keys) == 4 else 3)
+    rows = -(-len(keys) // columns)
+    width = {1: 4.5, 2: 7.0}.get(columns, 8.0)
+    fig, axes = plt.subplots(rows, columns, figsize=(width, 2.5 * rows + 0.5), squeeze=False)
+    panels = [ax for row in axes for ax in row]
+    for ax in panels[len(keys):]:  # a grid with more cells than metrics: leave the rest empty
+        ax.set_visible(False)
+    for ax, key in zip(panels, keys):
         for name, history in runs.items():
             steps = [row["step"] for row in history if key in row]
             values = [row[key] for row in history if key in row]
@@ -90,10 +104,10 @@ def learning_curves(
                         for i in range(len(values))]
             (line,) = ax.plot(steps, smoothed, label=name)
             ax.plot(steps, values, color=line.get_color(), alpha=0.25, linewidth=0.8)
-        ax.set_title(key.replace("_", " "))
+        ax.set_title(key.replace("_", " "), fontsize=11)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(title)
+    panels[0].legend(fontsize=9)
+    fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     return fig
