@@ -61,6 +61,7 @@ from tutorial_lib.report import (
     across_runs,
     compare_math,
     compare_summaries,
+    largest_fall,
     recorded_runs,
     say,
     show_source,
@@ -101,21 +102,6 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
 
 
 before, after = {}, {}  # greedy results of every workload, before and after PPO
-
-
-def largest_fall(history, key, label, smooth=3):
-    """How far the figure's smoothed line for ``key`` (a running mean over ``smooth`` iterations) fell
-    below its best value so far, at worst, and where it ended: a dip the run recovered from and a fall
-    that lasted to the end read differently."""
-    rows = [row for row in history if key in row]
-    line = pd.Series([row[key] for row in rows]).rolling(smooth, min_periods=1).mean()
-    below = line.cummax() - line
-    if below.max() == 0:
-        return f"the smoothed {label} never fell below its best so far"
-    worst, end = float(below.max()), float(below.iloc[-1])
-    ending = ("back at its best" if end == 0 else "mostly recovered" if end < worst / 2 else "not recovered")
-    return (f"the smoothed {label} fell at most {worst:.3f} below its best so far (iteration "
-            f"{rows[int(below.idxmax())]['step']}) and ended {end:.3f} below it ({ending})")
 
 
 # %% [markdown]

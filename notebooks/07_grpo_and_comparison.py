@@ -63,6 +63,7 @@ from tutorial_lib.report import (
     compare_math,
     compare_summaries,
     halves,
+    largest_fall,
     recorded_runs,
     say,
     show_source,
@@ -81,21 +82,6 @@ print(describe(preset))
 runs_dir = cache_root() / "runs" / preset.name
 settings = comparison_settings(preset)  # chapter 6's math settings are the common ground
 options = settings["PPO"].env_options
-
-
-def largest_fall(history, key, label, smooth=3):
-    """How far the figure's smoothed line for ``key`` (a running mean over ``smooth`` updates) fell
-    below its best value so far, at worst, and where it ended: a dip the run recovered from and a fall
-    that lasted to the end read differently."""
-    rows = [row for row in history if key in row]
-    line = pd.Series([row[key] for row in rows]).rolling(smooth, min_periods=1).mean()
-    below = line.cummax() - line
-    if below.max() == 0:
-        return f"the smoothed {label} never fell below its best so far"
-    worst, end = float(below.max()), float(below.iloc[-1])
-    ending = ("back at its best" if end == 0 else "mostly recovered" if end < worst / 2 else "not recovered")
-    return (f"the smoothed {label} fell at most {worst:.3f} below its best so far (step "
-            f"{rows[int(below.idxmax())]['step']}) and ended {end:.3f} below it ({ending})")
 
 
 # %% [markdown]
@@ -248,7 +234,7 @@ fig.tight_layout()
 grpo_history = runs["GRPO (TRL)"]
 first, second = halves(grpo_history, "frac_reward_zero_std")
 say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')};",
-    f"{trend(grpo_history, 'mean_return', 'mean reward')}; {largest_fall(grpo_history, 'mean_return', 'mean reward')};",
+    f"{trend(grpo_history, 'mean_return', 'mean reward')}; {largest_fall(grpo_history, 'mean_return', 'mean reward', unit='step')};",
     f"{trend(grpo_history, 'entropy')}.",
     f"So {first:.0%} and then {second:.0%} of the groups contributed no gradient at all:",
     "each update learnt from fewer and fewer problems." if second > first + 0.05 else
@@ -341,7 +327,7 @@ ttt_changes = [compare_summaries(f"against {opponent}, the {name}", ttt_before[o
                for opponent, key, name in (("minimax", "draw_rate", "draw rate"), ("random", "loss_rate", "loss rate"))]
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
     f"Sampled: {trend(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
-    f"{largest_fall(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
+    f"{largest_fall(ttt_run.history, 'optimal_rate', 'share of optimal moves', unit='step')};",
     f"{trend(ttt_run.history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')}.")
 
 # %%

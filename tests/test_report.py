@@ -181,3 +181,14 @@ def test_show_source_prints_the_current_code_of_a_loss(capsys):
     assert out.startswith("# tutorial_lib.ppo.clipped_surrogate\ndef clipped_surrogate(")
     assert "ratio.clamp(1 - clip_range, 1 + clip_range)" in out
     assert report.source_text(PPO.update).startswith("def update(self, rollout")  # a method, dedented
+
+
+def test_largest_fall_tells_a_dip_from_a_lasting_fall():
+    rows = lambda values: [{"step": i, "r": v} for i, v in enumerate(values, start=1)]  # noqa: E731
+    assert report.largest_fall(rows([0, 1, 2, 3]), "r", "return") == "the smoothed return never fell below its best so far"
+    recovered = report.largest_fall(rows([0, 3, 0, 0, 0, 3, 3, 3]), "r", "return", smooth=1)
+    assert "fell at most 3.000" in recovered and "(iteration 3)" in recovered and "back at its best" in recovered
+    lasting = report.largest_fall(rows([3, 3, 0, 0]), "r", "reward", smooth=1, unit="step")
+    assert "(step 3)" in lasting and "not recovered" in lasting
+    with pytest.raises(ValueError, match="no 'x'"):
+        report.largest_fall(rows([1]), "x", "x")

@@ -204,6 +204,32 @@ def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | Non
             f.write(line + "\n")
 
 
+def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3, unit: str = "iteration") -> str:
+    """How far a learning curve's smoothed line (``learning_curves``' running mean over ``smooth``
+    points) fell below its best so far, at worst, and where it ended: a dip the run recovered from
+    and a fall that lasted to the end read differently (chapters 6 and 7 print it under a figure).
+
+        "the smoothed return fell at most 0.120 below its best so far (iteration 7) and ended 0.020
+         below it (mostly recovered)"
+    """
+    rows = [row for row in history if key in row]
+    if not rows:
+        raise ValueError(f"no {key!r} in the history")
+    values = [float(row[key]) for row in rows]
+    line = [statistics.fmean(values[max(0, i - smooth + 1) : i + 1]) for i in range(len(values))]
+    best, below = -math.inf, []
+    for value in line:
+        best = max(best, value)
+        below.append(best - value)
+    worst = max(below)
+    if worst == 0:
+        return f"the smoothed {label} never fell below its best so far"
+    end = below[-1]
+    ending = "back at its best" if end == 0 else "mostly recovered" if end < worst / 2 else "not recovered"
+    return (f"the smoothed {label} fell at most {worst:.3f} below its best so far ({unit} "
+            f"{rows[below.index(worst)]['step']}) and ended {end:.3f} below it ({ending})")
+
+
 def halves(history: Sequence[dict], key: str) -> tuple[float, float]:
     """Mean of ``key`` over the first and the second half of a run's iterations (training curves
     are noisy from one batch to the next; half-run means are steadier than any single point)."""
