@@ -32,7 +32,7 @@
 # - the REINFORCE loss with an importance ratio, and the metrics that tell a healthy run (entropy,
 #   KL between sampler and trainer);
 # - what RL adds on top of SFT in GuessTheNumber and tic-tac-toe, measured (and why it can add
-#   nothing); and what γ and ReBN change.
+#   nothing); and what the choice of baseline changes.
 #
 # :::{admonition} What to expect at ci (chapters 5-7)
 # :class: tip
