@@ -288,9 +288,8 @@ class PPO(Algorithm):
         """V of the state each truncated episode stopped in, by episode index (detail 5)."""
         # an episode that hit its limit but whose game ended there (GuessTheNumber, as in GEM,
         # returns both flags on its last turn) has nothing left to estimate
-        cut = [i for i, r in enumerate(rollout.records) if r.truncated and not r.terminated]
-        if not self.settings.bootstrap_truncated:
-            cut = []
+        cut = ([i for i, r in enumerate(rollout.records) if r.truncated and not r.terminated]
+               if self.settings.bootstrap_truncated else [])
         if not cut:
             return {}
         # the prompt the policy would have read next
