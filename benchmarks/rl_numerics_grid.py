@@ -1,6 +1,6 @@
 """An RL recipe over seeds x thread counts x kernel sets: does its conclusion survive another CPU?
 
-    python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [--seeds 0 1 2] [--threads 1 2]
+    python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [ttt-reinforce ttt-ppo] [--seeds 0 1 2] [--threads 1 2]
         [--kernels default avx2] [--normalise rebn_state rebn] [--out benchmarks/results/F.jsonl]
 
 Training on one CPU with one thread setting is deterministic; across CPUs and thread counts the
@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
@@ -94,9 +95,35 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
             "return_curve": [round(row["mean_return"], 3) for row in run.history]}
 
 
+def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normalises: list[str], preset: str,
+              main_cache: Path, scratch: Path) -> list[dict]:
+    """Every recipe of one (kernels, threads, seed) cell, one fresh process each, in one cache of its own:
+    recipes on the same game share the SFT checkpoint, as chapters 5 and 6 do."""
+    cache = scratch / f"{kernels}-{threads}-{seed}"
+    # the tiny model and its tokenizer are built from a config, not trained: copied as they are
+    for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
+        if not (cache / built.name).exists():
+            shutil.copytree(built, cache / built.name)
+    env = {**os.environ, "TUTORIAL_THREADS": str(threads), "TUTORIAL_CACHE": str(cache)}
+    env.pop("OMP_NUM_THREADS", None)
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    if kernels != "default":
+        env["ATEN_CPU_CAPABILITY"] = kernels
+    lines = []
+    for recipe in recipes:
+        for normalise in normalises if RECIPES[recipe]["algo"] == "reinforce" else normalises[:1]:
+            out = subprocess.run([sys.executable, __file__, "--recipe", recipe, "--preset", preset,
+                                  "--cell", str(seed), normalise], env=env, capture_output=True, text=True)
+            if out.returncode:
+                print(out.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"cell {recipe}/{kernels}/{threads}/{seed}/{normalise} failed")
+            lines.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", choices=sorted(RECIPES), required=True)
+    parser.add_argument("--recipe", choices=sorted(RECIPES), nargs="+", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--kernels", nargs="+", default=["default", "avx2"])
@@ -105,8 +132,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
     parser.add_argument("--cell", nargs=2, metavar=("SEED", "NORMALISE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.cell:  # a child: one cell, its numerics already in the environment
-        print(json.dumps(run_cell(args.recipe, int(args.cell[0]), args.cell[1], args.preset)))
+    if args.cell:  # a child: one recipe of one cell, its numerics already in the environment
+        print(json.dumps(run_cell(args.recipe[0], int(args.cell[0]), args.cell[1], args.preset)))
         return
 
     from tutorial_lib.cache import cache_root
@@ -116,27 +143,18 @@ def main() -> None:
     preset = get_preset(args.preset)
     main_cache = cache_root()
     scratch = Path(tempfile.mkdtemp(prefix="rl-grid-"))
+    cores = os.cpu_count() or 1
     try:
-        for kernels in args.kernels:
-            for threads in args.threads:
-                cache = scratch / f"{kernels}-{threads}"
-                # the tiny model and its tokenizer are built from a config, not trained: copied as they are
-                for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
-                    if not (cache / built.name).exists():
-                        shutil.copytree(built, cache / built.name)
-                env = {**os.environ, "TUTORIAL_THREADS": str(threads), "TUTORIAL_CACHE": str(cache)}
-                env.pop("OMP_NUM_THREADS", None)
-                env.pop("ATEN_CPU_CAPABILITY", None)
-                if kernels != "default":
-                    env["ATEN_CPU_CAPABILITY"] = kernels
-                for seed in args.seeds:
-                    for normalise in args.normalise:
-                        out = subprocess.run([sys.executable, __file__, "--recipe", args.recipe, "--preset", args.preset,
-                                              "--cell", str(seed), normalise], env=env, capture_output=True, text=True)
-                        if out.returncode:
-                            print(out.stderr[-3000:], file=sys.stderr)
-                            raise SystemExit(f"cell {kernels}/{threads}/{seed}/{normalise} failed")
-                        record_run(json.loads(out.stdout.strip().splitlines()[-1]), args.out, preset=preset)
+        for threads in args.threads:
+            # cells with a fixed thread count run side by side as long as each gets its own cores,
+            # so their numerics are what they would be alone (only their speed is shared)
+            cells = [(kernels, seed) for kernels in args.kernels for seed in args.seeds]
+            with ThreadPoolExecutor(max_workers=max(1, cores // threads)) as pool:
+                futures = [pool.submit(run_cells, args.recipe, kernels, threads, seed, args.normalise, args.preset,
+                                       main_cache, scratch) for kernels, seed in cells]
+                for future in as_completed(futures):
+                    for line in future.result():
+                        record_run(line, args.out, preset=preset)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
