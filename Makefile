@@ -44,10 +44,10 @@ test: $(STAMP)
 # Every command-line stage at the full preset with the offline pretrained model and the smallest
 # counts (a few minutes on a CPU): the path a GPU user takes, run where no GPU or hub is.
 smoke-full: $(STAMP)
-	$(BIN)/python -m tutorial_lib.smoke --out _build/smoke-full
+	$(BIN)/python -m tutorial_lib.book_tools.smoke --out _build/smoke-full
 
 check-notebooks: $(STAMP)
-	$(BIN)/python -m tutorial_lib.book check-notebooks
+	$(BIN)/python -m tutorial_lib.book_tools.book check-notebooks
 
 sync-notebooks: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/*.py
@@ -57,17 +57,17 @@ sync-notebooks: $(STAMP)
 IPYTHON_STARTUP := _build/ipython/profile_default/startup
 
 # The chapters execute first, BOOK_JOBS at a time where one does not need another's results
-# (tutorial_lib/book_execute.py), into the cache the build then reads: every build executes every chapter.
+# (tutorial_lib/book_tools/book_execute.py), into the cache the build then reads: every build executes every chapter.
 BOOK_JOBS ?= 2
 
 book: $(STAMP) check-notebooks
 	rm -rf _build/html _build/jupyter_execute _build/.jupyter_cache _build/cell_times.jsonl _build/chapter_runs.json
 	mkdir -p $(IPYTHON_STARTUP)
-	echo "from tutorial_lib.book import time_cells; time_cells('$(CURDIR)/_build/cell_times.jsonl')" > $(IPYTHON_STARTUP)/00-time-cells.py
-	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/python -m tutorial_lib.book execute --jobs $(BOOK_JOBS)
+	echo "from tutorial_lib.book_tools.book import time_cells; time_cells('$(CURDIR)/_build/cell_times.jsonl')" > $(IPYTHON_STARTUP)/00-time-cells.py
+	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/python -m tutorial_lib.book_tools.book_execute --jobs $(BOOK_JOBS)
 	IPYTHONDIR=$(CURDIR)/_build/ipython TUTORIAL_SCALE=$(TUTORIAL_SCALE) $(BIN)/jupyter-book build . --warningiserror --keep-going
-	$(BIN)/python -m tutorial_lib.book check-html _build/html
-	$(BIN)/python -m tutorial_lib.book cell-times _build/cell_times.jsonl
+	$(BIN)/python -m tutorial_lib.book_tools.book check-html _build/html
+	$(BIN)/python -m tutorial_lib.book_tools.book cell-times _build/cell_times.jsonl
 
 lint: $(STAMP)
 	$(BIN)/ruff check tutorial_lib tests benchmarks notebooks/*.py

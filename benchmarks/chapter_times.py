@@ -75,7 +75,7 @@ def main() -> None:
         known = ", ".join(sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
         parser.error(f"no such chapter: {', '.join(missing)} (the chapters: {known})")
     if args.timeout is None:
-        from tutorial_lib.book_execute import execute_settings
+        from tutorial_lib.book_tools.book_execute import execute_settings
 
         args.timeout = execute_settings()["timeout"]
     neighbour = None

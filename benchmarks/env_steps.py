@@ -8,7 +8,7 @@ The games' own cost, without any model: a lower bound on what a rollout of that 
 import argparse
 
 from tutorial_lib import envs
-from tutorial_lib.evaluate import steps_per_second
+from tutorial_lib.evaluation.evaluate import steps_per_second
 
 
 def main() -> None:

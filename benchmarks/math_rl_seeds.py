@@ -13,13 +13,13 @@ import argparse
 import time
 from dataclasses import replace
 
-from tutorial_lib.cache import cache_root
 from tutorial_lib.comparison import compare_on_math
-from tutorial_lib.evaluate import math_accuracy
+from tutorial_lib.evaluation.evaluate import math_accuracy
 from tutorial_lib.pipeline import rl_settings, sft_policy
-from tutorial_lib.ppo import train_ppo
 from tutorial_lib.presets import get_preset
 from tutorial_lib.report import record_run
+from tutorial_lib.rl.ppo import train_ppo
+from tutorial_lib.runtime.cache import cache_root
 
 SHORT = {"accuracy (training problems)": "train", "accuracy (new problems)": "new", "format_accuracy": "format"}
 

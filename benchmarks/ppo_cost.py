@@ -24,11 +24,11 @@ import tempfile
 
 from sft_cost import build  # noqa: E402  (same folder: the Qwen architecture and LoRA set-up)
 
-from tutorial_lib.device import PeakMemory, device_kind
-from tutorial_lib.models import OFFLINE_MODELS
-from tutorial_lib.policies import LanguagePolicy
-from tutorial_lib.ppo import PPOSettings, train_ppo
+from tutorial_lib.lm.models import OFFLINE_MODELS
+from tutorial_lib.lm.policies import LanguagePolicy
 from tutorial_lib.presets import get_preset
+from tutorial_lib.rl.ppo import PPOSettings, train_ppo
+from tutorial_lib.runtime.device import PeakMemory, device_kind
 
 
 def main() -> None:

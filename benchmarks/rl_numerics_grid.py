@@ -54,12 +54,13 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
     """One cell, in this process (whose numerics the parent set through the environment)."""
     import torch
 
-    from tutorial_lib.cache import cache_root
-    from tutorial_lib.device import cpu_name
-    from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
-    from tutorial_lib.ppo import train_ppo
+    from tutorial_lib.evaluation.evaluate import evaluate_policy
+    from tutorial_lib.pipeline import rl_settings, sft_policy
     from tutorial_lib.presets import get_preset
-    from tutorial_lib.reinforce import train_reinforce
+    from tutorial_lib.rl.ppo import train_ppo
+    from tutorial_lib.rl.reinforce import train_reinforce
+    from tutorial_lib.runtime.cache import cache_root
+    from tutorial_lib.runtime.device import cpu_name
 
     spec = RECIPES[recipe]
     game, preset = spec["game"], get_preset(preset_name)
@@ -136,9 +137,9 @@ def main() -> None:
         print(json.dumps(run_cell(args.recipe[0], int(args.cell[0]), args.cell[1], args.preset)))
         return
 
-    from tutorial_lib.cache import cache_root
     from tutorial_lib.presets import get_preset
     from tutorial_lib.report import record_run
+    from tutorial_lib.runtime.cache import cache_root
 
     preset = get_preset(args.preset)
     main_cache = cache_root()

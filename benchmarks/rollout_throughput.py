@@ -5,7 +5,7 @@
         --model ~/.cache/tutorial_lib/sft/<checkpoint> --envs 8 16 32 64 --batch-sizes-only
 
 The baseline is the TextWorld tutorial's loop: one episode at a time, one ``generate`` call per
-turn with a batch of one. Against it, :func:`tutorial_lib.rollout.collect` with N games side by
+turn with a batch of one. Against it, :func:`tutorial_lib.rl.rollout.collect` with N games side by
 side (one ``generate`` per turn over all live games), and the largest N once more without
 prefix sharing (``LanguagePolicy.share_prefix``: the prompts' common start computed once per
 batch). Same model, same seeds, same sampling preset (``rl``), in the same run, after a warm-up
@@ -26,10 +26,10 @@ import torch
 
 from tutorial_lib import envs
 from tutorial_lib.__main__ import env_option
-from tutorial_lib.models import load_policy
-from tutorial_lib.policies import EpisodeState
-from tutorial_lib.prompts import Turn
-from tutorial_lib.rollout import collect
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.lm.policies import EpisodeState
+from tutorial_lib.lm.prompts import Turn
+from tutorial_lib.rl.rollout import collect
 
 
 def one_at_a_time(policy, game: str, seeds: range, env_options: dict) -> dict[str, float]:

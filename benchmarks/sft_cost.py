@@ -23,11 +23,10 @@ import time
 
 import torch
 
-from tutorial_lib.device import can_load_in_4bit, default_dtype, device_kind
-from tutorial_lib.expert_data import SelfPlayConfig, expert_examples, mcts_selfplay, tictactoe_examples
-from tutorial_lib.models import OFFLINE_MODELS, lora_config, reference_tokenizer
-from tutorial_lib.presets import PRETRAINED_LORA
-from tutorial_lib.sft import tokenize_examples
+from tutorial_lib.data.expert_data import SelfPlayConfig, expert_examples, mcts_selfplay, tictactoe_examples
+from tutorial_lib.data.sft import tokenize_examples
+from tutorial_lib.lm.models import DEFAULT_LORA, OFFLINE_MODELS, lora_config, reference_tokenizer
+from tutorial_lib.runtime.device import can_load_in_4bit, default_dtype, device_kind
 
 # From Qwen/Qwen2.5-0.5B-Instruct's config.json (Qwen2ForCausalLM).
 QWEN25_05B = dict(
@@ -52,14 +51,14 @@ def build(model_name: str, mode: str):
         if not possible:
             raise SystemExit(f"--mode qlora: {why}")
     if model_name == "tiny":
-        from tutorial_lib.models import load_policy
+        from tutorial_lib.lm.models import load_policy
 
         policy = load_policy("tiny", lora=mode == "lora" or None)
         return policy.model, policy.tokenizer
     if model_name in OFFLINE_MODELS:
-        from tutorial_lib.models import load_policy
+        from tutorial_lib.lm.models import load_policy
 
-        policy = load_policy(model_name, lora=PRETRAINED_LORA if mode != "full" else None,
+        policy = load_policy(model_name, lora=DEFAULT_LORA if mode != "full" else None,
                              load_in_4bit=mode == "qlora")
         return policy.model, policy.tokenizer
     tokenizer = reference_tokenizer()
@@ -108,7 +107,7 @@ def main() -> None:
 
     model, tokenizer = build(args.model, args.mode)
     rows = tokenize_examples(tokenizer, examples_for(args.game, args.batch_size * 4))
-    from tutorial_lib.tokenization import collate_examples
+    from tutorial_lib.lm.tokenization import collate_examples
 
     optimizer_name = "paged_adamw_8bit" if args.mode == "qlora" else "adamw"
     if args.mode == "qlora":

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_part(part: int, parts: int) -> float:
-    from tutorial_lib.models import load_policy
+    from tutorial_lib.data.sft import train_sft
+    from tutorial_lib.lm.models import load_policy
     from tutorial_lib.pipeline import expert_data, sft_settings
     from tutorial_lib.presets import get_preset
-    from tutorial_lib.sft import train_sft
 
     preset = get_preset("ci")
     examples = expert_data("cookingworld", preset)

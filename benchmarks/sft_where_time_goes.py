@@ -110,10 +110,10 @@ def main() -> None:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from tutorial_lib.models import load_policy
+    from tutorial_lib.data.sft import tokenize_examples, train_sft
+    from tutorial_lib.lm.models import load_policy
     from tutorial_lib.pipeline import expert_data, sft_settings
     from tutorial_lib.presets import get_preset
-    from tutorial_lib.sft import tokenize_examples, train_sft
 
     preset = get_preset("ci")
     settings = sft_settings(args.game, preset)

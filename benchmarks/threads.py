@@ -36,7 +36,7 @@ def measure(threads: int, steps: int) -> float:
     """Median seconds per training step of the tiny model with ``threads`` torch threads."""
     import torch
 
-    from tutorial_lib.models import load_policy
+    from tutorial_lib.lm.models import load_policy
 
     torch.set_num_threads(threads)
     model = load_policy("tiny").model

@@ -1,4 +1,4 @@
-"""Threads fitted to the load (``tutorial_lib.cpu_threads``) against torch's fixed default.
+"""Threads fitted to the load (``tutorial_lib.runtime.cpu_threads``) against torch's fixed default.
 
     python benchmarks/threads_fitted.py [--games 256] [--steps 100] [--neighbour-threads 1 2]
 
@@ -24,9 +24,9 @@ from threads import neighbour  # benchmarks/threads.py: the same busy neighbour
 def measure(games: int, steps: int) -> dict:
     import torch
 
-    from tutorial_lib.cpu_threads import fit_threads
-    from tutorial_lib.episodes import run_episodes
-    from tutorial_lib.models import load_policy
+    from tutorial_lib.evaluation.episodes import run_episodes
+    from tutorial_lib.lm.models import load_policy
+    from tutorial_lib.runtime.cpu_threads import fit_threads
 
     policy = load_policy("tiny", seed=0)
     fit_threads(now=True)  # the first look: the window starts now
@@ -45,7 +45,7 @@ def measure(games: int, steps: int) -> dict:
         optimizer.step()
         optimizer.zero_grad()
     trained = time.perf_counter() - start
-    from tutorial_lib import cpu_threads
+    from tutorial_lib.runtime import cpu_threads
 
     changes = cpu_threads._GOVERNOR.decisions if cpu_threads._GOVERNOR else 0
     return {"play_seconds": round(played, 2), "train_seconds": round(trained, 2),

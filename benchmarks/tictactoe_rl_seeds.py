@@ -18,13 +18,14 @@ import argparse
 import time
 from dataclasses import replace
 
-from tutorial_lib.cache import cache_root
-from tutorial_lib.pipeline import evaluate_policy, grpo_settings, rl_settings, sft_policy
-from tutorial_lib.ppo import train_ppo
+from tutorial_lib.evaluation.evaluate import evaluate_policy
+from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
 from tutorial_lib.presets import get_preset
-from tutorial_lib.reinforce import train_reinforce
 from tutorial_lib.report import record_run
-from tutorial_lib.tictactoe_moves import train_grpo_on_moves
+from tutorial_lib.rl.ppo import train_ppo
+from tutorial_lib.rl.reinforce import train_reinforce
+from tutorial_lib.rl.tictactoe_moves import train_grpo_on_moves
+from tutorial_lib.runtime.cache import cache_root
 
 
 def evaluate(policy, preset, opponent: str) -> dict[str, float]:

@@ -46,9 +46,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs, plotting
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import steps_per_second, summarize
-from tutorial_lib.policies import ExpertPolicy, RandomPolicy
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import steps_per_second, summarize
+from tutorial_lib.lm.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import say
 

@@ -52,24 +52,24 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs, plotting
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import summarize
-from tutorial_lib.models import load_policy, reference_tokenizer
-from tutorial_lib.parsing import (
+from tutorial_lib.envs.parsing import (
     parse_boxed_integer,
     parse_final_answer,
     parse_text_action,
     parse_tictactoe_move,
 )
-from tutorial_lib.policies import ExpertPolicy
-from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.prompts import PROMPT_SPECS, Turn, build_messages, render_chat
-from tutorial_lib.tokenization import (
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.lm.models import load_policy, reference_tokenizer
+from tutorial_lib.lm.policies import ExpertPolicy
+from tutorial_lib.lm.prompts import PROMPT_SPECS, Turn, build_messages, render_chat
+from tutorial_lib.lm.tokenization import (
     IGNORE_INDEX,
     boundary_mismatch,
     encode_prompt_completion,
     left_padded_batch,
 )
+from tutorial_lib.presets import describe, get_preset
 
 preset = get_preset()
 print(describe(preset))
@@ -91,7 +91,7 @@ print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabular
 # 4. the **valid actions**, for games that have a finite list;
 # 5. a reminder of the **answer format**, last, right where the model starts writing.
 #
-# Each game has its own settings (`PromptSpec` in `tutorial_lib/prompts.py`): the window
+# Each game has its own settings (`PromptSpec` in `tutorial_lib/lm/prompts.py`): the window
 # (`history_window`), whether the valid actions are listed, the format reminder, how many past
 # actions are listed (`action_history`), which observation is remembered (`remember_prefix`), and
 # whether the valid actions come before the observation (`actions_first`):

@@ -50,7 +50,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs
-from tutorial_lib.expert_data import (
+from tutorial_lib.data.expert_data import (
     CUT_VERBS,
     SelfPlayConfig,
     augment_with_symmetries,
@@ -62,12 +62,12 @@ from tutorial_lib.expert_data import (
     save_examples,
     tictactoe_examples,
 )
-from tutorial_lib.minimax import minimax_values
-from tutorial_lib.models import load_policy
+from tutorial_lib.envs.minimax import minimax_values
+from tutorial_lib.lm.models import load_policy
 from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import say
-from tutorial_lib.tictactoe_moves import move_state
+from tutorial_lib.rl.tictactoe_moves import move_state
 
 preset = get_preset()
 print(describe(preset))
@@ -106,7 +106,7 @@ pd.Series(summary).to_frame("self-play")
 
 # %% [markdown]
 # MCTS with 1000 simulations almost always finds an optimal move. Where does it not? Below are
-# the first three positions it got wrong. For each, the minimax solver (`tutorial_lib.minimax`)
+# the first three positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`)
 # gives the value of every legal move under perfect play by both sides: MCTS's move, and all the
 # moves that keep the position's best value.
 
@@ -406,7 +406,7 @@ dataset.to_pandas().head(3)
 #   combinations the training games never show).
 #
 # ## Exercises
-# 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.minimax.minimax_move`).
+# 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.envs.minimax.minimax_move`).
 #    How many labels change at 1000 simulations? At 30?
 # 2. Play 200 self-play games with epsilon 0 and with epsilon 0.5. Which covers more of the 4,520
 #    non-terminal positions of tic-tac-toe?

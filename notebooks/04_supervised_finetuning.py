@@ -54,18 +54,18 @@ import torch
 from IPython.display import Markdown, display
 from myst_nb import glue
 
+from tutorial_lib.data.sft import completion_logits, sft_config, tokenize_examples, train_sft
+from tutorial_lib.envs.parsing import parse_tictactoe_move
 from tutorial_lib.envs.tictactoe import completing_squares
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import math_accuracy
-from tutorial_lib.models import load_policy
-from tutorial_lib.parsing import parse_tictactoe_move
-from tutorial_lib.pipeline import evaluate_policy, expert_data, sft_dir, sft_settings
-from tutorial_lib.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
-from tutorial_lib.presets import PRETRAINED_LORA, describe, get_preset
-from tutorial_lib.prompts import render_chat
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import evaluate_policy, math_accuracy
+from tutorial_lib.lm.models import DEFAULT_LORA, load_policy
+from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
+from tutorial_lib.lm.prompts import render_chat
+from tutorial_lib.lm.tokenization import encode_prompt_completion
+from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
+from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import RESULTS_DIR, compare_summaries, say, show_source
-from tutorial_lib.sft import completion_logits, sft_config, tokenize_examples, train_sft
-from tutorial_lib.tokenization import encode_prompt_completion
 
 preset = get_preset()
 print(describe(preset))
@@ -118,7 +118,7 @@ show_source(encode_prompt_completion)
 show_source(sft_config)
 
 # %% [markdown]
-# The trainer's `compute_loss` (in `tutorial_lib/sft.py`, a subclass of `SFTTrainer`) calls
+# The trainer's `compute_loss` (in `tutorial_lib/data/sft.py`, a subclass of `SFTTrainer`) calls
 # `completion_logits`. Look at `keep`: the labels are shifted by one, since position $t$ predicts
 # token $t+1$, and the output layer runs only where the label is not -100. The cross-entropy over
 # those positions is summed and divided by the number of completion tokens in the whole optimiser
@@ -156,11 +156,11 @@ show_source(completion_logits)
 # pretrained presets use (chapter 9 makes the same call on SmolLM2-135M):
 
 # %%
-lora_policy = load_policy("tiny", lora=PRETRAINED_LORA)
+lora_policy = load_policy("tiny", lora=DEFAULT_LORA)
 config = lora_policy.model.peft_config["default"]
 trainable, total = lora_policy.num_parameters(trainable_only=True), lora_policy.num_parameters()
 glue("tiny_parameters", total - trainable, display=False)  # the model itself: every parameter but the adapters
-print(f"load_policy('tiny', lora={PRETRAINED_LORA})")
+print(f"load_policy('tiny', lora={DEFAULT_LORA})")
 print(f"rank {config.r}, alpha {config.lora_alpha}: updates scaled by alpha/r = {config.lora_alpha / config.r:g}")
 print("adapted layers in each block:", sorted({name.rsplit(".", 1)[-1] for name in config.target_modules}))
 print(f"trainable: {trainable:,} of {total:,} parameters ({trainable / total:.1%})")

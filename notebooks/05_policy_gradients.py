@@ -80,13 +80,12 @@ import torch
 from IPython.display import display
 from myst_nb import glue
 
-from tutorial_lib.advantages import batch_returns, rebn, rebn_by_state
-from tutorial_lib.cache import cache_root
 from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
-from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
+from tutorial_lib.evaluation.evaluate import evaluate_policy
+from tutorial_lib.lm.sampling import SAMPLING, TokenSampler
+from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
 from tutorial_lib.report import (
     across_runs,
     compare_rates,
@@ -98,8 +97,10 @@ from tutorial_lib.report import (
     spread,
     trend,
 )
-from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect
-from tutorial_lib.sampling import SAMPLING, TokenSampler
+from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
+from tutorial_lib.rl.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.rl.rollout import TurnBatch, action_logprobs, collate_turns, collect
+from tutorial_lib.runtime.cache import cache_root
 
 preset = get_preset()
 print(describe(preset))
@@ -150,7 +151,7 @@ print(f"batched collection: {ratio:.1f}x the turns per second of one game at a t
 # row. Inverting the cumulative distribution needs one uniform number per row and a binary search,
 # and is just as exact: token $i$ is chosen when $u$ falls in $(F(i-1), F(i)]$, with probability
 # $p_i$. `LanguagePolicy` hands `generate` a logits processor that draws this way and keeps the
-# chosen token's log-probability (`tutorial_lib.sampling.TokenSampler`; a test checks the
+# chosen token's log-probability (`tutorial_lib.lm.sampling.TokenSampler`; a test checks the
 # frequencies). One token for a batch of 32 rows over the tiny vocabulary, both ways, from the
 # same logits: `generate`'s (softmax, then `torch.multinomial`) and the sampler's whole step
 # (log-softmax, inverse CDF, the log-probability kept):
@@ -621,6 +622,28 @@ if len(seed_runs):
     display(seed_runs[list(columns)].rename(columns=columns).round(3))
 
 # %% [markdown]
+# Seeds are one source of spread; the numerics are another. `benchmarks/rl_numerics_grid.py
+# --recipe ttt-reinforce ttt-ppo` runs the whole recipe (chapter 4's SFT, then this chapter's
+# REINFORCE; chapter 6's PPO from the same checkpoint) in fresh processes, each with its own
+# cache, under one and two threads and two kernel sets: this CPU's best (AVX-512) and `avx2`,
+# which rounds the way another CPU would. Each cell of the grid is a run a reader's machine could
+# produce. The cell below reads it for REINFORCE: the claim about minimax draws is as strong as the
+# count of cells where the draws rose beyond noise.
+
+# %%
+grid = pd.DataFrame(recorded_runs("tictactoe_rl_grid.jsonl", preset))
+if len(grid):
+    rows = grid[grid.recipe == "ttt-reinforce"]
+    say("Over the numerics grid (seeds x threads x kernels, 200 games each):",
+        across_runs(rows.to_dict("records"), "draws against minimax", "before_minimax_draw_rate",
+                    "after_minimax_draw_rate", 200) + ";",
+        across_runs(rows.to_dict("records"), "losses against random", "before_random_loss_rate",
+                    "after_random_loss_rate", 200, higher_is_better=False) + ".")
+    display(rows.set_index(["kernels", "threads", "seed"])[
+        ["before_minimax_draw_rate", "after_minimax_draw_rate", "before_random_loss_rate", "after_random_loss_rate"]]
+        .rename(columns=lambda c: c.replace("_rate", "").replace("_", " ")).round(3))
+
+# %% [markdown]
 # ## What the baseline changes
 #
 # Three short runs from the same SFT checkpoint, same seeds, same number of iterations: the
@@ -694,7 +717,8 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   deterministically, so REINFORCE has nothing to compare. Chapter 4's tic-tac-toe policy is strong
 #   against the random opponent it trains with, so the greedy rates there move by a few games
 #   either way; against minimax, an opponent it never trained with, the missed blocks are what
-#   loses, and that is where the sentences and the seed table above show whether RL helped.
+#   loses, and that is where RL can help: the sentence under this run says whether it did here, and
+#   the seed table and the numerics grid say how often it does on other starts and other machines.
 #
 # The same run from a terminal, resumable after an interruption:
 #

@@ -50,12 +50,14 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from tutorial_lib.advantages import gae
-from tutorial_lib.cache import cache_root
-from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, math_accuracy
-from tutorial_lib.pipeline import evaluate_policy, rl_settings, sft_policy
+from tutorial_lib.evaluation.evaluate import (
+    MATH_NEW_PROBLEMS,
+    MATH_TRAINING_PROBLEMS,
+    evaluate_policy,
+    math_accuracy,
+)
+from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
-from tutorial_lib.ppo import PPO, clipped_surrogate, clipped_value_loss, train_ppo
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
     across_runs,
@@ -67,16 +69,14 @@ from tutorial_lib.report import (
     show_source,
     trend,
 )
-from tutorial_lib.rollout import collate_turns, collect
+from tutorial_lib.rl.advantages import gae
+from tutorial_lib.rl.ppo import PPO, clipped_surrogate, clipped_value_loss, train_ppo
+from tutorial_lib.rl.rollout import collate_turns, collect
+from tutorial_lib.runtime.cache import cache_root
 
 preset = get_preset()
 print(describe(preset))
 runs_dir = cache_root() / "runs" / preset.name
-
-
-def evaluate(game, policy, episodes=None, **options):
-    """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up)."""
-    return evaluate_policy(game, policy, preset=preset, episodes=episodes, **options)
 
 
 def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
@@ -87,7 +87,7 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
     policy = sft_policy(game, preset)
     if stage[0] == 1:
         for name, options in evaluations.items():
-            before[name] = evaluate(game, policy, **options)
+            before[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
     settings = rl_settings(game, preset, "ppo")
     run = train_ppo(policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=False, stage=stage)
     if not run.finished:
@@ -95,7 +95,7 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
               "the next part resumes from its checkpoint")
         return run, None
     for name, options in evaluations.items():
-        after[name] = evaluate(game, policy, **options)
+        after[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
     table = pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
                           for name in evaluations}).T[columns]
     return run, table.round(3)
@@ -286,6 +286,24 @@ if len(ppo_seeds):
     display(ppo_seeds[list(columns)].rename(columns=columns).round(3))
 
 # %% [markdown]
+# Other machines round differently. The numerics grid of chapter 5 (`benchmarks/rl_numerics_grid.py`:
+# one and two threads, this CPU's kernels and `avx2`, two SFT data orders and RL seeds, each
+# cell a fresh process that trains its own SFT checkpoint) ran this PPO recipe too:
+
+# %%
+grid = pd.DataFrame(recorded_runs("tictactoe_rl_grid.jsonl", preset))
+if len(grid):
+    rows = grid[grid.recipe == "ttt-ppo"]
+    say("Over the numerics grid (200 games each):",
+        across_runs(rows.to_dict("records"), "draws against minimax", "before_minimax_draw_rate",
+                    "after_minimax_draw_rate", 200) + ";",
+        across_runs(rows.to_dict("records"), "losses against random", "before_random_loss_rate",
+                    "after_random_loss_rate", 200, higher_is_better=False) + ".")
+    display(rows.set_index(["kernels", "threads", "seed"])[
+        ["before_minimax_draw_rate", "after_minimax_draw_rate", "before_random_loss_rate", "after_random_loss_rate"]]
+        .rename(columns=lambda c: c.replace("_rate", "").replace("_", " ")).round(3))
+
+# %% [markdown]
 # Chapter 5's REINFORCE runs more batches of the same size from the same starts; this PPO uses
 # each of its batches twice. That is not a race between the two (chapter 7
 # holds the sampled tokens equal for that), only a second algorithm on the same task and the same
@@ -445,15 +463,16 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
 # held-out test RL can move: the policy already knows how to block and win, and RL can make it do
 # so more consistently. The sign that it did is a draw rate against minimax that rose beyond noise
-# (the sentence under the tic-tac-toe table says whether it did in this run; the recorded runs say
-# how often it did from other starts, and a run on another machine can go the other way). Math is
+# (the sentence under the tic-tac-toe table says whether it did in this run; the recorded runs and
+# the numerics grid say how often it did from other starts and under other rounding, which is the
+# strength the claim has on a reader's machine). Math is
 # a start whose held-out test needs knowledge RL cannot supply (the new problems need arithmetic
 # the tiny model never learnt), so the change to look for is on the training problems only.
 # CookingWorld at `ci` is a long game with too few episodes per update for a result: a check of
 # the machinery. The table above puts every before and after side by side; whether a difference
 # in it is more than noise is what the sentences in each section print.
 #
-# The implementation, detail by detail (the numbers match `tutorial_lib/ppo.py`'s docstring; the
+# The implementation, detail by detail (the numbers match `tutorial_lib/rl/ppo.py`'s docstring; the
 # PPO details follow Huang et al. {cite}`huang2022ppodetails` and CleanRL's `ppo.py`):
 #
 # | # | detail | why | source |

@@ -50,12 +50,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from tutorial_lib.advantages import group_normalise
-from tutorial_lib.cache import cache_root
 from tutorial_lib.comparison import ALGORITHMS, compare_on_math, comparison_settings
-from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
-from tutorial_lib.grpo import math_prompt_dataset, math_reward
-from tutorial_lib.pipeline import evaluate_policy, grpo_settings, sft_policy
+from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, evaluate_policy
+from tutorial_lib.pipeline import grpo_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
@@ -69,13 +66,16 @@ from tutorial_lib.report import (
     show_source,
     trend,
 )
-from tutorial_lib.tictactoe_moves import (
+from tutorial_lib.rl.advantages import group_normalise
+from tutorial_lib.rl.grpo import math_prompt_dataset, math_reward
+from tutorial_lib.rl.tictactoe_moves import (
     TRAINING_GAMES,
     minimax_reward,
     move_state,
     position_dataset,
     train_grpo_on_moves,
 )
+from tutorial_lib.runtime.cache import cache_root
 
 preset = get_preset()
 print(describe(preset))
@@ -116,7 +116,7 @@ show_source(group_normalise)
 #
 # ## GRPO through TRL
 #
-# `tutorial_lib.grpo` hands `GRPOTrainer` three things of ours: the prompts, built by the same
+# `tutorial_lib.rl.grpo` hands `GRPOTrainer` three things of ours: the prompts, built by the same
 # function the policies use (so the model trains on the token sequence it is evaluated on), the
 # reward, computed by playing each answer in the math game itself, and sampling settings that make
 # the sampler the policy. A reward call on four answers to one problem:
@@ -283,7 +283,7 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # player) knows the value of every move under perfect play by both sides, so a move can be scored
 # on its own, before any opponent replies: +1 if it keeps a forced win, 0 a draw, -1 if it hands the
 # opponent a forced win or names no legal move (chapter 5's forfeit rule). That is a verifiable
-# reward, like the math checker, and `tutorial_lib.tictactoe_moves` plugs it into the same
+# reward, like the math checker, and `tutorial_lib.rl.tictactoe_moves` plugs it into the same
 # `train_grpo` call through its `dataset` and `reward` arguments.
 #
 # The prompts are positions from games in which *both* sides move at random, kept only where the
@@ -310,14 +310,12 @@ print(f"{len(position_dataset(range(ttt_settings.first_seed, ttt_settings.first_
 ttt_policy = sft_policy("tictactoe", preset)
 
 
-def play(policy, opponent):
-    """200 greedy games against ``opponent`` (x and o alternately), chapters 5 and 6's evaluation."""
-    return evaluate_policy("tictactoe", policy, preset=preset, episodes=200, opponent=opponent)
-
-
-ttt_before = {opponent: play(ttt_policy, opponent) for opponent in ("random", "minimax")}
+# 200 greedy games against each opponent (x and o alternately): chapters 5 and 6's evaluation
+ttt_before = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent)
+              for opponent in ("random", "minimax")}
 ttt_run = train_grpo_on_moves(ttt_policy, ttt_settings, out_dir=runs_dir / "grpo-tictactoe-moves", progress=False)
-ttt_after = {opponent: play(ttt_policy, opponent) for opponent in ("random", "minimax")}
+ttt_after = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent)
+             for opponent in ("random", "minimax")}
 columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
 pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("random", "minimax")
               for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[columns].round(3)
@@ -409,7 +407,7 @@ if grpo_ttt_seeds:
 #
 # Training through it would train the model on a different prompt layout and action format from
 # the one it is evaluated with: exactly the kind of mismatch chapter 8 measures. The details, with
-# the TRL source lines, are in `tutorial_lib/grpo.py`'s docstring. Multi-turn games are trained
+# the TRL source lines, are in `benchmarks/results/grpo_trl_multiturn.md`. Multi-turn games are trained
 # with the book's own loop (chapters 5-6), where each turn is credited separately.
 #
 # ## Exercises

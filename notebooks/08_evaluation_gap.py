@@ -59,17 +59,17 @@ import pandas as pd
 import torch
 
 from tutorial_lib import envs, plotting
+from tutorial_lib.data.expert_data import recipe_permutations, rewrite_recipe
 from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import summarize
-from tutorial_lib.expert_data import recipe_permutations, rewrite_recipe
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.lm.policies import ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.lm.prompts import prompt_spec, render_chat
+from tutorial_lib.lm.tokenization import boundary_mismatch, encode_prompt_completion
 from tutorial_lib.pipeline import expert_data, sft_policy
-from tutorial_lib.policies import ExpertPolicy, LanguagePolicy, Sample
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.prompts import prompt_spec, render_chat
 from tutorial_lib.report import compare_rates, rate_noise, say, spread
-from tutorial_lib.rollout import collect, turn_logprobs
-from tutorial_lib.tokenization import boundary_mismatch, encode_prompt_completion
+from tutorial_lib.rl.rollout import collect, turn_logprobs
 
 preset = get_preset()
 print(describe(preset))
@@ -380,7 +380,7 @@ prompt_table.round(3)
 # says only that the cost, if any, is smaller than the evaluation can see.
 #
 # The fix is structural: data collection, training and evaluation build prompts with one function
-# and one spec (`tutorial_lib.prompts`), so a policy gets the layout it was trained on unless told
+# and one spec (`tutorial_lib.lm.prompts`), so a policy gets the layout it was trained on unless told
 # otherwise. And a check worth running whenever the evaluation code changes: replay a few training
 # games along their gold path and compare, token for token, the prompt the policy builds with the
 # prompt the SFT data holds. (Games whose demonstration had injected mistakes, chapter 3's

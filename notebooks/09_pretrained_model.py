@@ -61,18 +61,17 @@ import pandas as pd
 from IPython.display import display
 from myst_nb import glue
 
-from tutorial_lib.cache import cache_root
-from tutorial_lib.device import device_kind
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import summarize
-from tutorial_lib.models import OFFLINE_MODELS, load_policy
+from tutorial_lib.data.sft import train_sft
+from tutorial_lib.evaluation.evaluate import evaluate_policy
+from tutorial_lib.lm.models import OFFLINE_MODELS, load_policy
+from tutorial_lib.lm.policies import RandomPolicy
+from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
-from tutorial_lib.policies import RandomPolicy
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
-from tutorial_lib.prompts import render_chat
-from tutorial_lib.reinforce import train_reinforce
 from tutorial_lib.report import compare_summaries, recorded_runs, say
-from tutorial_lib.sft import train_sft
+from tutorial_lib.rl.reinforce import train_reinforce
+from tutorial_lib.runtime.cache import cache_root
+from tutorial_lib.runtime.device import device_kind
 
 preset = get_preset()
 real = pretrained_preset(preset)
@@ -81,13 +80,13 @@ print(f"this chapter's pretrained model: {real.model}, with the settings of the 
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
 
 
-def play(game, policy, episodes, **options):
-    """Greedy play on evaluation seeds 0..episodes-1, with the game's options at this chapter's preset:
-    the harness's metrics with the seconds it took, and the episodes themselves."""
+def timed_play(game, policy, episodes, **options):
+    """The book's evaluation (``evaluate_policy``: greedy play on evaluation seeds 0..episodes-1, the
+    game's options at this chapter's preset) with the seconds it took, and the episodes themselves."""
     start = time.perf_counter()
-    records = run_episodes(game, policy, range(episodes), env_options={**real.game(game).env_options, **options},
-                           batch_size=64)
-    return {**summarize(records), "seconds": time.perf_counter() - start}, records
+    metrics, records = evaluate_policy(game, policy, preset=real, episodes=episodes, env_options=options,
+                                       batch_size=64, with_records=True)
+    return {**metrics, "seconds": time.perf_counter() - start}, records
 
 
 # %% [markdown]
@@ -142,7 +141,7 @@ zero_shot, examples_of_output = {}, {}
 for game, options in zero_shot_options.items():
     row = {"episodes": real.game(game).eval_episodes, "metric": metric_of[game]}
     for name, policy in [("random", RandomPolicy(0)), (real.model, base)]:
-        metrics, records = play(game, policy, row["episodes"], **options)
+        metrics, records = timed_play(game, policy, row["episodes"], **options)
         row[name] = round(metrics[metric_of[game]], 3)
         row[f"invalid rate, {name}"] = round(metrics.get("invalid_rate", 0.0), 3)
         if name == real.model:
@@ -254,7 +253,7 @@ sft_metrics = {}
 for name, policy in [(f"{real.model}, {steps} steps", smol_sft), (f"tiny, {steps} steps", tiny_same),
                      ("tiny, chapter 4's budget", tiny_own)]:
     for level in ("easy", "hard"):
-        sft_metrics[(name, level)], _ = play(game, policy, real.game(game).eval_episodes, preset=level)
+        sft_metrics[(name, level)], _ = timed_play(game, policy, real.game(game).eval_episodes, preset=level)
 sft_rows = {key: {k: metrics[k] for k in ("success_rate", "invalid_rate", "mean_turns", "seconds")}
             for key, metrics in sft_metrics.items()}
 sft_table = pd.DataFrame(sft_rows).T
@@ -331,7 +330,7 @@ say(f"Chapter 5's tiny-model GuessTheNumber run plays at least {tiny_turns:,} tu
 # %%
 if iterations > 1:  # at ci one iteration: a before/after would read noise (see above)
     hard_before = sft_metrics[(smol_name, "hard")]
-    hard_after, _ = play(game, rl_policy, real.game(game).eval_episodes, preset="hard")
+    hard_after, _ = timed_play(game, rl_policy, real.game(game).eval_episodes, preset="hard")
     say("Greedy play on the hard game after RL:", "; ".join(
         str(compare_summaries(name, hard_before, hard_after, key))
         for key, name in (("success_rate", "success rate"), ("invalid_rate", "invalid rate"))) + ".")
@@ -411,7 +410,7 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 # 2. **Merging.** Merge the adapters of a fresh copy of the SFT policy into its weights:
 #    `copy = sft_policy(game, real)`, then
 #    `merged = LanguagePolicy(copy.model.merge_and_unload(), copy.tokenizer)` (from
-#    `tutorial_lib.policies`). Play the easy game with `smol_sft` and with `merged`: are the greedy
+#    `tutorial_lib.lm.policies`). Play the easy game with `smol_sft` and with `merged`: are the greedy
 #    actions the same in every game, and what does merging save in seconds per 100 turns? If an
 #    action differs, where can the difference come from, given that $W + \frac{\alpha}{r}BA$ is the
 #    same function?

@@ -8,7 +8,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-from tutorial_lib.tiny_model import TinyConfig  # noqa: E402
+from tutorial_lib.lm.tiny_model import TinyConfig  # noqa: E402
 
 #: small enough to build in a few seconds, same recipe as the book's default
 SMALL = TinyConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, corpus_episodes=6)
@@ -28,6 +28,6 @@ def tiny_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_policy(tiny_cache):
-    from tutorial_lib.models import load_policy
+    from tutorial_lib.lm.models import load_policy
 
     return load_policy("tiny", tiny_config=SMALL)

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tutorial_lib.advantages import (
+from tutorial_lib.rl.advantages import (
     batch_returns,
     discounted_returns,
     gae,

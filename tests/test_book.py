@@ -2,7 +2,7 @@
 
 import shutil
 
-from tutorial_lib import book
+from tutorial_lib.book_tools import book
 
 
 def test_chapters_pass_the_notebook_checks():

@@ -1,4 +1,4 @@
-"""`make book` executes the chapters two at a time into jupyter-book's cache (tutorial_lib.book_execute).
+"""`make book` executes the chapters two at a time into jupyter-book's cache (tutorial_lib.book_tools.book_execute).
 
 Small notebooks stand in for chapters: each records when its kernel ran, so the tests can see which
 ran side by side, which waited for which, and what a failure stops.
@@ -12,7 +12,12 @@ import nbformat
 import pytest
 from jupyter_cache import get_cache
 
-from tutorial_lib.book_execute import CHAPTER_NEEDS, chapter_order, execute_chapters, kernel_threads
+from tutorial_lib.book_tools.book_execute import (
+    CHAPTER_NEEDS,
+    chapter_order,
+    execute_chapters,
+    kernel_threads,
+)
 
 
 def notebook(folder, name, body="time.sleep(1.5)"):
@@ -72,7 +77,7 @@ def test_a_chapter_the_table_does_not_know_waits_for_every_earlier_chapter():
 
 
 def test_every_chapter_of_the_book_is_in_the_table_and_needs_only_earlier_chapters():
-    from tutorial_lib.book import chapter_sources
+    from tutorial_lib.book_tools.book import chapter_sources
 
     names = [path.stem for path in chapter_sources()]
     assert set(CHAPTER_NEEDS) == set(names)
@@ -89,7 +94,7 @@ def test_a_cell_over_the_timeout_fails_its_chapter(tmp_path):
 
 
 def test_the_command_records_each_chapter_and_fails_when_one_fails(tmp_path):
-    from tutorial_lib.book_execute import main
+    from tutorial_lib.book_tools.book_execute import main
 
     good, bad = notebook(tmp_path, "good", "pass"), notebook(tmp_path, "bad", "1 / 0")
     record = tmp_path / "runs.json"
@@ -103,7 +108,7 @@ def test_every_kernel_gets_a_thread_count_fixed_by_the_build_not_by_the_load(tmp
     """Two chapters at a time on two cores: one thread each, in every build on that machine, so
     a chapter computes the same numbers whether it ran alone, beside another, or beside a busy
     program. A count the user set is passed on as it is; the builder's own setting is untouched."""
-    from tutorial_lib.book_execute import main
+    from tutorial_lib.book_tools.book_execute import main
 
     assert [kernel_threads(jobs, cores) for jobs, cores in [(2, 2), (1, 2), (2, 1), (2, 8), (3, 8)]] == [1, 2, 1, 4, 2]
     monkeypatch.delenv("TUTORIAL_THREADS", raising=False)
@@ -124,7 +129,7 @@ def test_every_kernel_gets_a_thread_count_fixed_by_the_build_not_by_the_load(tmp
 def test_the_command_gives_a_larger_preset_room_for_its_long_cells(tmp_path, monkeypatch, scale):
     """At ``ci`` the build keeps _config.yml's 900-s cell timeout (the budget's guard); at ``small`` a real
     model's REINFORCE cell runs ~25 minutes on a 2-core CPU, which that timeout would kill."""
-    import tutorial_lib.book_execute as book_execute
+    import tutorial_lib.book_tools.book_execute as book_execute
 
     used = []
     monkeypatch.setenv("TUTORIAL_SCALE", scale)
@@ -148,7 +153,7 @@ def test_a_chapter_starts_early_once_what_it_loads_is_written(tmp_path):
 
 
 def test_each_chapter_after_chapter_4_waits_for_this_builds_checkpoints(tmp_path, monkeypatch):
-    from tutorial_lib.book_execute import checkpoints_written_since
+    from tutorial_lib.book_tools.book_execute import checkpoints_written_since
     from tutorial_lib.pipeline import sft_dir
     from tutorial_lib.presets import get_preset
 

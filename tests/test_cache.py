@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tutorial_lib.cache import folder_lock, write_whole
-from tutorial_lib.expert_data import load_examples, save_examples
+from tutorial_lib.data.expert_data import load_examples, save_examples
+from tutorial_lib.runtime.cache import folder_lock, write_whole
 
 
 def test_write_whole_replaces_the_file_and_leaves_nothing_else(tmp_path):
@@ -34,7 +34,7 @@ def test_saved_examples_round_trip(tmp_path):
 def test_a_locked_folder_makes_another_process_wait(tmp_path):
     folder = tmp_path / "sft" / "game-key"
     probe = ("import sys, filelock\n"
-             "from tutorial_lib.cache import folder_lock\n"
+             "from tutorial_lib.runtime.cache import folder_lock\n"
              "lock = folder_lock(sys.argv[1])\n"
              "try:\n    lock.acquire(timeout=0.5)\nexcept filelock.Timeout:\n    sys.exit(3)\nsys.exit(0)\n")
     with folder_lock(folder):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tutorial_lib.__main__ import main
-from tutorial_lib.models import load_policy
+from tutorial_lib.lm.models import load_policy
 
 from .conftest import SMALL
 
@@ -110,9 +110,18 @@ def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_po
     code, stdout, _ = run(capsys, *common, "--iterations", "2", "--resume")
     assert code == 0 and json.loads(stdout)["iterations"] == 2
     assert (out / "metrics.csv").read_text().count("\n") == 3  # header + one row per iteration
-    code, stdout, _ = run(capsys, "evaluate", "--game", "tictactoe", "--policy", str(out / "model"), "--episodes", "2",
-                          "--preset", "ci", "--json")
-    assert code == 0 and "loss_rate" in json.loads(stdout)
+    by_model = run(capsys, "evaluate", "--game", "tictactoe", "--policy", str(out / "model"), "--episodes", "2",
+                   "--preset", "ci", "--json")
+    assert by_model[0] == 0 and "loss_rate" in json.loads(by_model[1])
+    # the run's folder names the same model (it is in model/), and plays the same games
+    by_run = run(capsys, "evaluate", "--game", "tictactoe", "--policy", str(out), "--episodes", "2", "--preset", "ci", "--json")
+    assert by_run[0] == 0
+    assert {**json.loads(by_run[1]), "policy": None} == {**json.loads(by_model[1]), "policy": None}
+    # a folder with no model in it says so, instead of a tokenizer or hub error
+    (tmp_path / "no-model").mkdir()
+    code, _, err = run(capsys, "evaluate", "--game", "tictactoe", "--policy", str(tmp_path / "no-model"), "--episodes", "2",
+                       "--preset", "ci", "--json")
+    assert code == 2 and "holds no model" in err
 
 
 def test_rl_ppo_runs_and_saves_its_value_model(capsys, tmp_path, small_policy_dir, monkeypatch):

@@ -1,4 +1,4 @@
-"""torch's CPU thread count (tutorial_lib.cpu_threads): fixed per process by default, so a number
+"""torch's CPU thread count (tutorial_lib.runtime.cpu_threads): fixed per process by default, so a number
 never depends on the load; fitted to the load only under ``TUTORIAL_THREADS=adapt``.
 
 The tests of the opt-in governor measure the machine: they compare against the load they find
@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from tutorial_lib import cpu_threads
-from tutorial_lib.cpu_threads import LoadWatcher, fit_threads, threads_for
+from tutorial_lib.runtime import cpu_threads
+from tutorial_lib.runtime.cpu_threads import LoadWatcher, fit_threads, threads_for
 
 SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
 
@@ -148,7 +148,7 @@ def test_by_default_the_count_never_follows_the_load(monkeypatch):
 
 TRAIN = """
 import hashlib, torch
-from tutorial_lib.models import load_policy
+from tutorial_lib.lm.models import load_policy
 torch.manual_seed(0)
 model = load_policy("tiny").model
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

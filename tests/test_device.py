@@ -3,7 +3,7 @@ import time
 import pytest
 import torch
 
-from tutorial_lib import device
+from tutorial_lib.runtime import device
 
 
 def test_cpu_defaults_and_bad_kind():

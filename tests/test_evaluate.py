@@ -1,8 +1,8 @@
 import pytest
 
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import math_accuracy, summarize
-from tutorial_lib.policies import ExpertPolicy, RandomPolicy
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import math_accuracy, summarize
+from tutorial_lib.lm.policies import ExpertPolicy, RandomPolicy
 
 
 class CountingPolicy:
@@ -111,7 +111,7 @@ def test_math_accuracy_separates_training_problems_from_new_ones():
 
 
 def test_evaluate_policy_plays_the_presets_options_with_the_callers_on_top():
-    from tutorial_lib.pipeline import evaluate_policy
+    from tutorial_lib.evaluation.evaluate import evaluate_policy
     from tutorial_lib.presets import get_preset
 
     preset = get_preset("ci")
@@ -125,7 +125,7 @@ def test_evaluate_policy_plays_the_presets_options_with_the_callers_on_top():
 
 def test_evaluate_policy_takes_an_rl_runs_options_even_guess_the_numbers_preset():
     # chapter 5 evaluates where REINFORCE trains; GuessTheNumber's range option is named "preset"
-    from tutorial_lib.pipeline import evaluate_policy
+    from tutorial_lib.evaluation.evaluate import evaluate_policy
     from tutorial_lib.presets import get_preset
 
     hard = evaluate_policy("guess_the_number", RandomPolicy(0), preset=get_preset("ci"), episodes=8,

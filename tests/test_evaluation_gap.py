@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from tutorial_lib.policies import EpisodeState
-from tutorial_lib.prompts import Turn, build_messages, build_prompt_text, prompt_spec, render_chat
+from tutorial_lib.lm.policies import EpisodeState
+from tutorial_lib.lm.prompts import Turn, build_messages, build_prompt_text, prompt_spec, render_chat
 
 RECIPE = "Gather all following ingredients and follow the directions to prepare this tasty meal.\nslice the apple"
 TURNS = [

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from tutorial_lib import envs
-from tutorial_lib.expert_data import (
+from tutorial_lib.data.expert_data import (
     COOKING_METHODS,
     CUT_VERBS,
     SelfPlayConfig,
@@ -19,7 +19,7 @@ from tutorial_lib.expert_data import (
     save_examples,
     tictactoe_examples,
 )
-from tutorial_lib.prompts import build_prompt_text
+from tutorial_lib.lm.prompts import build_prompt_text
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +57,15 @@ def test_examples_use_the_prompt_the_env_shows(records):
     example = tictactoe_examples([records[0]])[0]
     env = envs.make("tictactoe", agent_mark="x")
     observation, info = env.reset(seed=0)
-    from tutorial_lib.prompts import Turn
+    from tutorial_lib.lm.prompts import Turn
 
     assert example["prompt"] == build_prompt_text("tictactoe", env.task, [Turn(observation, info=info)])
     assert example["completion"] == f"<move>{records[0]['action_text']}</move>"
 
 
 def test_worked_lines_come_before_the_move_and_the_move_is_what_parses(records):
+    from tutorial_lib.envs.parsing import parse_tictactoe_move
     from tutorial_lib.envs.tictactoe import worked_lines
-    from tutorial_lib.parsing import parse_tictactoe_move
 
     for record, example in zip(records, tictactoe_examples(records, worked_lines=True)):
         lines, move = example["completion"].split("\n")

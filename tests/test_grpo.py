@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from tutorial_lib import envs
-from tutorial_lib.grpo import (
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.lm.policies import EpisodeState, LanguagePolicy
+from tutorial_lib.lm.prompts import Turn, render_chat
+from tutorial_lib.lm.tokenization import collate_examples, encode_prompt_completion
+from tutorial_lib.rl.grpo import (
     GRPOSettings,
     build_trainer,
     completion_text,
@@ -16,10 +20,6 @@ from tutorial_lib.grpo import (
     math_reward,
     train_grpo,
 )
-from tutorial_lib.models import load_policy
-from tutorial_lib.policies import EpisodeState, LanguagePolicy
-from tutorial_lib.prompts import Turn, render_chat
-from tutorial_lib.tokenization import collate_examples, encode_prompt_completion
 
 from .conftest import SMALL
 
@@ -120,7 +120,7 @@ def test_default_settings_sample_from_the_policy_itself():
     settings = GRPOSettings()
     assert settings.temperature == 1.0 and settings.beta == 0.0
     assert settings.completions_per_step == settings.prompts_per_step * settings.num_generations
-    from tutorial_lib.grpo import grpo_config
+    from tutorial_lib.rl.grpo import grpo_config
 
     config = grpo_config(settings, "unused")
     assert (config.top_k, config.top_p, config.repetition_penalty, config.min_p) == (0, 1.0, 1.0, None)
@@ -267,7 +267,7 @@ def test_environment_factory_needs_a_tool_calling_template_the_tiny_model_lacks(
     import datasets
     from trl import GRPOTrainer
 
-    from tutorial_lib.grpo import grpo_config
+    from tutorial_lib.rl.grpo import grpo_config
 
     class GuessTheNumberTools:
         def __init__(self):

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tutorial_lib import envs
-from tutorial_lib.parsing import (
+from tutorial_lib.envs.parsing import (
     parse_boxed_integer,
     parse_final_answer,
     parse_text_action,

@@ -6,10 +6,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from tutorial_lib.lm_parts import body_hidden_states, hidden_size, output_logits, unwrap_peft
-from tutorial_lib.rollout import action_logprobs, collate_turns
-from tutorial_lib.sft import completion_logits
-from tutorial_lib.tokenization import IGNORE_INDEX
+from tutorial_lib.data.sft import completion_logits
+from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size, output_logits, unwrap_peft
+from tutorial_lib.lm.tokenization import IGNORE_INDEX
+from tutorial_lib.rl.rollout import action_logprobs, collate_turns
 
 SIZES = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
              num_key_value_heads=2, head_dim=8)

@@ -3,11 +3,11 @@ import json
 import pytest
 import torch
 
-from tutorial_lib import models
-from tutorial_lib.policies import EpisodeState, LanguagePolicy
-from tutorial_lib.prompts import Turn
-from tutorial_lib.sampling import SAMPLING
-from tutorial_lib.tiny_model import TinyConfig, tiny_model_dir
+from tutorial_lib.lm import models
+from tutorial_lib.lm.policies import EpisodeState, LanguagePolicy
+from tutorial_lib.lm.prompts import Turn
+from tutorial_lib.lm.sampling import SAMPLING
+from tutorial_lib.lm.tiny_model import TinyConfig, tiny_model_dir
 
 from .conftest import SMALL
 

@@ -3,7 +3,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tutorial_lib.parsing import (
+from tutorial_lib.envs.parsing import (
     normalise_command,
     parse_boxed_integer,
     parse_final_answer,

@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
-import tutorial_lib.rl_loop as rl_loop
-from tutorial_lib.advantages import gae
-from tutorial_lib.models import load_policy
-from tutorial_lib.policies import Sample
-from tutorial_lib.ppo import (
+import tutorial_lib.rl.rl_loop as rl_loop
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.lm.policies import Sample
+from tutorial_lib.lm.tokenization import left_padded_batch
+from tutorial_lib.rl.advantages import gae
+from tutorial_lib.rl.ppo import (
     PPO,
     PPOSettings,
     clipped_surrogate,
@@ -20,8 +21,7 @@ from tutorial_lib.ppo import (
     lr_multiplier,
     train_ppo,
 )
-from tutorial_lib.rollout import TurnBatch, collect
-from tutorial_lib.tokenization import left_padded_batch
+from tutorial_lib.rl.rollout import TurnBatch, collect
 
 from .conftest import SMALL
 
@@ -269,7 +269,7 @@ def test_a_run_in_stages_ends_where_one_call_ends(tiny_cache, tmp_path):
 
 
 def test_resuming_a_reinforce_checkpoint_with_ppo_says_why_not(tiny_cache, tmp_path):
-    from tutorial_lib.reinforce import ReinforceSettings, train_reinforce
+    from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
 
     train_reinforce(fresh_policy(tiny_cache), "tictactoe", ReinforceSettings(iterations=1, turns_per_iteration=4, num_envs=4,
                     env_options=TTT), out_dir=tmp_path, progress=False)
@@ -308,8 +308,8 @@ def test_a_low_temperature_update_steps_with_a_finite_gradient(tiny_cache):
 def test_ppo_settings_hold_the_loops_fields_and_ppos_own_only():
     from dataclasses import fields
 
-    from tutorial_lib.reinforce import ReinforceSettings
-    from tutorial_lib.rl_loop import RLSettings
+    from tutorial_lib.rl.reinforce import ReinforceSettings
+    from tutorial_lib.rl.rl_loop import RLSettings
 
     loop = {f.name for f in fields(RLSettings)}
     assert loop <= {f.name for f in fields(PPOSettings)} and loop <= {f.name for f in fields(ReinforceSettings)}

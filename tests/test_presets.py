@@ -24,7 +24,7 @@ def test_settings_follow_the_model_not_only_the_scale(monkeypatch):
     preset = presets.get_preset()
     assert preset == presets.replace(presets.PRESETS["small"], model="google/gemma-3-1b-it")
     assert "settings of 'small'" in presets.describe(preset)
-    assert lora_for(preset) == presets.PRETRAINED_LORA
+    assert lora_for(preset) == presets.DEFAULT_LORA
     sft = sft_settings("tictactoe", preset)
     assert sft.learning_rate == 3e-4 and sft.max_steps is not None
     tiny_sft = sft_settings("tictactoe", presets.PRESETS["ci"])
@@ -54,20 +54,24 @@ def test_every_rl_setting_of_every_preset_is_valid(scale):
     from tutorial_lib.pipeline import rl_settings, sft_dir
 
     preset = presets.PRESETS[scale]
+    from tutorial_lib.rl.grpo import GRPOSettings
+    from tutorial_lib.rl.ppo import PPOSettings
+    from tutorial_lib.rl.reinforce import ReinforceSettings
+
     for game, settings in preset.games.items():
-        if settings.rl:
-            assert rl_settings(game, preset).iterations >= 1
+        # typed, so a preset's settings were validated when the preset was built
+        for field_name, settings_class in (("reinforce", ReinforceSettings), ("ppo", PPOSettings), ("grpo", GRPOSettings)):
+            assert getattr(settings, field_name) is None or isinstance(getattr(settings, field_name), settings_class)
+        if settings.reinforce:
+            assert rl_settings(game, preset).iterations == settings.reinforce.iterations
         if settings.ppo:
             ppo = rl_settings(game, preset, "ppo")
-            assert ppo.env_options == {**settings.env_options, **settings.ppo.get("env_options", {})}
-        if settings.grpo:
-            from tutorial_lib.grpo import GRPOSettings
-
-            GRPOSettings(**{k: v for k, v in settings.grpo.items()})
+            # the game's options, the algorithm's own on top
+            assert ppo.env_options == {**settings.env_options, **settings.ppo.env_options}
     with pytest.raises(ValueError, match="unknown RL algorithm"):
         rl_settings("math", preset, "a2c")
     # RL settings are not part of the SFT cache key: changing them keeps chapter 4's checkpoint
-    changed = presets.replace(preset, games={**preset.games, "math": presets.replace(preset.games["math"], ppo={})})
+    changed = presets.replace(preset, games={**preset.games, "math": presets.replace(preset.games["math"], ppo=None)})
     assert sft_dir("math", changed) == sft_dir("math", preset)
 
 
@@ -89,7 +93,7 @@ def test_the_presets_recovery_data_reaches_the_expert_data(tmp_path, monkeypatch
 
 
 def test_counterfactual_recipes_setting_reaches_the_cookingworld_data(tmp_path, monkeypatch):
-    from tutorial_lib.expert_data import is_recipe_step
+    from tutorial_lib.data.expert_data import is_recipe_step
     from tutorial_lib.pipeline import expert_data_path, make_expert_data
 
     monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
@@ -118,10 +122,10 @@ def test_chapter_9_runs_a_pretrained_model_at_every_scale(monkeypatch):
 
     ci = presets.pretrained_preset(presets.PRESETS["ci"])
     small = presets.PRESETS["small"]
-    assert ci.model == presets.DEFAULT_OFFLINE_MODEL and lora_for(ci) == presets.PRETRAINED_LORA
+    assert ci.model == presets.DEFAULT_OFFLINE_MODEL and lora_for(ci) == presets.DEFAULT_LORA
     assert sft_settings("guess_the_number", ci).max_steps < sft_settings("guess_the_number", small).max_steps
-    assert ci.game("guess_the_number").rl["iterations"] < small.game("guess_the_number").rl["iterations"]
-    assert ci.game("guess_the_number").rl["learning_rate"] == small.game("guess_the_number").rl["learning_rate"]
+    assert ci.game("guess_the_number").reinforce.iterations < small.game("guess_the_number").reinforce.iterations
+    assert ci.game("guess_the_number").reinforce.learning_rate == small.game("guess_the_number").reinforce.learning_rate
     assert presets.pretrained_preset(small) is small
     assert presets.pretrained_preset(presets.PRESETS["full"]) is presets.PRESETS["full"]
 

@@ -11,10 +11,10 @@ import json
 import pytest
 import torch
 
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import summarize
-from tutorial_lib.expert_data import expert_examples
-from tutorial_lib.models import (
+from tutorial_lib.data.expert_data import expert_examples
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.lm.models import (
     OFFLINE_MODELS,
     ModelUnavailableError,
     load_policy,
@@ -22,9 +22,9 @@ from tutorial_lib.models import (
     offline_model_file,
     reference_tokenizer,
 )
-from tutorial_lib.prompts import render_chat
-from tutorial_lib.rollout import action_logprobs, collate_turns, collect
-from tutorial_lib.tokenization import IGNORE_INDEX, encode_prompt_completion
+from tutorial_lib.lm.prompts import render_chat
+from tutorial_lib.lm.tokenization import IGNORE_INDEX, encode_prompt_completion
+from tutorial_lib.rl.rollout import action_logprobs, collate_turns, collect
 
 MODEL = "smollm2-135m"
 GTN = {"preset": "easy"}
@@ -85,13 +85,13 @@ def test_chat_template_and_the_prompt_completion_token_boundary(model_dir):
 
 
 def test_lora_sft_lowers_the_loss_and_trains_only_adapters(model_dir, tmp_path):
-    from tutorial_lib.sft import SFTSettings, completion_logits, tokenize_examples, train_sft
+    from tutorial_lib.data.sft import SFTSettings, completion_logits, tokenize_examples, train_sft
 
     policy = lora_policy(model_dir)
     examples = expert_examples("guess_the_number", range(3), env_options=GTN)[:8]
     frozen = {k: v.detach().clone() for k, v in policy.model.named_parameters() if not v.requires_grad}
     assert 0 < policy.num_parameters(trainable_only=True) < 0.05 * policy.num_parameters()
-    from tutorial_lib.tokenization import collate_examples
+    from tutorial_lib.lm.tokenization import collate_examples
 
     rows = [{**row, "attention_mask": [1] * len(row["input_ids"])} for row in tokenize_examples(policy.tokenizer, examples)]
     batch = collate_examples(rows, policy.tokenizer.pad_token_id)
@@ -132,8 +132,8 @@ def test_batched_rollout_logprobs_match_the_trainers_recompute(model_dir):
 
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
 def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(model_dir, tmp_path, algo):
-    from tutorial_lib.ppo import PPOSettings, train_ppo
-    from tutorial_lib.reinforce import ReinforceSettings, train_reinforce
+    from tutorial_lib.rl.ppo import PPOSettings, train_ppo
+    from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
 
     settings_class, train = {"reinforce": (ReinforceSettings, train_reinforce), "ppo": (PPOSettings, train_ppo)}[algo]
 
@@ -167,7 +167,7 @@ def test_ppo_steps_at_a_tempered_sampler_on_the_lora_model(model_dir):
     """The `small` preset's math PPO samples and scores at temperature 0.5. SmolLM2's logits divided by
     0.5 span more than float32's range, so some token probabilities are exactly 0; before
     rollout.token_entropy, their entropy gradient was NaN and every step was skipped (chapters 6 and 7)."""
-    from tutorial_lib.ppo import PPO, PPOSettings
+    from tutorial_lib.rl.ppo import PPO, PPOSettings
 
     policy = lora_policy(model_dir, seed=0)
     math_options = {"source": "generated", "level": 1}
@@ -183,7 +183,7 @@ def test_ppo_steps_at_a_tempered_sampler_on_the_lora_model(model_dir):
 
 
 def test_one_grpo_step_on_the_lora_model(model_dir, tmp_path):
-    from tutorial_lib.grpo import GRPOSettings, train_grpo
+    from tutorial_lib.rl.grpo import GRPOSettings, train_grpo
 
     policy = lora_policy(model_dir, seed=0)
     before = adapter_weights(policy.model)

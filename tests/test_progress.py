@@ -1,7 +1,7 @@
 import datasets
 from transformers.utils import logging as hf_logging
 
-from tutorial_lib.progress import progress_bar, quiet_transformers
+from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
 
 
 def test_quiet_transformers_restores_what_was_there():

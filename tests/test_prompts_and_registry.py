@@ -1,7 +1,7 @@
 import pytest
 
 from tutorial_lib import envs
-from tutorial_lib.prompts import Turn, build_messages, build_prompt_text, prompt_spec
+from tutorial_lib.lm.prompts import Turn, build_messages, build_prompt_text, prompt_spec
 
 
 def test_registry_names_and_errors():

@@ -5,12 +5,12 @@ import csv
 import pytest
 import torch
 
-from tutorial_lib.advantages import rebn
-from tutorial_lib.models import load_policy
-from tutorial_lib.policies import Sample
-from tutorial_lib.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
-from tutorial_lib.rollout import TurnBatch, collect, turn_logprobs
-from tutorial_lib.tracking import MetricsLog, load_checkpoint, save_checkpoint
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.lm.policies import Sample
+from tutorial_lib.rl.advantages import rebn
+from tutorial_lib.rl.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.rl.rollout import TurnBatch, collect, turn_logprobs
+from tutorial_lib.runtime.tracking import MetricsLog, load_checkpoint, save_checkpoint
 
 from .conftest import SMALL
 
@@ -244,7 +244,7 @@ def test_a_token_budget_stops_the_run_once_spent(tiny_cache, tmp_path):
 
 
 def test_a_fixed_training_split_is_cycled_through(tiny_cache, tmp_path, monkeypatch):
-    import tutorial_lib.rl_loop as rl_loop
+    import tutorial_lib.rl.rl_loop as rl_loop
 
     seen = []
     real_collect = rl_loop.collect

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tutorial_lib import report
-from tutorial_lib.device import cpu_name
+from tutorial_lib.runtime.device import cpu_name
 
 
 def test_rate_noise_is_two_standard_errors_of_a_difference():
@@ -162,7 +162,7 @@ def test_compare_summaries_counts_episodes_or_actions_from_the_summaries():
 
 
 def test_compare_math_uses_math_accuracys_problem_counts():
-    from tutorial_lib.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+    from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 
     before = {"accuracy (training problems)": 0.2, "accuracy (new problems)": 0.05}
     after = {"accuracy (training problems)": 0.4, "accuracy (new problems)": 0.06}
@@ -174,11 +174,11 @@ def test_compare_math_uses_math_accuracys_problem_counts():
 
 
 def test_show_source_prints_the_current_code_of_a_loss(capsys):
-    from tutorial_lib.ppo import PPO, clipped_surrogate
+    from tutorial_lib.rl.ppo import PPO, clipped_surrogate
 
     report.show_source(clipped_surrogate)  # outside a notebook: printed
     out = capsys.readouterr().out
-    assert out.startswith("# tutorial_lib.ppo.clipped_surrogate\ndef clipped_surrogate(")
+    assert out.startswith("# tutorial_lib.rl.ppo.clipped_surrogate\ndef clipped_surrogate(")
     assert "ratio.clamp(1 - clip_range, 1 + clip_range)" in out
     assert report.source_text(PPO.update).startswith("def update(self, rollout")  # a method, dedented
 

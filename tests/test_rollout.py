@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tutorial_lib import envs
-from tutorial_lib.policies import CACHE_KEYWORD, ExpertPolicy, LanguagePolicy, Sample
-from tutorial_lib.rollout import TurnBatch, action_logprobs, collate_turns, collect, token_entropy
+from tutorial_lib.lm.policies import CACHE_KEYWORD, ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.rl.rollout import TurnBatch, action_logprobs, collate_turns, collect, token_entropy
 
 #: prompts of very different lengths, so the batch is left-padded
 PROMPTS = [

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from tutorial_lib.sampling import SAMPLING, TokenSampler
+from tutorial_lib.lm.sampling import SAMPLING, TokenSampler
 
 
 def draw(sampler, scores, times):

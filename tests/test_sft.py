@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from tutorial_lib.episodes import run_episodes
-from tutorial_lib.evaluate import summarize
-from tutorial_lib.expert_data import expert_examples
-from tutorial_lib.models import load_policy
-from tutorial_lib.sft import LengthBatches, SFTSettings, completion_logits, tokenize_examples, train_sft
-from tutorial_lib.tokenization import IGNORE_INDEX, collate_examples
+from tutorial_lib.data.expert_data import expert_examples
+from tutorial_lib.data.sft import LengthBatches, SFTSettings, completion_logits, tokenize_examples, train_sft
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.lm.tokenization import IGNORE_INDEX, collate_examples
 
 from .conftest import SMALL
 

@@ -7,6 +7,7 @@ import random
 import pyspiel
 import pytest
 
+from tutorial_lib.envs.minimax import minimax_actions, minimax_move, minimax_values
 from tutorial_lib.envs.tictactoe import (
     LINES,
     MOVE_FORMAT_EXAMPLE,
@@ -15,7 +16,6 @@ from tutorial_lib.envs.tictactoe import (
     completing_squares,
     worked_lines,
 )
-from tutorial_lib.minimax import minimax_actions, minimax_move, minimax_values
 
 GAME = pyspiel.load_game("tic_tac_toe")
 

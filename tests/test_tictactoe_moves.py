@@ -5,11 +5,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tutorial_lib.envs.minimax import minimax_values
 from tutorial_lib.envs.tictactoe import board_text
-from tutorial_lib.grpo import GRPOSettings, train_grpo
-from tutorial_lib.minimax import minimax_values
-from tutorial_lib.models import load_policy
-from tutorial_lib.tictactoe_moves import (
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.rl.grpo import GRPOSettings, train_grpo
+from tutorial_lib.rl.tictactoe_moves import (
     INVALID_REWARD,
     minimax_reward,
     move_state,

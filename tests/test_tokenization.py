@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from tutorial_lib.prompts import Turn, build_messages, render_chat
-from tutorial_lib.tokenization import (
+from tutorial_lib.lm.prompts import Turn, build_messages, render_chat
+from tutorial_lib.lm.tokenization import (
     IGNORE_INDEX,
     boundary_mismatch,
     collate_examples,

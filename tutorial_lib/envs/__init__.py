@@ -4,7 +4,10 @@
     env = envs.make("guess_the_number", preset="hard")
 
 Names: ``"tictactoe"``, ``"cookingworld"``, ``"guess_the_number"``, ``"math"``. Games are imported
-lazily so that, say, the math chapter never starts a Java VM.
+lazily so that, say, the math chapter never starts a Java VM. Beside the games: ``base`` (the
+``TextEnv`` protocol every game follows), ``parsing`` (reading actions out of model text, chapter
+2) and ``minimax`` (perfect tic-tac-toe, chapters 1, 3 and 7). A game knows nothing of language
+models or learning: this package imports nothing else of ``tutorial_lib``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from .base import StepResult, TextEnv
+from tutorial_lib.envs.base import StepResult, TextEnv
 
 _REGISTRY: dict[str, str] = {
     "tictactoe": "tutorial_lib.envs.tictactoe:TicTacToeEnv",

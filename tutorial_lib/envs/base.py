@@ -54,7 +54,7 @@ class TextEnv(abc.ABC):
 
     #: registry name, e.g. ``"tictactoe"``
     name: str = ""
-    #: at most this many copies run side by side in :func:`tutorial_lib.episodes.run_episodes`
+    #: at most this many copies run side by side in :func:`tutorial_lib.evaluation.episodes.run_episodes`
     #: (``None``: no limit). Games with a heavy process behind each copy set it.
     max_parallel: int | None = None
     #: whether an invalid action is a turn that changes nothing but the text (so an expert's plan

@@ -45,7 +45,7 @@ one, and seeds 1000 apart are the same game. ``info["game_seed"]`` is the TWX se
 ``None`` draws a fold seed at random.
 
 **Invalid commands.** ``step`` reads the first line of the model's text as a command
-(:func:`~tutorial_lib.parsing.parse_text_action`, case and spacing are forgiven). A command that
+(:func:`~tutorial_lib.envs.parsing.parse_text_action`, case and spacing are forgiven). A command that
 is not among the valid actions is not sent to TWX: the turn is used up (it counts toward the step
 limit), the game state does not change, the reward is 0, ``info["invalid_action"]`` is true with
 the reason in ``info["parse_error"]``, and the observation says so and repeats the description of
@@ -67,7 +67,7 @@ import subprocess
 from typing import Any
 
 from tutorial_lib.envs.base import StepResult, TextEnv
-from tutorial_lib.parsing import parse_text_action
+from tutorial_lib.envs.parsing import parse_text_action
 
 TUTORIAL_WORLD = dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2)
 #: the named step limits. "default" is the *least* default limit: see GOLD_PATH_SLACK and the

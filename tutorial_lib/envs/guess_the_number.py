@@ -31,8 +31,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..parsing import parse_boxed_integer
-from .base import StepResult, TextEnv
+from tutorial_lib.envs.base import StepResult, TextEnv
+from tutorial_lib.envs.parsing import parse_boxed_integer
 
 PRESETS: dict[str, dict[str, int]] = {
     "easy": dict(low=1, high=10, max_turns=4),

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..parsing import parse_final_answer
-from .base import StepResult, TextEnv
+from tutorial_lib.envs.base import StepResult, TextEnv
+from tutorial_lib.envs.parsing import parse_final_answer
 
 CORRECT_REWARD = 1.0
 FORMAT_REWARD = 0.1

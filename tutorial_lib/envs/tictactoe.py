@@ -20,8 +20,8 @@ import pyspiel
 from open_spiel.python.algorithms import mcts
 
 from tutorial_lib.envs.base import StepResult, TextEnv
-from tutorial_lib.minimax import minimax_move
-from tutorial_lib.parsing import parse_tictactoe_move
+from tutorial_lib.envs.minimax import minimax_move
+from tutorial_lib.envs.parsing import parse_tictactoe_move
 
 MOVE_FORMAT_EXAMPLE = "<move>x(1,2)</move>"
 

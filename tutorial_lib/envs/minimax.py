@@ -3,7 +3,7 @@
 Tic-tac-toe's ``minimax`` opponent and its ``expert_action`` play :func:`minimax_move`; chapter 3's
 expert data and chapter 7's move reward read the values of :func:`minimax_values`. (Each game's
 own expert, e.g. CookingWorld's gold path, is its environment's ``expert_action``; turning expert
-play into SFT examples is :mod:`tutorial_lib.expert_data`.)
+play into SFT examples is :mod:`tutorial_lib.data.expert_data`.)
 
 Negamax is minimax written once for both players: in a two-player zero-sum game the value of a
 position for the player to move is the maximum over moves of *minus* the value of the resulting

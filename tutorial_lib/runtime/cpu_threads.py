@@ -12,7 +12,7 @@ So the count is chosen once, from settings and never from the load, and kept:
 * ``TUTORIAL_THREADS=<n>`` fixes it to ``n``; ``OMP_NUM_THREADS`` is left as the user set it;
 * otherwise torch's own count (one thread per core) stays;
 * ``make book`` runs two chapters at a time and gives each kernel ``cores // jobs`` threads
-  (:mod:`tutorial_lib.book_execute`), the same in every build on that machine, idle or busy.
+  (:mod:`tutorial_lib.book_tools.book_execute`), the same in every build on that machine, idle or busy.
 
 **A busy machine.** PyTorch's threads meet at the end of every parallel region, and while one waits
 for the others it spins before it sleeps (libgomp, which torch's Linux wheels use, spins ~300,000
@@ -151,7 +151,7 @@ def fit_threads(now: bool = False) -> int:
     it does nothing.
     """
     global _GOVERNOR
-    from .device import device_kind
+    from tutorial_lib.runtime.device import device_kind
 
     fixed = _fixed_count()
     if fixed is not None:

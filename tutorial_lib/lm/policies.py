@@ -25,11 +25,11 @@ import transformers
 from packaging.version import Version
 from transformers import LogitsProcessorList
 
-from .envs.base import TextEnv
-from .lm_parts import unwrap_peft
-from .prompts import PromptSpec, Turn, build_messages, render_chat
-from .sampling import SAMPLING, TokenSampler
-from .tokenization import pad_prompt_ids, shared_prefixes
+from tutorial_lib.envs.base import TextEnv
+from tutorial_lib.lm.lm_parts import unwrap_peft
+from tutorial_lib.lm.prompts import PromptSpec, Turn, build_messages, render_chat
+from tutorial_lib.lm.sampling import SAMPLING, TokenSampler
+from tutorial_lib.lm.tokenization import pad_prompt_ids, shared_prefixes
 
 #: the shortest common prompt start worth computing once per batch (see ``LanguagePolicy.sample``)
 MIN_SHARED_PREFIX = 16
@@ -70,7 +70,7 @@ class Sample:
 
     * With the ``rl`` preset no processor changes the logits, so these are exactly
       ``log_softmax(logits)`` of the model: what the trainer recomputes
-      (:func:`tutorial_lib.rollout.action_logprobs`), equal up to float rounding.
+      (:func:`tutorial_lib.rl.rollout.action_logprobs`), equal up to float rounding.
     * With top-k / top-p the sampler renormalises over the kept tokens, so each recorded
       log-prob is *higher* than the trainer's ``log_softmax(logits / T)``. We record the sampler's
       value on purpose: the ratio then sees the truncation as the off-policy effect it is
@@ -114,8 +114,8 @@ class LanguagePolicy:
     """A causal language model and its tokenizer, acting through prompts.
 
     ``sampling`` names a preset of :data:`SAMPLING`; ``history_window`` overrides the game's
-    default (see :mod:`tutorial_lib.prompts`). ``prompt_spec`` replaces the game's whole
-    :class:`~tutorial_lib.prompts.PromptSpec`: a policy then reads prompts laid out differently from
+    default (see :mod:`tutorial_lib.lm.prompts`). ``prompt_spec`` replaces the game's whole
+    :class:`~tutorial_lib.lm.prompts.PromptSpec`: a policy then reads prompts laid out differently from
     its training data, which chapter 8 measures (leave it ``None`` otherwise).
 
     ``share_prefix``: when every prompt of a batch starts with the same tokens (the game's
@@ -158,7 +158,7 @@ class LanguagePolicy:
     def prompt_for(self, game: str, task: str, turns: Sequence[Turn]) -> str:
         """The text the model reads after ``turns`` (the last one not yet acted on) of ``game`` with
         the task text ``task``: a live episode's prompt, or one rebuilt from a finished
-        :class:`~tutorial_lib.episodes.EpisodeRecord` (``record.game, record.task, record.turns[:t + 1]``)."""
+        :class:`~tutorial_lib.evaluation.episodes.EpisodeRecord` (``record.game, record.task, record.turns[:t + 1]``)."""
         messages = build_messages(game, task, turns, history_window=self.history_window, spec=self.prompt_spec)
         return render_chat(self.tokenizer, messages)
 
@@ -186,7 +186,7 @@ class LanguagePolicy:
             # then runs only the rest. The logits are those of the full prompts up to float
             # rounding (tests check).
             cache = self._prefix_cache(batch["input_ids"][:, :shared], groups) if shared else None
-            # The sampler chooses each token and keeps its log-probability (tutorial_lib.sampling):
+            # The sampler chooses each token and keeps its log-probability (tutorial_lib.lm.sampling):
             # cheaper than generate's own sampling, and no per-step (batch, vocab) scores are kept.
             # generate runs greedy over the sampler's one finite score; the checkpoint's generation
             # config cannot add a penalty or a warper of its own (do_sample and the penalty are set).

@@ -7,7 +7,7 @@ this first; jupyter-book then finds every chapter's outputs in the cache (``exec
 in ``_config.yml``) and executes nothing itself. Each kernel gets ``cores // jobs`` torch threads
 (:func:`kernel_threads`, through ``TUTORIAL_THREADS``), fixed whatever else runs: a chapter's
 numbers are then the same in every build on one machine, busy or idle, alone or beside another
-chapter (:mod:`tutorial_lib.cpu_threads`).
+chapter (:mod:`tutorial_lib.runtime.cpu_threads`).
 
 A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`),
 or once this build has written the SFT checkpoints it loads (:data:`CHAPTER_CHECKPOINTS`); a chapter
@@ -30,7 +30,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .cache import write_whole
+from tutorial_lib.runtime.cache import write_whole
 
 #: chapter -> the chapters whose cached results it loads. The shared caches every chapter may write
 #: (the tiny model, expert data, an SFT checkpoint trained on demand) are written whole or under a
@@ -65,8 +65,8 @@ CHAPTER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
 def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ...]] | None = None):
     """chapter -> a test that every SFT checkpoint it loads was finished after ``since`` (wall clock):
     by this build, not an earlier one (``sft_result.json`` is written last, whole, under the folder's lock)."""
-    from .pipeline import sft_dir
-    from .presets import get_preset
+    from tutorial_lib.pipeline import sft_dir
+    from tutorial_lib.presets import get_preset
 
     preset = get_preset()  # the kernels' preset: they inherit this process's TUTORIAL_SCALE
 
@@ -99,8 +99,8 @@ def execute_settings() -> dict:
     (``TUTORIAL_SCALE``) and its cell timeout (:func:`cell_timeout`) in place of the config's."""
     import yaml
 
-    from .book import ROOT
-    from .presets import scale_name
+    from tutorial_lib.book_tools.book import ROOT
+    from tutorial_lib.presets import scale_name
 
     settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     scale = scale_name()
@@ -219,9 +219,9 @@ def kernel_threads(jobs: int, cores: int | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from .book import RECORD_NAME, ROOT, chapter_sources
+    from tutorial_lib.book_tools.book import RECORD_NAME, ROOT, chapter_sources
 
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book execute", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book_tools.book_execute", description=__doc__.split("\n")[0])
     parser.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache",
                         help="the jupyter-cache folder jupyter-book reads (default: _build/.jupyter_cache)")
     parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once (default 2)")

@@ -49,14 +49,14 @@ from typing import Any, Protocol
 
 import torch
 
-from .episodes import EpisodeRecord, run_episodes
-from .evaluate import summarize
-from .lm_parts import body_hidden_states, output_logits
-from .tokenization import positions_from_mask
+from tutorial_lib.evaluation.episodes import EpisodeRecord, run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.lm.lm_parts import body_hidden_states, output_logits
+from tutorial_lib.lm.tokenization import positions_from_mask
 
 
 class TokenizedTurn(Protocol):
-    """What :func:`collate_turns` needs of a turn (a :class:`~tutorial_lib.policies.Sample` or a
+    """What :func:`collate_turns` needs of a turn (a :class:`~tutorial_lib.lm.policies.Sample` or a
     :class:`TurnSample`)."""
 
     prompt_ids: list[int]
@@ -113,7 +113,7 @@ class Rollout:
         return [r.length for r in self.records]
 
     def summary(self) -> dict[str, float]:
-        """The harness's metrics (:func:`~tutorial_lib.evaluate.summarize`) plus sizes and speed."""
+        """The harness's metrics (:func:`~tutorial_lib.evaluation.evaluate.summarize`) plus sizes and speed."""
         turns = len(self.turns)
         tokens = sum(len(t.action_ids) for t in self.turns)
         return {
@@ -167,16 +167,16 @@ def collect(
     One episode per seed; with ``turn_budget``, new episodes stop starting once that many turns are
     played (the GEM recipe: "collect until a batch of turns is full"), so pass more seeds than you
     expect to need. ``temperature`` overrides the preset's (the trainer must then score with the
-    same temperature, :func:`action_logprobs`). ``sampling`` names the preset of :data:`~tutorial_lib.sampling.SAMPLING` to
+    same temperature, :func:`action_logprobs`). ``sampling`` names the preset of :data:`~tutorial_lib.lm.sampling.SAMPLING` to
     sample with (``None``: the policy's own); the default ``rl`` samples from the model itself, so
     that the sampler is the policy being trained. ``policy`` must offer ``act_samples`` (a
-    :class:`~tutorial_lib.policies.LanguagePolicy` does).
+    :class:`~tutorial_lib.lm.policies.LanguagePolicy` does).
     """
     if not hasattr(policy, "act_samples"):
         raise TypeError(f"{type(policy).__name__} has no act_samples: RL needs token ids and log-probs")
     # Bind the preset for this call only: the caller's policy keeps its own preset and seed stream.
     if temperature is not None:
-        from .sampling import SAMPLING
+        from tutorial_lib.lm.sampling import SAMPLING
 
         if sampling is None or not SAMPLING[sampling].get("do_sample"):
             raise ValueError("temperature needs a sampling preset that samples (e.g. 'rl')")
@@ -365,7 +365,7 @@ def action_logprobs(
     Runs with gradients unless the caller disables them, so REINFORCE / PPO can backpropagate
     through the result. ``temperature`` divides the logits first, as sampling did; with top-k /
     top-p the sampler renormalised over fewer tokens, which this (the policy's full distribution)
-    does not (see :class:`~tutorial_lib.policies.Sample`). Dropout makes a model in training mode
+    does not (see :class:`~tutorial_lib.lm.policies.Sample`). Dropout makes a model in training mode
     score differently from the sampler, which ran in eval mode.
 
     The body runs over every column, the output layer only over the action columns: a

@@ -4,7 +4,7 @@ Every game's data ends up in one format, a list of *examples*:
 
     {"game": "tictactoe", "prompt": "<the user message>", "completion": "<move>x(1,1)</move>", ...}
 
-where ``prompt`` is built by :mod:`tutorial_lib.prompts` exactly as the policy will see it when it
+where ``prompt`` is built by :mod:`tutorial_lib.lm.prompts` exactly as the policy will see it when it
 plays, and ``completion`` is the expert's action text. Sources:
 
 * **tic-tac-toe** -- MCTS self-play with the OpenSpiel tutorial's settings (UCT constant 2*sqrt(2),
@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import envs
-from .cache import write_whole
-from .episodes import run_episodes
-from .policies import ExpertPolicy
-from .progress import progress_bar
-from .prompts import Turn, build_prompt_text
+from tutorial_lib import envs
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.lm.policies import ExpertPolicy
+from tutorial_lib.lm.prompts import Turn, build_prompt_text
+from tutorial_lib.runtime.cache import write_whole
+from tutorial_lib.runtime.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool =
     import pyspiel
     from open_spiel.python.algorithms import mcts
 
-    from .envs.tictactoe import board_text
-    from .minimax import minimax_actions
+    from tutorial_lib.envs.minimax import minimax_actions
+    from tutorial_lib.envs.tictactoe import board_text
 
     if config.episodes < 1 or config.simulations < 1 or not 0 <= config.epsilon <= 1:
         raise ValueError(f"need episodes >= 1, simulations >= 1 and 0 <= epsilon <= 1; got {config}")
@@ -175,8 +175,8 @@ def tictactoe_examples(records: Iterable[dict[str, Any]], *, worked_lines: bool 
 
     ``worked_lines``: the completion writes out the board's lines before the move
     (:func:`tutorial_lib.envs.tictactoe.worked_lines`); the move is still the expert's."""
-    from .envs.tictactoe import task_text
-    from .envs.tictactoe import worked_lines as lines_text
+    from tutorial_lib.envs.tictactoe import task_text
+    from tutorial_lib.envs.tictactoe import worked_lines as lines_text
 
     examples = []
     for record in records:

@@ -5,7 +5,7 @@ reward and the next observation. An episode's rewards are therefore a list with 
 turn, and every function here works at that level. Policy-gradient methods weight each action's
 log-probability by how much better than expected it turned out -- its *advantage* -- so this module
 turns per-turn rewards into per-turn returns and advantages. Every token of a turn's action shares
-that turn's advantage (the losses in :mod:`tutorial_lib.reinforce` and :mod:`tutorial_lib.ppo`
+that turn's advantage (the losses in :mod:`tutorial_lib.rl.reinforce` and :mod:`tutorial_lib.rl.ppo`
 broadcast it over the action's tokens; chapter 2's loss mask keeps the rest out).
 
     returns = batch_returns([[0, 0, 1], [0, -1]], gamma=0.9)  # [[0.81, 0.9, 1.0], [-0.9, -1.0]]

@@ -8,7 +8,7 @@ PPO (Schulman et al. 2017, arXiv:1707.06347) is an actor-critic method: a *criti
 the return from a state, the advantage of an action is how much better it turned out than that
 prediction (GAE), and the *actor* -- the language model -- takes several gradient steps on each
 batch, with its probability ratio to the sampling policy clipped so that no step moves it far.
-Collection, logging and checkpoints are the shared loop of :mod:`tutorial_lib.rl_loop`.
+Collection, logging and checkpoints are the shared loop of :mod:`tutorial_lib.rl.rl_loop`.
 
 The implementation details, numbered as chapter 6 discusses them (the PPO ones follow Huang et
 al., *The 37 Implementation Details of Proximal Policy Optimization*, ICLR blog track 2022, and
@@ -61,11 +61,11 @@ from typing import Any
 
 import torch
 
-from .advantages import gae, whiten
-from .lm_parts import body_hidden_states, hidden_size
-from .rl_loop import Algorithm, RLResult, RLSettings, clip_and_step, run_rl, sampler_kl_sums
-from .rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
-from .tokenization import left_padded_batch, positions_from_mask
+from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size
+from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
+from tutorial_lib.rl.advantages import gae, whiten
+from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, sampler_kl_sums
+from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
 
 CRITICS = ("shared", "separate")
 LR_SCHEDULES = ("constant", "warmup_cosine")
@@ -73,7 +73,7 @@ LR_SCHEDULES = ("constant", "warmup_cosine")
 
 @dataclass
 class PPOSettings(RLSettings):
-    """Settings of a PPO run: the loop's (:class:`~tutorial_lib.rl_loop.RLSettings`) and PPO's own.
+    """Settings of a PPO run: the loop's (:class:`~tutorial_lib.rl.rl_loop.RLSettings`) and PPO's own.
     ``learning_rate`` is the actor's."""
 
     #: discount per turn (the GSM8K tutorial's 1: an answer is one turn)
@@ -147,7 +147,7 @@ class ValueModel(torch.nn.Module):
         return self.head(state_hidden.float()).squeeze(-1)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Values of a :func:`~tutorial_lib.rollout.collate_turns` batch (separate critic only)."""
+        """Values of a :func:`~tutorial_lib.rl.rollout.collate_turns` batch (separate critic only)."""
         hidden = body_hidden_states(self.backbone, batch)
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return self.from_hidden(hidden[rows, state_positions(batch).to(hidden.device)])
@@ -215,8 +215,9 @@ class OldScores:
     kl_k3: float  # sampler is the policy being trained (chapter 5)
 
 
-class PPO(Algorithm):
-    """PPO as an :class:`~tutorial_lib.rl_loop.Algorithm` (see the module docstring)."""
+class PPO:
+    """PPO's state between iterations (the policy, a value model, a frozen reference, one optimiser,
+    the learning-rate schedule) and its update; :func:`train_ppo` is the loop around it."""
 
     name = "PPO"
 
@@ -398,5 +399,11 @@ def train_ppo(
     ``value_model.pt`` beside it) go to ``out_dir``; ``result.algorithm.value_model`` is the critic.
     ``resume=True`` continues a stopped run exactly."""
     settings = settings or PPOSettings()
-    return run_rl(policy, game, settings, lambda: PPO(policy, settings), out_dir=out_dir, resume=resume,
-                  progress=progress, stage=stage)
+    run = Run(policy, game, PPO.name, settings, out_dir=out_dir, resume=resume, progress=progress, stage=stage)
+    ppo = PPO(policy, settings)  # after Run has seeded torch: the value head starts the same for a seed
+    ppo.load_state_dict(run.restore(ppo.optimizer, ppo.modules()))
+    for _ in run.iterations():
+        rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
+        metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
+        run.end_iteration(metrics, ppo.optimizer, ppo.modules(), ppo.state_dict())
+    return run.finish(ppo.modules(), algorithm=ppo)

@@ -1,10 +1,9 @@
 """Checks and chores for the book itself (run by ``make book``; not a chapter).
 
-    python -m tutorial_lib.book execute [--jobs 2] # every chapter into the build's cache (book_execute)
-    python -m tutorial_lib.book check-notebooks   # pairs in sync, no outputs, setup cell current
-    python -m tutorial_lib.book sync-setup-cells  # rewrite each chapter's Colab cell from _config.yml
-    python -m tutorial_lib.book check-html _build/html
-    python -m tutorial_lib.book cell-times _build/cell_times.jsonl   # each chapter's time, longest cells
+    python -m tutorial_lib.book_tools.book check-notebooks   # pairs in sync, no outputs, setup cell current
+    python -m tutorial_lib.book_tools.book sync-setup-cells  # rewrite each chapter's Colab cell from _config.yml
+    python -m tutorial_lib.book_tools.book check-html _build/html
+    python -m tutorial_lib.book_tools.book cell-times _build/cell_times.jsonl   # each chapter's time, longest cells
 
 The repository URL lives in one place, ``_config.yml`` (``repository.url``): the Colab launch
 buttons read it there, and each chapter's first cell -- which installs ``tutorial_lib`` when the
@@ -22,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORD_NAME = "chapter_runs.json"  # book_execute's record of the chapters it ran
 SETUP_TAG = "colab-setup"
 #: the tags of every chapter's setup cell: code and output hidden (a reader in Colab sees it run)
@@ -228,13 +227,8 @@ def print_cell_times(log_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["execute"]:  # its own options: tutorial_lib.book_execute
-        from .book_execute import main as execute
-
-        return execute(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book_tools.book", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("execute", help="every chapter into the build's cache, two at a time (book_execute)")
     commands.add_parser("check-notebooks")
     commands.add_parser("sync-setup-cells")
     html = commands.add_parser("check-html")

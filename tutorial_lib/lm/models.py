@@ -6,7 +6,7 @@ Face Hub (chapters 2 and 9).
     policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora=True)  # full: LoRA adapters via PEFT
     policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, load_in_4bit=True)  # QLoRA, CUDA
 
-Whatever it loads comes back as a :class:`~tutorial_lib.policies.LanguagePolicy`, so the chapters
+Whatever it loads comes back as a :class:`~tutorial_lib.lm.policies.LanguagePolicy`, so the chapters
 run the same code at every scale. A local folder written by ``save_pretrained`` loads like a hub id;
 a folder of LoRA adapters (what ``train_sft`` and the RL loops save under PEFT) loads its base model
 first, then the adapters on top (trainable again with ``lora=True``).
@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
-from .cache import cache_root
-from .device import can_load_in_4bit, default_dtype, device_kind, get_device
-from .policies import LanguagePolicy
-from .progress import quiet_transformers
-from .tiny_model import TinyConfig, tiny_model_dir
+from tutorial_lib.lm.policies import LanguagePolicy
+from tutorial_lib.lm.tiny_model import TinyConfig, tiny_model_dir
+from tutorial_lib.runtime.cache import cache_root
+from tutorial_lib.runtime.device import can_load_in_4bit, default_dtype, device_kind, get_device
+from tutorial_lib.runtime.progress import quiet_transformers
 
 # PEFT, saving adapters whose base is an offline model's name (not a folder), looks for that
 # model's config, locally and then on the hub, to check whether the vocabulary was resized; we
@@ -237,6 +237,14 @@ def load_policy(
             raise RuntimeError(f"load_in_4bit needs the CUDA device; device={kind!r} was asked for")
     torch_device = get_device(kind)
     adapter_config = Path(name) / "adapter_config.json"
+    if Path(name).is_dir() and not (Path(name) / "config.json").exists() and not adapter_config.exists():
+        # a run's folder (``rl`` writes its model to ``model/``), or a folder with no model at all
+        inner = Path(name) / "model"
+        if (inner / "config.json").exists() or (inner / "adapter_config.json").exists():
+            return load_policy(str(inner), lora=lora, load_in_4bit=load_in_4bit, device=device, dtype=dtype,
+                               tiny_config=tiny_config, **policy_options)
+        raise ModelUnavailableError(f"{name} holds no model: neither it nor its model/ subfolder has a config.json "
+                                    "(a model) or an adapter_config.json (LoRA adapters)")
     if name == "tiny":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -1,7 +1,7 @@
 """A smoke run of every command-line stage at ``full`` with a real pretrained model (``make smoke-full``;
 not a chapter).
 
-    python -m tutorial_lib.smoke --out _build/smoke-full [--model smollm2-135m]
+    python -m tutorial_lib.book_tools.smoke --out _build/smoke-full [--model smollm2-135m]
 
 The ``full`` preset is what a GPU user runs, yet CI has no GPU and no hub. This runs each stage of
 ``python -m tutorial_lib`` as a user would type it (a fresh process each), with
@@ -67,7 +67,7 @@ def run(out: Path, model: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.smoke", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book_tools.smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("_build/smoke-full"))
     parser.add_argument("--model", default="smollm2-135m")
     args = parser.parse_args(argv)

@@ -9,8 +9,8 @@ every live game (so a language model makes one batched ``generate`` call per tur
 game steps. Finished games are refilled with the next seed until all seeds are played (or, with a
 ``turn_budget``, until enough turns are played). When the policy offers ``act_samples`` (language
 policies do), each record also keeps the sampler's token ids and log-probs of every turn: the
-rollouts of the RL chapters (:mod:`tutorial_lib.rollout`) are these same episodes.
-:func:`tutorial_lib.evaluate.summarize` turns records into rates.
+rollouts of the RL chapters (:mod:`tutorial_lib.rl.rollout`) are these same episodes.
+:func:`tutorial_lib.evaluation.evaluate.summarize` turns records into rates.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import envs
-from .cpu_threads import fit_threads
-from .policies import EpisodeState, Policy, Sample
-from .progress import progress_bar
-from .prompts import Turn, build_prompt_text
+from tutorial_lib import envs
+from tutorial_lib.lm.policies import EpisodeState, Policy, Sample
+from tutorial_lib.lm.prompts import Turn, build_prompt_text
+from tutorial_lib.runtime.cpu_threads import fit_threads
+from tutorial_lib.runtime.progress import progress_bar
 
 
 @dataclass

@@ -6,7 +6,7 @@
 
 Examples are tokenised here, not by TRL: the prompt is rendered with the tokenizer's chat template
 and tokenised *alone*, the completion's tokens (ending with the end-of-turn token) are appended,
-and every prompt label is ``-100`` (:func:`tutorial_lib.tokenization.encode_prompt_completion`).
+and every prompt label is ``-100`` (:func:`tutorial_lib.lm.tokenization.encode_prompt_completion`).
 So training sees exactly the token sequence that generation produces (chapter 2's token-boundary
 pitfall), and the loss is on the action only. ``SFTTrainer`` accepts such pre-tokenised data as
 is and does the rest: batching and padding, the optimiser and schedule, logging, checkpoints.
@@ -31,14 +31,14 @@ from typing import Any
 
 import torch
 
-from .cache import folder_lock, write_whole
-from .cpu_threads import trainer_callback as threads_callback
-from .device import default_dtype, device_kind
-from .lm_parts import body_hidden_states, output_logits
-from .policies import LanguagePolicy
-from .progress import quiet_transformers
-from .prompts import render_chat
-from .tokenization import IGNORE_INDEX, encode_prompt_completion
+from tutorial_lib.lm.lm_parts import body_hidden_states, output_logits
+from tutorial_lib.lm.policies import LanguagePolicy
+from tutorial_lib.lm.prompts import render_chat
+from tutorial_lib.lm.tokenization import IGNORE_INDEX, encode_prompt_completion
+from tutorial_lib.runtime.cache import folder_lock, write_whole
+from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
+from tutorial_lib.runtime.device import default_dtype, device_kind
+from tutorial_lib.runtime.progress import quiet_transformers
 
 
 @dataclass

@@ -6,12 +6,12 @@
 
 Each iteration:
 
-1. **Collect** episodes with the current policy (:func:`tutorial_lib.rollout.collect`): many games
+1. **Collect** episodes with the current policy (:func:`tutorial_lib.rl.rollout.collect`): many games
    side by side, one batched ``generate`` per turn, sampling from the model itself, until a
    budget of turns is full (the GEM training script's recipe). The sampler's log-probs are kept.
 2. **Credit** each turn with its discounted return ``G_t = r_t + gamma G_{t+1}``, subtract a
    baseline and normalise over the whole batch of turns. The default, ``"rebn_state"``
-   (:func:`~tutorial_lib.advantages.rebn_by_state`), takes as baseline the mean return of the
+   (:func:`~tutorial_lib.rl.advantages.rebn_by_state`), takes as baseline the mean return of the
    batch's turns in the same state (the same prompt) where a state recurs, else the batch mean;
    GEM's ReBN (``"rebn"``) takes the batch mean for every turn, which pushes a nearly
    deterministic policy off its best moves (chapter 5 shows it). The standard deviation sets the
@@ -39,22 +39,22 @@ from pathlib import Path
 
 import torch
 
-from .advantages import batch_returns, rebn, rebn_by_state
-from .rl_loop import Algorithm, RLResult, RLSettings, clip_and_step, run_rl, sampler_kl_sums
-from .rollout import Rollout, TurnBatch, action_logprobs
+from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
+from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, sampler_kl_sums
+from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
 
 NORMALISATIONS = ("rebn_state", "rebn", "none")
 
 
 @dataclass
 class ReinforceSettings(RLSettings):
-    """Settings of a REINFORCE run: the loop's (:class:`~tutorial_lib.rl_loop.RLSettings`) and how
+    """Settings of a REINFORCE run: the loop's (:class:`~tutorial_lib.rl.rl_loop.RLSettings`) and how
     returns become advantages. Defaults suit the tiny model on a CPU (chapter 5)."""
 
     #: discount per turn
     gamma: float = 0.9
     #: how returns become advantages: ``"rebn_state"`` (baseline per recurring state, then the
-    #: batch's scale: :func:`~tutorial_lib.advantages.rebn_by_state`), ``"rebn"`` (GEM's: the
+    #: batch's scale: :func:`~tutorial_lib.rl.advantages.rebn_by_state`), ``"rebn"`` (GEM's: the
     #: batch mean and std for every turn) or ``"none"`` (raw returns)
     normalise: str = "rebn_state"
 
@@ -122,24 +122,6 @@ def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettin
     }
 
 
-class Reinforce(Algorithm):
-    """REINFORCE with ReBN as an :class:`~tutorial_lib.rl_loop.Algorithm`: one step per batch."""
-
-    name = "REINFORCE"
-
-    def __init__(self, policy, settings: ReinforceSettings):
-        self.policy, self.settings = policy, settings
-        params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, betas=settings.adam_betas,
-                                           weight_decay=0.0)
-
-    def update(self, rollout: Rollout) -> dict[str, float]:
-        advantages = turn_advantages(rollout, self.settings.gamma, self.settings.normalise)
-        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
-                             advantages=torch.tensor(advantages, dtype=torch.float32))
-        return reinforce_step(self.policy.model, self.optimizer, batch, self.settings)
-
-
 def train_reinforce(
     policy,
     game: str,
@@ -156,5 +138,15 @@ def train_reinforce(
     iteration): the result equals that of a run never stopped.
     """
     settings = settings or ReinforceSettings()
-    return run_rl(policy, game, settings, lambda: Reinforce(policy, settings), out_dir=out_dir, resume=resume,
-                  progress=progress, stage=stage)
+    run = Run(policy, game, "REINFORCE", settings, out_dir=out_dir, resume=resume, progress=progress, stage=stage)
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad],
+                                  lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
+    run.restore(optimizer)
+    for _ in run.iterations():
+        rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
+        advantages = turn_advantages(rollout, settings.gamma, settings.normalise)  # returns, baseline, scale
+        batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id,
+                             advantages=torch.tensor(advantages, dtype=torch.float32))
+        metrics = reinforce_step(policy.model, optimizer, batch, settings)  # one gradient step
+        run.end_iteration(metrics, optimizer)
+    return run.finish()

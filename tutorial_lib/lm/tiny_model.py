@@ -23,10 +23,10 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import envs
-from .cache import cache_root
-from .progress import quiet_transformers
-from .prompts import Turn, build_prompt_text
+from tutorial_lib import envs
+from tutorial_lib.lm.prompts import Turn, build_prompt_text
+from tutorial_lib.runtime.cache import cache_root
+from tutorial_lib.runtime.progress import quiet_transformers
 
 #: bump when the corpus or the tokenizer recipe changes, so old caches are not reused
 RECIPE_VERSION = 3

@@ -33,7 +33,7 @@ def encode_prompt_completion(
     """Token ids for one training example, with the prompt masked out of the labels.
 
     ``prompt`` is the fully rendered text the model reads (chat template included, see
-    :func:`tutorial_lib.prompts.render_chat`). The end-of-sequence token is appended to the
+    :func:`tutorial_lib.lm.prompts.render_chat`). The end-of-sequence token is appended to the
     completion so the model learns to *stop* after its action. If ``max_length`` is given, the
     prompt is cut from the left (its oldest part) -- never the completion.
     """
@@ -109,7 +109,7 @@ def pad_prompt_ids(rows: Sequence[Sequence[int]], pad_token_id: int, *, shared_p
     the padding *after* them: ``start, pads, rest``. Every row still ends in the last column, and
     rows whose starts are equal hold them in the same columns, so the keys and values of each
     distinct start can be computed once and copied to its rows
-    (:meth:`tutorial_lib.policies.LanguagePolicy.sample`). ``generate`` numbers positions by
+    (:meth:`tutorial_lib.lm.policies.LanguagePolicy.sample`). ``generate`` numbers positions by
     counting the mask, so each real token keeps the position it has without padding.
     """
     if not rows:

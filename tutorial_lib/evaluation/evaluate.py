@@ -3,9 +3,10 @@
     records = run_episodes("tictactoe", RandomPolicy(), seeds=range(200), env_options={"opponent": "minimax"})
     summarize(records)   # {'episodes': 200, 'mean_return': ..., 'win_rate': ..., 'invalid_rate': ...}
 
-The episodes themselves are played by :func:`tutorial_lib.episodes.run_episodes`; this module
+The episodes themselves are played by :func:`tutorial_lib.evaluation.episodes.run_episodes`; this module
 turns them into rates (win, success, invalid...), math accuracy on training and new problems,
-and the games' own speed.
+and the games' own speed. :func:`evaluate_policy` is the one evaluation the command line, the
+chapters and the benchmarks call: a policy on a game's evaluation seeds with a preset's options.
 """
 
 from __future__ import annotations
@@ -14,9 +15,26 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from . import envs
-from .episodes import EpisodeRecord, run_episodes
-from .policies import Policy
+from tutorial_lib import envs
+from tutorial_lib.evaluation.episodes import EpisodeRecord, run_episodes
+from tutorial_lib.lm.policies import Policy
+
+
+def evaluate_policy(game: str, policy: Policy, *, preset, episodes: int | None = None,
+                    env_options: dict[str, Any] | None = None, first_seed: int = 0, batch_size: int = 100,
+                    progress: bool = False, with_records: bool = False, **options):
+    """Play ``policy`` on evaluation seeds ``first_seed``.. (training uses seeds from 100,000 up) with
+    ``preset``'s options for ``game``, ``env_options`` and ``options`` on top (an opponent, a fold), and
+    summarise: what chapters 4-9, the command line and the seed benchmarks compare before and after
+    training. ``env_options`` takes a dict such as an RL run's (GuessTheNumber's option ``preset``
+    cannot be a keyword here). ``episodes`` defaults to the preset's ``eval_episodes``. With
+    ``with_records``, returns ``(summary, records)``."""
+    settings = preset.game(game)
+    count = settings.eval_episodes if episodes is None else episodes
+    records = run_episodes(game, policy, range(first_seed, first_seed + count),
+                           env_options={**settings.env_options, **(env_options or {}), **options},
+                           batch_size=batch_size, progress=progress)
+    return (summarize(records), records) if with_records else summarize(records)
 
 
 def steps_per_second(game: str, *, steps: int = 2000, env_options: dict[str, Any] | None = None, seed: int = 0) -> float:

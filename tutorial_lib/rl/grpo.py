@@ -1,113 +1,26 @@
-"""GRPO on math word problems, through TRL's ``GRPOTrainer`` (chapter 7). Any other single-turn
-task with a checkable answer passes its own ``dataset`` and ``reward`` (chapter 7's tic-tac-toe
-moves: :mod:`tutorial_lib.tictactoe_moves`).
+"""GRPO through TRL's ``GRPOTrainer``, a thin wrapper (chapter 7): math word problems, or any
+single-turn task with a checkable answer through ``dataset`` and ``reward`` (chapter 7's
+tic-tac-toe moves: :mod:`tutorial_lib.rl.tictactoe_moves`). TRL computes the update; this module
+supplies what makes it the book's GRPO:
 
     policy = sft_policy("math", preset)                      # or load_policy("tiny")
     result = train_grpo(policy, GRPOSettings(steps=30), out_dir="runs/grpo-math")
     result.history[-1]        # mean_return, accuracy, format_accuracy, action_tokens, entropy, seconds...
-    tuned = load_policy("runs/grpo-math/model")
 
-GRPO (Group Relative Policy Optimization; Shao et al. 2024, *DeepSeekMath*, arXiv:2402.03300)
-drops PPO's critic. Each problem is answered ``num_generations`` times (a *group*); a completion's
-advantage is its reward minus the mean reward of its group, divided by the group's standard
-deviation (``scale_rewards="group"``), and every token of the completion gets that advantage:
+* the game's reward (:func:`math_reward` plays each completion as one step of
+  :class:`~tutorial_lib.envs.math_problems.MathEnv`; it never raises on garbage);
+* the policy's prompts (:func:`math_prompt_dataset`, conversational, token for token what
+  ``LanguagePolicy`` feeds ``generate``: ``tests/test_grpo.py``);
+* the policy's sampler (temperature, ``top_k=0``, ``top_p=1`` set explicitly), no reference model
+  by default (``beta=0``), TRL's loss normalisation and reward scaling as settings;
+* the book's metric names in ``metrics.csv`` and TensorBoard, and a deterministic CPU run.
 
-    A_i = (r_i - mean(r_1..r_G)) / (std(r_1..r_G) + 1e-4)
-
-The other answers to the same question are the baseline: no value network to train, and no
-bootstrapping, which suits a single-turn game whose only reward comes at the end. A group whose
-answers all score the same (all right, or all wrong) has ``A = 0`` and teaches nothing: TRL logs
-their share as ``frac_reward_zero_std``, the first number to watch when GRPO does not learn.
-
-What this module adds to TRL, and why:
-
-1. **The reward is the game's.** :func:`math_reward` plays each completion as one step of
-   :class:`~tutorial_lib.envs.math_problems.MathEnv` (1.0 right number, 0.1 right ``####`` format
-   but wrong number, 0.0 otherwise) -- the same parser and scoring the evaluation harness uses, so
-   the number being maximised is the number being reported. It never raises on garbage.
-2. **The prompt is the policy's.** :func:`math_prompt_dataset` builds each prompt with
-   :func:`tutorial_lib.prompts.build_messages`, as :class:`~tutorial_lib.policies.LanguagePolicy`
-   does, and hands it to TRL in the *conversational* format (a list of messages). TRL then renders
-   it with ``apply_chat_template(..., add_generation_prompt=True, tokenize=True)``, which gives
-   exactly the token ids ``LanguagePolicy`` feeds ``generate`` (``render_chat`` then tokenising
-   without special tokens); ``tests/test_grpo.py`` checks it token for token. The *standard*
-   format (a pre-rendered string) would also work for the tiny model and Qwen, but TRL tokenises
-   strings with ``add_special_tokens=True``, which doubles the ``<bos>`` of templates that write
-   one themselves (Gemma).
-3. **The sampler is the policy.** ``temperature=1``, ``top_k=0``, ``top_p=1``, no repetition
-   penalty, each set explicitly so the checkpoint's generation config cannot slip in its own (see
-   ``SAMPLING["rl"]`` in :mod:`tutorial_lib.policies`). With one optimiser step per batch (TRL's
-   ``num_iterations=1``) the PPO-style ratio in TRL's loss is exactly 1 at the step, so its clipping
-   (``epsilon``) never binds and the gradient is the plain policy gradient with group advantages.
-4. **No reference model by default** (``beta=0``, TRL's default and the GSM8K PPO tutorial's
-   choice): DAPO (arXiv:2503.14476) and Dr. GRPO (arXiv:2503.20783) found the KL term unnecessary
-   for verifiable rewards, and it costs a second model. ``beta > 0`` adds it (TRL's k3 estimator).
-5. **Loss normalisation** (``loss_type``): ``"dapo"`` (TRL's default) divides the summed token
-   losses by the number of completion tokens in the whole batch, so a long wrong answer is not
-   penalised less per token than a short one, the length bias of the original ``"grpo"`` loss
-   (per-sequence mean); ``"dr_grpo"`` divides by a constant (``max_completion_length``).
-   Reward scaling (``scale_rewards``) interacts with the game's 0.1 for the format: in a group of
-   eight wrong answers, one of them unformatted, group scaling gives that one -2.5 and each other
-   +0.35 -- a format difference blown up to the size of a right-versus-wrong one. ``"none"``
-   (Dr. GRPO) keeps 0.1 a tenth of 1.0.
-6. **Metrics in the book's names** (those of chapter 5's REINFORCE where they mean the same):
-   ``mean_return`` (mean reward), ``accuracy``, ``format_accuracy``, ``success_rate``,
-   ``invalid_rate``, ``action_tokens`` (completion tokens sampled in the step), ``entropy`` (mean
-   token entropy of the completions), ``seconds`` / ``sample_seconds`` / ``train_seconds``, and
-   TRL's own ``loss``, ``grad_norm``, ``reward_std``, ``frac_reward_zero_std``, ``clipped_ratio``
-   (answers cut at ``max_completion_length``), ``kl_ref`` (with ``beta > 0``). One row per step in
-   ``out_dir/metrics.csv`` and TensorBoard; TRL's console output is kept out of the book.
-
-On a CPU the tiny model's run is deterministic: same seed, same weights (``tests/test_grpo.py``).
-
-**What GRPO does at the ``ci`` scale** (2-core CPU, one torch thread). It learns what the reward
-can teach: a barely trained tiny model writing ``#### N`` in a third of its samples writes it in
-most of them after 4 steps (``tests/test_grpo.py``). From chapter 4's SFT checkpoint, though, it
-does not raise accuracy on unseen problems: the defaults (40 steps, ~35,000 completion tokens,
-~30 s) take greedy accuracy on 200 level-1 problems of the *test* split from 5.5% to 6.0%, and
-eight settings tried (learning rate 1e-4 to 1e-3, groups of 8 to 32, group or no reward scaling,
-beta 0 or 0.1) ended between 1% and 6.5%. The SFT model copies the question's numbers right two
-times in three but adds them right one time in twenty: the tiny tokenizer spells each number up to
-~100 as ONE token (`` 19``, `` 27``), so addition is a table of ~2,000 facts, and the hundred-odd
-right answers a run samples teach a few facts, not arithmetic. (Seeds 0-199 of the *train* split
-are among chapter 4's SFT problems, seeds 0-599, and the model answers 23.5% of them from memory;
-GRPO on other problems erodes that -- to 17% with the defaults, lower with larger learning
-rates -- unless ``beta=0.1`` holds the model in place.)
-The same function trains a LoRA model on a GPU (``load_policy(hub_id, lora=True)``): TRL trains the
-adapters only, and with ``beta > 0`` takes the reference from the model with adapters disabled.
-
-**Multi-turn games (GuessTheNumber) and TRL's ``environment_factory``: does not fit.** Checked
-against TRL 1.16.0 (``trl/trainer/grpo_trainer.py``, ``trl/chat_template_utils.py``):
-
-* *The tiny model's chat template.* ``environment_factory`` exposes the environment's public
-  methods as *tools* (grpo_trainer.py 689-704) and the trainer then requires a chat template that
-  renders tool calls: ``supports_tool_calling(processing_class)`` is false for our template
-  (``<|role|>\\ncontent<|end|>``, no ``tool_calls``, no ``tool`` role), so the constructor raises
-  "The provided chat template does not support tool calling" (grpo_trainer.py 641-654). It also
-  needs a parser for tool calls in the model's output, which ``add_response_schema`` only knows for
-  a fixed list of hub templates (Qwen, Llama 3, GLM, GPT-OSS, Gemma 4...) and raises "Unrecognized
-  chat template" for any other (grpo_trainer.py 762-766, chat_template_utils.py 724-782).
-* *The protocol.* Even with a tool-capable model (Qwen2.5), the episode TRL plays is not our game's
-  episode. A turn continues only if the assistant message contains a parsed tool call
-  (grpo_trainer.py 1947-1957); a plain ``\\boxed{7}`` answer, our action format, ends the rollout
-  after one turn. The game's feedback would come back as a ``tool`` message appended to one growing
-  conversation (grpo_trainer.py 2019-2041: prompt + completion + tool-result tokens), whereas every
-  policy in this book reads a freshly built single user message per turn, holding the task and the
-  last ``history_window`` turns (:mod:`tutorial_lib.prompts`). The first observation is glued onto
-  the dataset prompt's last message by ``reset`` (grpo_trainer.py 2389-2398), and the reward is one
-  number per rollout (``get_reward``, grpo_trainer.py 715-731), with no per-turn rewards or
-  discounting (GEM's gamma 0.9). Training through it would train the model on a different prompt
-  layout and answer format (JSON tool calls) from the one it is evaluated with -- the train/eval
-  mismatch chapter 8 measures.
-* The other hook, ``rollout_func`` (experimental), lets the caller generate, but a GRPO sample is
-  still ONE prompt and ONE completion token sequence (environment tokens masked by ``env_mask``)
-  with one reward (grpo_trainer.py 2210-2217, 2270-2272), and a group is ``num_generations``
-  samples of the same prompt (grpo_trainer.py 2765). Our multi-turn episodes are several (prompt,
-  action) pairs whose prompts differ from turn to turn, so they fit that shape only by changing
-  the token sequence the model sees.
-
-So multi-turn games are trained with the book's own loop (:mod:`tutorial_lib.rl_loop`: REINFORCE
-and PPO, per-turn credit), and GRPO through TRL is used where it fits, single-turn math.
+Group advantages, the loss variants and what the ``ci`` run does and does not learn are chapter 7's
+subject. Multi-turn games are not trained through TRL: its ``environment_factory`` needs a chat
+template with tool calls and plays one growing conversation with one reward per rollout, where
+this book's games build a fresh prompt each turn and reward each turn; chapter 7 and
+``benchmarks/results/grpo_trl_multiturn.md`` give the details. They train with the book's own loop
+(:mod:`tutorial_lib.rl.reinforce`, :mod:`tutorial_lib.rl.ppo`).
 """
 
 from __future__ import annotations
@@ -123,15 +36,15 @@ from typing import Any
 
 import torch
 
-from .cpu_threads import trainer_callback as threads_callback
-from .device import default_dtype, device_kind
-from .envs.math_problems import MathEnv, MathProblem
-from .lm_parts import unwrap_peft
-from .policies import MAX_NEW_TOKENS
-from .progress import quiet_transformers
-from .prompts import Turn, build_messages
-from .rl_loop import RLResult, run_progress_bar, save_final_model, write_run_settings
-from .tracking import MetricsLog
+from tutorial_lib.envs.math_problems import MathEnv, MathProblem
+from tutorial_lib.lm.lm_parts import unwrap_peft
+from tutorial_lib.lm.policies import MAX_NEW_TOKENS
+from tutorial_lib.lm.prompts import Turn, build_messages
+from tutorial_lib.rl.rl_loop import RLResult, run_progress_bar, save_final_model, write_run_settings
+from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
+from tutorial_lib.runtime.device import default_dtype, device_kind
+from tutorial_lib.runtime.progress import quiet_transformers
+from tutorial_lib.runtime.tracking import MetricsLog
 
 #: TRL's token-aggregation rules this module offers (see detail 5 of the module docstring)
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
@@ -283,7 +196,7 @@ def math_prompt_dataset(seeds: Iterable[int], *, env_options: dict[str, Any] | N
     ``level`` (1, 2, 3 or ``"mixed"``), ``source``, ``split``."""
     import datasets
 
-    from . import envs
+    from tutorial_lib import envs
 
     seeds = list(seeds)
     if not seeds:
@@ -318,7 +231,7 @@ _RENAMED = {
     "completions/clipped_ratio": "clipped_ratio",
     "kl": "kl_ref",
     "sample_seconds": "sample_seconds",
-    # tic-tac-toe moves (tutorial_lib.tictactoe_moves.minimax_reward)
+    # tic-tac-toe moves (tutorial_lib.rl.tictactoe_moves.minimax_reward)
     "valid_rate": "valid_rate",
     "optimal_rate": "optimal_rate",
 }
@@ -493,7 +406,7 @@ def train_grpo(
     prompt of every step. ``resume=True`` continues from the last checkpoint in ``out_dir``
     (``save_steps`` must have been set). Another single-turn task brings its own ``dataset``,
     ``reward`` and ``game`` name (the log's label): chapter 7's tic-tac-toe moves
-    (:mod:`tutorial_lib.tictactoe_moves`).
+    (:mod:`tutorial_lib.rl.tictactoe_moves`).
     """
     settings = settings or GRPOSettings()
     out_dir = Path(out_dir)

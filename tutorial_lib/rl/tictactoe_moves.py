@@ -7,7 +7,7 @@
 GRPO scores a group of answers to one prompt and needs no critic, which suits tasks where an
 answer can be checked on the spot (a math result, a unit test). A whole game of tic-tac-toe is not
 such a task: its reward arrives at the end, after the opponent's replies. A single move is: the
-game is small enough to solve, so the value of every move is known exactly (:mod:`tutorial_lib.minimax`,
+game is small enough to solve, so the value of every move is known exactly (:mod:`tutorial_lib.envs.minimax`,
 negamax). :func:`minimax_reward` gives a move the value of the position it leads to under perfect
 play by both sides (+1 a forced win, 0 a draw, -1 a forced loss), and -1 to text that names no
 legal move (as the ``forfeit`` rule of chapters 5 and 6 does). A move that throws away a draw or a
@@ -15,7 +15,7 @@ win scores below its group's mean, whatever the opponent in front of it would ha
 
 The positions come from games in which *both* sides play uniformly random legal moves (against
 the ``random`` opponent), so they cover the board far more widely than the expert data did; the
-prompt of each is built as :class:`~tutorial_lib.policies.LanguagePolicy` builds it in a game.
+prompt of each is built as :class:`~tutorial_lib.lm.policies.LanguagePolicy` builds it in a game.
 Evaluation stays the whole game, against opponents the positions never came from (minimax).
 """
 
@@ -27,10 +27,10 @@ from typing import Any
 
 import pyspiel
 
-from .envs.tictactoe import legal_moves
-from .minimax import minimax_values
-from .parsing import parse_tictactoe_move
-from .prompts import Turn, build_messages
+from tutorial_lib.envs.minimax import minimax_values
+from tutorial_lib.envs.parsing import parse_tictactoe_move
+from tutorial_lib.envs.tictactoe import legal_moves
+from tutorial_lib.lm.prompts import Turn, build_messages
 
 GAME = "tictactoe"
 #: reward of text that names no legal move (the forfeit rule's loss)
@@ -52,7 +52,7 @@ def position_dataset(seeds: Iterable[int], *, env_options: dict[str, Any] | None
     """
     import datasets
 
-    from . import envs
+    from tutorial_lib import envs
 
     options = {"opponent": "random", "agent_mark": "alternate", **(env_options or {})}
     env = envs.make(GAME, **options)
@@ -115,7 +115,7 @@ def minimax_reward(completions: Sequence[Any], moves: Sequence[Sequence[int]], l
     ``log_metric``, the batch's share of legal moves (``valid_rate``) and of optimal moves
     (``optimal_rate``) are logged too.
     """
-    from .grpo import completion_text
+    from tutorial_lib.rl.grpo import completion_text
 
     if len(moves) != len(completions):
         raise ValueError(f"{len(completions)} completions but {len(moves)} positions")
@@ -133,11 +133,11 @@ def minimax_reward(completions: Sequence[Any], moves: Sequence[Sequence[int]], l
 
 def train_grpo_on_moves(policy, settings, *, out_dir, games: int = TRAINING_GAMES, progress: bool = True,
                         env_options: dict[str, Any] | None = None):
-    """GRPO (:func:`tutorial_lib.grpo.train_grpo`) on the decisive positions of ``games`` random
+    """GRPO (:func:`tutorial_lib.rl.grpo.train_grpo`) on the decisive positions of ``games`` random
     games from seed ``settings.first_seed`` on (far from the evaluation seeds 0, 1, 2...), rewarded
     by :func:`minimax_reward`. ``settings.max_completion_length`` should leave room for the worked
     lines a chapter 4 policy writes before its move (``MAX_NEW_TOKENS["tictactoe"]``)."""
-    from .grpo import train_grpo
+    from tutorial_lib.rl.grpo import train_grpo
 
     seeds = range(settings.first_seed, settings.first_seed + games)
     dataset = position_dataset(seeds, env_options=env_options, decisive=True)

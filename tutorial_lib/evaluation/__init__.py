@@ -1,0 +1,6 @@
+"""Playing a policy on a game and summarising what happened (chapters 1 and 8).
+
+Modules: ``episodes`` (the game loop: many episodes side by side, ``EpisodeRecord``), ``evaluate``
+(episodes summarised into rates; math accuracy). May import ``runtime``, ``envs`` and ``lm``;
+nothing of ``data`` or ``rl``.
+"""

@@ -1,0 +1,283 @@
+"""One RL run's bookkeeping, which REINFORCE's and PPO's training loops call (chapters 5-7).
+
+Each algorithm writes its own loop, top to bottom, in its own file
+(:func:`tutorial_lib.rl.reinforce.train_reinforce`, :func:`tutorial_lib.rl.ppo.train_ppo`):
+
+    run = Run(policy, game, "PPO", settings, out_dir="runs/ppo-ttt")
+    ppo = PPO(policy, settings)                          # fresh modules from the run's seed
+    ppo.load_state_dict(run.restore(ppo.optimizer, ppo.modules()))
+    for _ in run.iterations():
+        rollout = run.collect()                          # turns from fresh seeds, the current policy
+        metrics = ppo.update(rollout)                    # the algorithm: advantages, loss, steps
+        run.end_iteration(metrics, ppo.optimizer, ppo.modules(), ppo.state_dict())
+    result = run.finish(ppo.modules(), algorithm=ppo)   # the model in out_dir/model
+
+:class:`Run` does what every algorithm needs and none teaches:
+
+1. seeds torch before the algorithm builds its modules, so a value head starts the same in every
+   run with the same seed;
+2. collects ``turns_per_iteration`` turns with the current policy (:func:`tutorial_lib.rl.rollout.collect`)
+   from fresh seeds each iteration (training seeds start at ``first_seed``, far from the evaluation
+   seeds 0, 1, 2...; or cycle through a fixed split of ``train_seeds``), until ``iterations`` are
+   done or ``token_budget`` action tokens sampled;
+3. logs the rollout's and the update's metrics (``metrics.csv`` and TensorBoard), with the time
+   spent sampling and training, and shows a progress bar;
+4. every ``save_every`` iterations, checkpoints everything the next iteration reads -- the policy's
+   trainable weights, the optimiser, extra modules (a value head) and state (a learning-rate
+   schedule), the random generators, the next seed -- so that ``resume=True`` continues exactly
+   the run that was stopped, and ``stage=(i, n)`` splits a long run over notebook cells.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tutorial_lib.rl.rollout import Rollout, collect
+from tutorial_lib.runtime.cpu_threads import fit_threads
+from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
+from tutorial_lib.runtime.tracking import MetricsLog, load_checkpoint, save_checkpoint
+
+
+@dataclass
+class RLSettings:
+    """What every algorithm of the loop shares: collection, optimiser, logging. Each algorithm adds
+    its own (:class:`~tutorial_lib.rl.reinforce.ReinforceSettings`, :class:`~tutorial_lib.rl.ppo.PPOSettings`).
+    Defaults suit the tiny model on a CPU (chapter 5)."""
+
+    #: collect-then-update iterations
+    iterations: int = 30
+    #: turns collected per iteration: episodes start until this many turns are played
+    turns_per_iteration: int = 256
+    #: games played side by side while collecting
+    num_envs: int = 32
+    learning_rate: float = 1e-4
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = 1.0
+    #: turns per forward/backward pass (a micro-batch): memory, not maths; their gradients add up
+    #: to one optimiser step
+    microbatch_turns: int = 128
+    #: sampling preset while collecting (``rl``: the model's own distribution)
+    sampling: str = "rl"
+    #: sampling temperature; the trainer scores with the same one, so the policy being trained is
+    #: the tempered one, softmax(logits / T), and the sampler is still exactly that policy. Below 1
+    #: a policy that rarely succeeds samples its best answers more often (chapter 6)
+    temperature: float = 1.0
+    #: options for the game (opponent, world...)
+    env_options: dict[str, Any] = field(default_factory=dict)
+    #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
+    first_seed: int = 100_000
+    #: cycle through a fixed set of this many seeds from ``first_seed`` (a training split, like
+    #: GSM8K's) instead of a fresh game every episode (``None``)
+    train_seeds: int | None = None
+    #: stop early once this many action tokens have been sampled (``None``: run every iteration);
+    #: how chapter 7 gives each algorithm the same budget
+    token_budget: int | None = None
+    #: checkpoint every this many iterations (and at the end)
+    save_every: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive; got {self.temperature}")
+        if self.train_seeds is not None and self.train_seeds < 1:
+            raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
+        for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+
+@dataclass
+class RLResult:
+    out_dir: Path
+    #: one dict of metrics per iteration (also in ``out_dir/metrics.csv`` and TensorBoard)
+    history: list[dict[str, float]]
+    seconds: float
+    #: the algorithm that trained (its optimiser, and modules such as PPO's value model)
+    algorithm: Any = None
+    #: ``False`` for a part of a staged run (``stage=(i, n)``, i < n): checkpointed, no model saved yet
+    finished: bool = True
+
+    def curve(self, key: str) -> list[float]:
+        return [row[key] for row in self.history if key in row]
+
+
+def sampler_kl_sums(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """Two estimators of KL(sampler || trainer), summed over the masked action tokens.
+
+    ``log_ratio`` is log pi_trainer - log pi_sampler on the sampler's own tokens (Schulman,
+    "Approximating KL divergence", 2020): k1 = E[-log r] is unbiased but noisy and can go negative;
+    k3 = E[r - 1 - log r] is unbiased and never negative. Both ~0 when the sampler is the policy.
+    """
+    with torch.no_grad():
+        k1 = float((-log_ratio)[mask].sum())
+        k3 = float((log_ratio.exp() - 1 - log_ratio)[mask].sum())
+    return k1, k3
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite_loss: bool = True) -> tuple[float, float]:
+    """Clip the gradient of ``optimizer``'s parameters and step, unless the loss or the gradient is
+    not finite: such a step would ruin the weights for good, so it is skipped and counted.
+    Returns (gradient norm, 1.0 if skipped else 0.0)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm) if finite_loss else torch.tensor(float("nan"))
+    if finite_loss and torch.isfinite(grad_norm):
+        optimizer.step()
+        return float(grad_norm), 0.0
+    optimizer.zero_grad(set_to_none=True)
+    # counted in the metrics too; said here because a run whose every step is skipped learns nothing
+    # while its curves still look like a run's (it happened: benchmarks/results/small_preset_chapters_cpu.md)
+    warnings.warn("an optimiser step was skipped: its loss or gradient was not finite (the run's "
+                  "'skipped_steps' / 'skipped_step' metric counts them)", RuntimeWarning, stacklevel=2)
+    return float(grad_norm), 1.0
+
+
+def rollout_metrics(rollout: Rollout) -> dict[str, float]:
+    """What every algorithm logs about its batch: returns, outcomes, sizes."""
+    summary = rollout.summary()
+    keep = ["episodes", "mean_return", "success_rate", "invalid_rate", "truncated_rate", "turns", "action_tokens",
+            "win_rate", "draw_rate", "loss_rate", "accuracy", "format_accuracy", "mean_score"]
+    metrics = {key: float(summary[key]) for key in keep if key in summary}
+    metrics["turns_per_episode"] = float(summary["mean_steps"])
+    return metrics
+
+
+def write_run_settings(out_dir: Path, game: str, algo: str, settings) -> None:
+    """``out_dir/rl_settings.json``: the game, the algorithm and every setting of the run."""
+    (out_dir / "rl_settings.json").write_text(
+        json.dumps({"game": game, "algo": algo, **asdict(settings)}, indent=1, default=str))
+
+
+def run_progress_bar(algo: str, game: str, *, token_budget: int | None, steps: int, done_steps: int,
+                     history: list[dict[str, float]], progress: bool):
+    """A run's bar: sampled action tokens against the budget when there is one (the number of steps
+    is then not known in advance), steps otherwise; a resumed run's bar starts where it stopped."""
+    budgeted = token_budget is not None
+    spent = min(sum(row.get("action_tokens", 0) for row in history), token_budget) if budgeted else 0
+    return progress_bar(desc=f"{algo} {game}", disable=not progress, unit=" tokens" if budgeted else "it",
+                        total=token_budget if budgeted else steps, initial=spent if budgeted else done_steps)
+
+
+def save_final_model(policy, out_dir: Path, modules: dict[str, torch.nn.Module] | None = None) -> None:
+    """The trained model and its tokenizer in ``out_dir/model`` (what ``load_policy`` and the CLI's
+    ``evaluate --policy`` read), with extra modules (a value head) beside them as ``<name>.pt``."""
+    with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
+        policy.model.save_pretrained(out_dir / "model")
+    policy.tokenizer.save_pretrained(out_dir / "model")
+    for name, module in (modules or {}).items():
+        torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
+
+
+class Run:
+    """One RL run in ``out_dir``: seeding, resuming, collecting, logging, checkpointing, the final
+    model. The algorithm's loop calls it (see the module docstring); it calls nothing back.
+
+    ``settings`` is an :class:`RLSettings` (an algorithm's subclass). ``stage=(i, n)`` runs only the
+    i-th of n equal parts of the iterations, so that a long run fits in several notebook cells: part
+    i < n ends at a checkpoint (not a saved model), and part i + 1 resumes from it, exactly (the
+    schedule still spans all ``settings.iterations``).
+    """
+
+    def __init__(self, policy, game: str, algo: str, settings: RLSettings, *, out_dir: str | Path,
+                 resume: bool = False, progress: bool = True, stage: tuple[int, int] = (1, 1)):
+        part, parts = stage
+        if not 1 <= part <= parts:
+            raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
+        self.policy, self.game, self.algo, self.settings = policy, game, algo, settings
+        self.part, self.parts, self.progress = part, parts, progress
+        self.resume = resume or part > 1
+        self.stop = round(settings.iterations * part / parts)
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.start, self.next_seed = 0, settings.first_seed
+        # before the algorithm builds its modules: a fresh value head is the same in every run with this seed
+        torch.manual_seed(settings.seed)
+
+    def restore(self, optimizer: torch.optim.Optimizer, modules: dict[str, torch.nn.Module] | None = None) -> dict[str, Any]:
+        """Once the algorithm's optimiser and modules exist: a resumed run loads its checkpoint into
+        them (and the weights, the random generators, the next seed). Returns the algorithm's own
+        saved state (``{}`` for a new run); opens the metrics log and the progress bar."""
+        state: dict[str, Any] = {}
+        if self.resume:
+            if not (self.out_dir / "checkpoint").exists():
+                raise FileNotFoundError(f"nothing to resume in {self.out_dir}: no checkpoint" +
+                                        (f" (run stage {self.part - 1} of {self.parts} first)" if self.part > 1 else ""))
+            self.start, saved = load_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer,
+                                                modules=modules or {})
+            self.next_seed = saved["next_seed"]
+            state = saved.get("algorithm", {})
+        write_run_settings(self.out_dir, self.game, self.algo, self.settings)
+        self.log = MetricsLog(self.out_dir, resume_from=self.start if self.resume else None)
+        self.history = list(self.log.rows)
+        self.began = time.perf_counter()
+        # with a token budget the bar counts sampled tokens (the number of iterations is not known)
+        budget = self.settings.token_budget
+        self.spent = sum(row.get("action_tokens", 0) for row in self.history)
+        self.bar = run_progress_bar(self.algo, self.game, token_budget=budget, steps=self.settings.iterations,
+                                    done_steps=self.start, history=self.history, progress=self.progress)
+        self.over_budget = budget is not None and self.spent >= budget  # a resumed part after the budget ran out
+        return state
+
+    def iterations(self):
+        """The iterations this part of the run trains, stopping once the token budget is spent;
+        closes the log and the bar when the loop ends (or fails)."""
+        try:
+            for iteration in range(self.start, self.stop if not self.over_budget else self.start):
+                self.iteration, self.tick = iteration, time.perf_counter()
+                yield iteration
+                if self.over_budget:
+                    break
+        finally:
+            self.bar.close()
+            self.log.close()
+
+    def collect(self) -> Rollout:
+        """This iteration's turns, played by the current policy from the next training seeds."""
+        settings = self.settings
+        seeds = range(self.next_seed, self.next_seed + settings.turns_per_iteration)  # >= one turn per episode
+        if settings.train_seeds is not None:  # a fixed training split, cycled through
+            seeds = [settings.first_seed + (s - settings.first_seed) % settings.train_seeds for s in seeds]
+        rollout = collect(self.policy, self.game, seeds, env_options=settings.env_options, num_envs=settings.num_envs,
+                          turn_budget=settings.turns_per_iteration, sampling=settings.sampling,
+                          temperature=None if settings.temperature == 1 else settings.temperature)
+        self.next_seed += len(rollout.records)
+        self.sampled = time.perf_counter()
+        self.metrics = rollout_metrics(rollout)  # what the batch was, before the update sees it
+        fit_threads()
+        return rollout
+
+    def end_iteration(self, update_metrics: dict[str, float], optimizer: torch.optim.Optimizer,
+                      modules: dict[str, torch.nn.Module] | None = None, state: dict[str, Any] | None = None) -> dict[str, float]:
+        """Log the collected batch's and the update's metrics; checkpoint when it is time (the
+        optimiser, ``modules`` and the algorithm's ``state`` with the weights). Returns the metrics."""
+        settings, iteration = self.settings, self.iteration
+        metrics = {**self.metrics, **update_metrics}
+        metrics["sample_seconds"] = self.sampled - self.tick
+        metrics["train_seconds"] = time.perf_counter() - self.sampled
+        self.log.write(iteration + 1, metrics)
+        self.history.append({"step": iteration + 1, **metrics})
+        # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
+        self.bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
+        budget = settings.token_budget
+        self.spent += metrics["action_tokens"]
+        self.bar.update(min(metrics["action_tokens"], budget - self.bar.n) if budget is not None else 1)
+        self.over_budget = budget is not None and self.spent >= budget
+        if (iteration + 1) % settings.save_every == 0 or iteration + 1 in (self.stop, settings.iterations) or self.over_budget:
+            save_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer, step=iteration + 1,
+                            state={"next_seed": self.next_seed, "algorithm": state or {}}, modules=modules or {})
+        return metrics
+
+    def finish(self, modules: dict[str, torch.nn.Module] | None = None, *, algorithm: Any = None) -> RLResult:
+        """The run's result; the final model (``modules`` beside it) once the last part has run."""
+        self.policy.model.eval()
+        seconds = time.perf_counter() - self.began
+        if self.part < self.parts and not self.over_budget:  # a part: the next part resumes from its checkpoint
+            return RLResult(self.out_dir, self.history, seconds, algorithm, finished=False)
+        save_final_model(self.policy, self.out_dir, modules)
+        return RLResult(self.out_dir, self.history, seconds, algorithm)

@@ -1,0 +1,8 @@
+"""Where and how things run: the device, torch's CPU thread count, the cache folder, progress bars,
+metrics and checkpoints.
+
+Modules: ``device`` (CUDA / TPU / MPS / CPU in one place), ``cpu_threads`` (the thread count, fixed
+per process), ``cache`` (where built models, data, checkpoints and runs are kept), ``progress``
+(progress bars for terminals and the built book), ``tracking`` (metrics to CSV / TensorBoard,
+resumable checkpoints). The bottom layer: it imports nothing else of ``tutorial_lib``.
+"""
