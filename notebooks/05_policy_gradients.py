@@ -95,6 +95,7 @@ from tutorial_lib.report import (
     say,
     show_source,
     spread,
+    tictactoe_grid,
     trend,
 )
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
@@ -631,17 +632,9 @@ if len(seed_runs):
 # count of cells where the draws rose beyond noise.
 
 # %%
-grid = pd.DataFrame(recorded_runs("tictactoe_rl_grid.jsonl", preset))
-if len(grid):
-    rows = grid[grid.recipe == "ttt-reinforce"]
-    say("Over the numerics grid (seeds x threads x kernels, 200 games each):",
-        across_runs(rows.to_dict("records"), "draws against minimax", "before_minimax_draw_rate",
-                    "after_minimax_draw_rate", 200) + ";",
-        across_runs(rows.to_dict("records"), "losses against random", "before_random_loss_rate",
-                    "after_random_loss_rate", 200, higher_is_better=False) + ".")
-    display(rows.set_index(["kernels", "threads", "seed"])[
-        ["before_minimax_draw_rate", "after_minimax_draw_rate", "before_random_loss_rate", "after_random_loss_rate"]]
-        .rename(columns=lambda c: c.replace("_rate", "").replace("_", " ")).round(3))
+grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset) if row["recipe"] == "ttt-reinforce"]
+if grid:
+    display(tictactoe_grid(grid))
 
 # %% [markdown]
 # ## What the baseline changes

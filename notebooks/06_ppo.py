@@ -67,6 +67,7 @@ from tutorial_lib.report import (
     recorded_runs,
     say,
     show_source,
+    tictactoe_grid,
     trend,
 )
 from tutorial_lib.rl.advantages import gae
@@ -291,17 +292,9 @@ if len(ppo_seeds):
 # cell a fresh process that trains its own SFT checkpoint) ran this PPO recipe too:
 
 # %%
-grid = pd.DataFrame(recorded_runs("tictactoe_rl_grid.jsonl", preset))
-if len(grid):
-    rows = grid[grid.recipe == "ttt-ppo"]
-    say("Over the numerics grid (200 games each):",
-        across_runs(rows.to_dict("records"), "draws against minimax", "before_minimax_draw_rate",
-                    "after_minimax_draw_rate", 200) + ";",
-        across_runs(rows.to_dict("records"), "losses against random", "before_random_loss_rate",
-                    "after_random_loss_rate", 200, higher_is_better=False) + ".")
-    display(rows.set_index(["kernels", "threads", "seed"])[
-        ["before_minimax_draw_rate", "after_minimax_draw_rate", "before_random_loss_rate", "after_random_loss_rate"]]
-        .rename(columns=lambda c: c.replace("_rate", "").replace("_", " ")).round(3))
+grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset) if row["recipe"] == "ttt-ppo"]
+if grid:
+    display(tictactoe_grid(grid))
 
 # %% [markdown]
 # Chapter 5's REINFORCE runs more batches of the same size from the same starts; this PPO uses

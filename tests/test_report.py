@@ -192,3 +192,16 @@ def test_largest_fall_tells_a_dip_from_a_lasting_fall():
     assert "(step 3)" in lasting and "not recovered" in lasting
     with pytest.raises(ValueError, match="no 'x'"):
         report.largest_fall(rows([1]), "x", "x")
+
+
+def test_tictactoe_grid_counts_each_change_and_tabulates_every_cell(capsys):
+    cells = [dict(kernels=kernels, threads=threads, seed=0, before_minimax_draw_rate=0.5, after_minimax_draw_rate=after,
+                  before_random_loss_rate=0.05, after_random_loss_rate=0.05)
+             for (kernels, threads), after in zip([("default", 1), ("default", 2), ("avx2", 1)], [0.8, 0.8, 0.5])]
+    table = report.tictactoe_grid(cells)
+    said = " ".join(capsys.readouterr().out.split())
+    # two cells rose from .5 to .8 over 200 games (beyond noise), one stayed; the losses never moved
+    assert "draws against minimax: better in 2 of 3 runs, within noise in 1 of 3 runs" in said
+    assert "losses against random: within noise in all 3 runs" in said
+    assert list(table.index.names) == ["kernels", "threads", "seed"] and len(table) == 3
+    assert list(table.columns) == ["before minimax draw", "after minimax draw", "before random loss", "after random loss"]

@@ -160,6 +160,25 @@ def across_runs(rows: Sequence[dict], name: str, before_key: str, after_key: str
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
+#: tic-tac-toe's before/after changes that chapters 5 and 6 judge: (name, key, higher is better)
+TICTACTOE_CHANGES = (("draws against minimax", "minimax_draw_rate", True),
+                     ("losses against random", "random_loss_rate", False))
+
+
+def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
+    """Tic-tac-toe runs over the numerics grid (``benchmarks/rl_numerics_grid.py``): says how each
+    change of :data:`TICTACTOE_CHANGES` fared (:func:`across_runs`) and returns the runs as a table,
+    one row per kernel set, thread count and seed (chapters 5 and 6)."""
+    import pandas as pd
+
+    say(f"Over the numerics grid (seeds x threads x kernels, {episodes} games each):",
+        "; ".join(across_runs(rows, name, f"before_{key}", f"after_{key}", episodes, higher_is_better=better)
+                  for name, key, better in TICTACTOE_CHANGES) + ".")
+    columns = [f"{when}_{key}" for _, key, _ in TICTACTOE_CHANGES for when in ("before", "after")]
+    table = pd.DataFrame(list(rows)).set_index(["kernels", "threads", "seed"])[columns]
+    return table.rename(columns=lambda column: column.replace("_rate", "").replace("_", " ")).round(3)
+
+
 def recorded_runs(name: str, preset: Preset | None = None) -> list[dict]:
     """The JSON lines of ``benchmarks/results/<name>``: a multi-seed study a chapter reads.
 
