@@ -137,3 +137,11 @@ def test_game_settings_are_keyword_only():
     with pytest.raises(TypeError):
         GameSettings(dict(preset="easy"), 100)
     assert GameSettings(env_options=dict(preset="easy"), eval_episodes=7).eval_episodes == 7
+
+
+def test_an_sft_override_that_names_no_setting_is_an_error_where_the_preset_is_written():
+    with pytest.raises(ValueError, match="SFTSettings has no field learning_rat"):
+        presets.GameSettings(sft={"learning_rat": 3e-3})
+    with pytest.raises(ValueError, match="SFTSettings has no field epoch"):
+        presets.replace(presets.PRESETS["ci"], sft={"epoch": 2})
+    assert presets.GameSettings(sft={"learning_rate": 3e-3}).sft == {"learning_rate": 3e-3}

@@ -19,8 +19,9 @@ dozen steps), and naming ``tiny`` at ``small`` or ``full`` takes ``ci``'s (:func
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
+from tutorial_lib.data.sft import SFTSettings
 from tutorial_lib.lm.models import DEFAULT_LORA, is_pretrained
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS
 from tutorial_lib.rl.grpo import GRPOSettings
@@ -43,7 +44,9 @@ class GameSettings:
     #: expert episodes (self-play games for tic-tac-toe) turned into SFT examples
     expert_episodes: int = 100
     #: overrides of :class:`tutorial_lib.data.sft.SFTSettings` (on top of ``SFTSettings.for_pretrained()``
-    #: when the preset's model is pretrained)
+    #: when the preset's model is pretrained, and of the preset's own ``sft``): overrides rather than a
+    #: settings object because three layers meet (the model's kind, the scale, the game); each key
+    #: is checked against ``SFTSettings``'s fields when the preset is built
     sft: dict = field(default_factory=dict)
     #: episodes per evaluation
     eval_episodes: int = 200
@@ -65,6 +68,17 @@ class GameSettings:
     #: tic-tac-toe: completions write out the board's 8 lines, and the square that completes each,
     #: before the move (:func:`tutorial_lib.envs.tictactoe.worked_lines`; chapter 4)
     worked_lines: bool = False
+
+    def __post_init__(self) -> None:
+        check_sft_overrides(self.sft)
+
+
+def check_sft_overrides(overrides: dict) -> None:
+    """A preset's SFT overrides name :class:`~tutorial_lib.data.sft.SFTSettings` fields, or the
+    preset is an error where it is written, not when a chapter trains."""
+    unknown = sorted(set(overrides) - {f.name for f in fields(SFTSettings)})
+    if unknown:
+        raise ValueError(f"SFTSettings has no field {', '.join(unknown)}")
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,9 @@ class Preset:
     lora: dict | None = None
     #: SFT settings shared by every game of the preset (each game's ``sft`` goes on top)
     sft: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_sft_overrides(self.sft)
 
     def game(self, name: str) -> GameSettings:
         if name not in self.games:
