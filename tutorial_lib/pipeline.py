@@ -26,7 +26,8 @@ from tutorial_lib.data.expert_data import (
     save_examples,
     tictactoe_examples,
 )
-from tutorial_lib.lm.models import is_pretrained
+from tutorial_lib.data.sft import SFTSettings, train_sft
+from tutorial_lib.lm.models import is_pretrained, load_policy
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS
 from tutorial_lib.lm.tiny_model import RECIPE_VERSION, TinyConfig
 from tutorial_lib.presets import Preset
@@ -95,7 +96,6 @@ def expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[di
 
 
 def sft_settings(game: str, preset: Preset):
-    from tutorial_lib.data.sft import SFTSettings
 
     base = SFTSettings() if not is_pretrained(preset.model) else SFTSettings.for_pretrained()
     return SFTSettings(**{**asdict(base), **preset.sft, **preset.game(game).sft})
@@ -135,8 +135,6 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
     ``data_seed`` trains the same recipe with another order of the examples (the multi-seed studies
     of ``benchmarks/``); ``None`` or the preset's own seed is chapter 4's checkpoint.
     """
-    from tutorial_lib.data.sft import train_sft
-    from tutorial_lib.lm.models import load_policy
 
     settings = sft_settings(game, preset)
     folder = sft_dir(game, preset)

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+from tutorial_lib.runtime.device import cpu_name
+
 if TYPE_CHECKING:
     from tutorial_lib.presets import Preset
 
@@ -113,7 +116,6 @@ def compare_summaries(name: str, before: dict, after: dict, key: str) -> Change:
 def compare_math(before: dict, after: dict, prefix: str = "greedy accuracy on") -> list[Change]:
     """Both accuracies of two :func:`~tutorial_lib.evaluation.evaluate.math_accuracy` results (its default
     problem counts), training problems first."""
-    from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 
     return [compare_rates(f"{prefix} {which} problems", before[f"accuracy ({which} problems)"],
                           after[f"accuracy ({which} problems)"], count)
@@ -213,7 +215,6 @@ def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | Non
     if preset is not None:
         row = {"preset": preset.name, "model": preset.model, **row}
     if "cpu" not in row:  # floating point differs between CPUs: a record names the one it ran on
-        from tutorial_lib.runtime.device import cpu_name
 
         row = {**row, "cpu": cpu_name()}
     line = json.dumps(row)

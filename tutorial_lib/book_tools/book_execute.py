@@ -30,6 +30,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tutorial_lib.book_tools.book import RECORD_NAME, ROOT, chapter_sources
+from tutorial_lib.pipeline import sft_dir
+from tutorial_lib.presets import get_preset, scale_name
 from tutorial_lib.runtime.cache import write_whole
 
 #: chapter -> the chapters whose cached results it loads. The shared caches every chapter may write
@@ -65,8 +68,6 @@ CHAPTER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
 def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ...]] | None = None):
     """chapter -> a test that every SFT checkpoint it loads was finished after ``since`` (wall clock):
     by this build, not an earlier one (``sft_result.json`` is written last, whole, under the folder's lock)."""
-    from tutorial_lib.pipeline import sft_dir
-    from tutorial_lib.presets import get_preset
 
     preset = get_preset()  # the kernels' preset: they inherit this process's TUTORIAL_SCALE
 
@@ -98,9 +99,6 @@ def execute_settings() -> dict:
     """How chapters execute in this process: ``_config.yml``'s ``execute`` settings, with the preset
     (``TUTORIAL_SCALE``) and its cell timeout (:func:`cell_timeout`) in place of the config's."""
     import yaml
-
-    from tutorial_lib.book_tools.book import ROOT
-    from tutorial_lib.presets import scale_name
 
     settings = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     scale = scale_name()
@@ -218,8 +216,6 @@ def kernel_threads(jobs: int, cores: int | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-
-    from tutorial_lib.book_tools.book import RECORD_NAME, ROOT, chapter_sources
 
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.book_tools.book_execute", description=__doc__.split("\n")[0])
     parser.add_argument("--cache", type=Path, default=ROOT / "_build" / ".jupyter_cache",

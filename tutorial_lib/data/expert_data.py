@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from tutorial_lib import envs
+from tutorial_lib.envs.minimax import minimax_actions
+from tutorial_lib.envs.tictactoe import board_text, task_text
+from tutorial_lib.envs.tictactoe import worked_lines as lines_text
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.lm.policies import ExpertPolicy
 from tutorial_lib.lm.prompts import Turn, build_prompt_text
@@ -72,9 +75,6 @@ def mcts_selfplay(config: SelfPlayConfig = SelfPlayConfig(), *, progress: bool =
     import numpy as np
     import pyspiel
     from open_spiel.python.algorithms import mcts
-
-    from tutorial_lib.envs.minimax import minimax_actions
-    from tutorial_lib.envs.tictactoe import board_text
 
     if config.episodes < 1 or config.simulations < 1 or not 0 <= config.epsilon <= 1:
         raise ValueError(f"need episodes >= 1, simulations >= 1 and 0 <= epsilon <= 1; got {config}")
@@ -175,8 +175,6 @@ def tictactoe_examples(records: Iterable[dict[str, Any]], *, worked_lines: bool 
 
     ``worked_lines``: the completion writes out the board's lines before the move
     (:func:`tutorial_lib.envs.tictactoe.worked_lines`); the move is still the expert's."""
-    from tutorial_lib.envs.tictactoe import task_text
-    from tutorial_lib.envs.tictactoe import worked_lines as lines_text
 
     examples = []
     for record in records:

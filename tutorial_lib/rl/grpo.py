@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from tutorial_lib import envs
 from tutorial_lib.envs.math_problems import MathEnv, MathProblem
 from tutorial_lib.lm.lm_parts import unwrap_peft
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS
@@ -195,8 +196,6 @@ def math_prompt_dataset(seeds: Iterable[int], *, env_options: dict[str, Any] | N
     string) and ``seed`` columns for the reward. ``env_options`` as for ``envs.make("math", ...)``:
     ``level`` (1, 2, 3 or ``"mixed"``), ``source``, ``split``."""
     import datasets
-
-    from tutorial_lib import envs
 
     seeds = list(seeds)
     if not seeds:

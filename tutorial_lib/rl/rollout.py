@@ -52,6 +52,7 @@ import torch
 from tutorial_lib.evaluation.episodes import EpisodeRecord, run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.lm.lm_parts import body_hidden_states, output_logits
+from tutorial_lib.lm.sampling import SAMPLING
 from tutorial_lib.lm.tokenization import positions_from_mask
 
 
@@ -176,7 +177,6 @@ def collect(
         raise TypeError(f"{type(policy).__name__} has no act_samples: RL needs token ids and log-probs")
     # Bind the preset for this call only: the caller's policy keeps its own preset and seed stream.
     if temperature is not None:
-        from tutorial_lib.lm.sampling import SAMPLING
 
         if sampling is None or not SAMPLING[sampling].get("do_sample"):
             raise ValueError("temperature needs a sampling preset that samples (e.g. 'rl')")

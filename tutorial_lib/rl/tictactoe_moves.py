@@ -27,10 +27,12 @@ from typing import Any
 
 import pyspiel
 
+from tutorial_lib import envs
 from tutorial_lib.envs.minimax import minimax_values
 from tutorial_lib.envs.parsing import parse_tictactoe_move
 from tutorial_lib.envs.tictactoe import legal_moves
 from tutorial_lib.lm.prompts import Turn, build_messages
+from tutorial_lib.rl.grpo import completion_text, train_grpo
 
 GAME = "tictactoe"
 #: reward of text that names no legal move (the forfeit rule's loss)
@@ -51,8 +53,6 @@ def position_dataset(seeds: Iterable[int], *, env_options: dict[str, Any] | None
     a group that names a legal move scores alike, and GRPO learns nothing from the group.
     """
     import datasets
-
-    from tutorial_lib import envs
 
     options = {"opponent": "random", "agent_mark": "alternate", **(env_options or {})}
     env = envs.make(GAME, **options)
@@ -115,7 +115,6 @@ def minimax_reward(completions: Sequence[Any], moves: Sequence[Sequence[int]], l
     ``log_metric``, the batch's share of legal moves (``valid_rate``) and of optimal moves
     (``optimal_rate``) are logged too.
     """
-    from tutorial_lib.rl.grpo import completion_text
 
     if len(moves) != len(completions):
         raise ValueError(f"{len(completions)} completions but {len(moves)} positions")
@@ -137,7 +136,6 @@ def train_grpo_on_moves(policy, settings, *, out_dir, games: int = TRAINING_GAME
     games from seed ``settings.first_seed`` on (far from the evaluation seeds 0, 1, 2...), rewarded
     by :func:`minimax_reward`. ``settings.max_completion_length`` should leave room for the worked
     lines a chapter 4 policy writes before its move (``MAX_NEW_TOKENS["tictactoe"]``)."""
-    from tutorial_lib.rl.grpo import train_grpo
 
     seeds = range(settings.first_seed, settings.first_seed + games)
     dataset = position_dataset(seeds, env_options=env_options, decisive=True)

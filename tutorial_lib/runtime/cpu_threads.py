@@ -35,6 +35,8 @@ import time
 import psutil
 import torch
 
+from tutorial_lib.runtime.device import device_kind
+
 #: seconds between two looks at the machine's load (one look costs about a millisecond)
 CHECK_EVERY = 2.0
 #: a look this long after the last one says little about the load now (a notebook sat between
@@ -151,7 +153,6 @@ def fit_threads(now: bool = False) -> int:
     it does nothing.
     """
     global _GOVERNOR
-    from tutorial_lib.runtime.device import device_kind
 
     fixed = _fixed_count()
     if fixed is not None:
