@@ -42,9 +42,9 @@
 # against random), so RL at `ci` has little room, few iterations and one seed per run. Expect:
 #
 # - **gains, if any, where the start has room**: draws against minimax, an opponent the policy
-#   never trains with, are where RL has something to fix; each chapter's seed table says how often
-#   they rose in the recorded runs (which CPU and preset recorded them, too), and your run may land
-#   anywhere in that spread;
+#   never trains with, are where RL has something to fix; each chapter's seed table and numerics
+#   grid say how often they rose in the recorded runs (which CPU and preset recorded them, too),
+#   and your run may land anywhere in that spread;
 # - **changes within noise elsewhere**: each chapter prints, beside its tables, whether a change
 #   exceeds two standard errors of its evaluation set, and what its diagnostics (entropy, explained
 #   variance, GRPO's zero-std groups) say about why a run did not move;
@@ -629,7 +629,11 @@ if len(seed_runs):
 # cache, under one and two threads and two kernel sets: this CPU's best (AVX-512) and `avx2`,
 # which rounds the way another CPU would. Each cell of the grid is a run a reader's machine could
 # produce. The cell below reads it for REINFORCE: the claim about minimax draws is as strong as the
-# count of cells where the draws rose beyond noise.
+# count of cells where the draws rose beyond noise. Where that count is not most of the cells, the
+# claim this chapter can make is the distribution itself: REINFORCE *can* move the draws against an
+# unseen opponent, and whether it does depends on the start and on rounding, not on anything the
+# reader controls. The losses against random, the opponent it trains with, are the change to
+# compare with it.
 
 # %%
 grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset) if row["recipe"] == "ttt-reinforce"]
