@@ -8,8 +8,11 @@ sums round differently, and an RL run sensitive to that lands somewhere else. Se
 sample that variation, so each cell of the grid runs in a fresh process with
 
 * ``TUTORIAL_THREADS`` = 1 or 2 (torch's thread count, fixed for the process), and
-* ``ATEN_CPU_CAPABILITY`` unset (this CPU's best kernels, AVX-512 here) or ``avx2``: another set
-  of vectorised kernels, which rounds like another CPU would,
+* ``--kernels``: ``default`` leaves ``ATEN_CPU_CAPABILITY`` unset (the best kernels torch picks
+  for this CPU); any other value sets it (``avx2``, ``avx512``; ``scalar`` sets ``default``, torch's
+  unvectorised kernels). Kernels that round differently stand in for another CPU. Each line
+  records the capability torch used (``cpu_capability``): on a CPU whose best is AVX2, ``avx2``
+  is the default and its cells repeat the default's bit for bit,
 
 and its own cache folder, so that the SFT checkpoint RL starts from is trained under the same
 numerics, as on a reader's machine (the tiny model and its tokenizer are copied from the main
@@ -90,7 +93,11 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
                 progress=False)
     after = evaluate()
     return {"recipe": recipe, "seed": seed, "normalise": normalise if algo == "reinforce" else None, "threads": torch.get_num_threads(),
-            "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "default"), "cpu": cpu_name(),
+            # the --kernels label: unset is "default", torch's own "default" (unvectorised) is "scalar"
+            "kernels": {None: "default", "default": "scalar"}.get(os.environ.get("ATEN_CPU_CAPABILITY"),
+                                                                 os.environ.get("ATEN_CPU_CAPABILITY")),
+            "cpu": cpu_name(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "iterations": settings.iterations, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
             "return_curve": [round(row["mean_return"], 3) for row in run.history]}
@@ -108,8 +115,8 @@ def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normali
     env = {**os.environ, "TUTORIAL_THREADS": str(threads), "TUTORIAL_CACHE": str(cache)}
     env.pop("OMP_NUM_THREADS", None)
     env.pop("ATEN_CPU_CAPABILITY", None)
-    if kernels != "default":
-        env["ATEN_CPU_CAPABILITY"] = kernels
+    if kernels != "default":  # "scalar": torch's unvectorised kernels, which torch calls "default"
+        env["ATEN_CPU_CAPABILITY"] = "default" if kernels == "scalar" else kernels
     lines = []
     for recipe in recipes:
         for normalise in normalises if RECIPES[recipe]["algo"] == "reinforce" else normalises[:1]:

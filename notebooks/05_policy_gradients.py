@@ -636,7 +636,8 @@ if len(seed_runs):
 # compare with it.
 
 # %%
-grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset) if row["recipe"] == "ttt-reinforce"]
+grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset)
+        if row["recipe"] == "ttt-reinforce" and row["normalise"] == "rebn_state"]  # the default baseline
 if grid:
     display(tictactoe_grid(grid))
 
