@@ -198,10 +198,17 @@ def test_tictactoe_grid_counts_each_change_and_tabulates_every_cell(capsys):
     cells = [dict(kernels=kernels, threads=threads, seed=0, before_minimax_draw_rate=0.5, after_minimax_draw_rate=after,
                   before_random_loss_rate=0.05, after_random_loss_rate=0.05)
              for (kernels, threads), after in zip([("default", 1), ("default", 2), ("avx2", 1)], [0.8, 0.8, 0.5])]
+    cells[1]["seed"] = 1  # another start that also rose
     table = report.tictactoe_grid(cells)
     said = " ".join(capsys.readouterr().out.split())
     # two cells rose from .5 to .8 over 200 games (beyond noise), one stayed; the losses never moved
     assert "draws against minimax: better in 2 of 3 runs, within noise in 1 of 3 runs" in said
     assert "losses against random: within noise in all 3 runs" in said
     assert list(table.index.names) == ["kernels", "threads", "seed"] and len(table) == 3
+    # a cell that repeats another's run exactly (same seed, same curve, same results) counts once
+    twin = dict(cells[0], kernels="avx2")
+    report.tictactoe_grid([*cells, twin])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "1 of 4 cells repeated another cell's run bit for bit and count once" in said
+    assert "better in 2 of 3 runs" in said
     assert list(table.columns) == ["before minimax draw", "after minimax draw", "before random loss", "after random loss"]

@@ -173,8 +173,15 @@ def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
     one row per kernel set, thread count and seed (chapters 5 and 6)."""
     import pandas as pd
 
-    say(f"Over the numerics grid (seeds x threads x kernels, {episodes} games each):",
-        "; ".join(across_runs(rows, name, f"before_{key}", f"after_{key}", episodes, higher_is_better=better)
+    # a cell whose kernels round like another's (on a CPU whose best kernels are AVX2, the ``avx2``
+    # cells) repeats that run bit for bit: the same run, counted once
+    distinct = list({(row["seed"], tuple(row.get("return_curve", [])), row["after_minimax_draw_rate"],
+                      row["after_random_loss_rate"]): row for row in rows}.values())
+    repeats = len(rows) - len(distinct)
+    say(f"Over the numerics grid (seeds x threads x kernels, {episodes} games each"
+        + (f"; {count_phrase(repeats, len(rows), 'cells')} repeated another cell's run bit for bit and count once"
+           if repeats else "") + "):",
+        "; ".join(across_runs(distinct, name, f"before_{key}", f"after_{key}", episodes, higher_is_better=better)
                   for name, key, better in TICTACTOE_CHANGES) + ".")
     columns = [f"{when}_{key}" for _, key, _ in TICTACTOE_CHANGES for when in ("before", "after")]
     table = pd.DataFrame(list(rows)).set_index(["kernels", "threads", "seed"])[columns]
