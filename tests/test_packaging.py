@@ -81,12 +81,21 @@ def test_every_chapter_is_in_the_toc():
         assert f"notebooks/{stem}" in toc
 
 
-def test_the_package_docstring_indexes_every_module():
+def test_the_package_docstrings_index_every_module():
+    import importlib
+
     import tutorial_lib
 
     package = Path(tutorial_lib.__file__).parent
-    modules = {path.stem for path in package.glob("*.py") if path.stem != "__init__"}
-    modules |= {path.name for path in package.iterdir() if (path / "__init__.py").exists()}
+    # the package's docstring: one row per subpackage, and every top-level module named
+    packages = {path.name for path in package.iterdir() if (path / "__init__.py").exists()}
     listed = set(re.findall(r"^``(\w+)``", tutorial_lib.__doc__, flags=re.MULTILINE))
-    assert modules - listed == set(), "modules missing from tutorial_lib's index"
-    assert listed - modules == set(), "index entries with no module"
+    assert packages - listed == set(), "packages missing from tutorial_lib's index"
+    assert listed - packages == set(), "index rows with no package"
+    top_level = {path.stem for path in package.glob("*.py") if path.stem != "__init__"}
+    assert {m for m in top_level if f"``{m}``" not in tutorial_lib.__doc__} == set()
+    # each subpackage's docstring names each of its modules
+    for name in packages:
+        doc = importlib.import_module(f"tutorial_lib.{name}").__doc__
+        unnamed = {p.stem for p in (package / name).glob("*.py") if p.stem != "__init__" and f"``{p.stem}``" not in doc}
+        assert unnamed == set(), f"tutorial_lib.{name}'s docstring does not name {sorted(unnamed)}"

@@ -4,7 +4,8 @@
     env = envs.make("guess_the_number", preset="hard")
 
 Names: ``"tictactoe"``, ``"cookingworld"``, ``"guess_the_number"``, ``"math"``. Games are imported
-lazily so that, say, the math chapter never starts a Java VM. Beside the games: ``base`` (the
+lazily so that, say, the math chapter never starts a Java VM. Their modules: ``tictactoe``,
+``cookingworld``, ``guess_the_number``, ``math_problems``. Beside the games: ``base`` (the
 ``TextEnv`` protocol every game follows), ``parsing`` (reading actions out of model text, chapter
 2) and ``minimax`` (perfect tic-tac-toe, chapters 1, 3 and 7). A game knows nothing of language
 models or learning: this package imports nothing else of ``tutorial_lib``.
