@@ -626,9 +626,11 @@ if len(seed_runs):
 # Seeds are one source of spread; the numerics are another. `benchmarks/rl_numerics_grid.py
 # --recipe ttt-reinforce ttt-ppo` runs the whole recipe (chapter 4's SFT, then this chapter's
 # REINFORCE; chapter 6's PPO from the same checkpoint) in fresh processes, each with its own
-# cache, under one and two threads and two kernel sets: this CPU's best (AVX-512) and `avx2`,
-# which rounds the way another CPU would. Each cell of the grid is a run a reader's machine could
-# produce. The cell below reads it for REINFORCE: the claim about minimax draws is as strong as the
+# cache, under a fixed thread count and a chosen set of vectorised kernels (torch's own pick for
+# the CPU, or another through `ATEN_CPU_CAPABILITY`, which rounds the way another CPU would). Each
+# cell of the grid is a run a reader's machine could produce; the table's index says which thread
+# counts, kernel sets and seeds the record holds, and a cell that repeated another bit for bit (a
+# kernel set that was already the CPU's own) is counted once. The cell below reads it for REINFORCE: the claim about minimax draws is as strong as the
 # count of cells where the draws rose beyond noise. Where that count is not most of the cells, the
 # claim this chapter can make is the distribution itself: REINFORCE *can* move the draws against an
 # unseen opponent, and whether it does depends on the start and on rounding, not on anything the

@@ -288,8 +288,8 @@ if len(ppo_seeds):
 
 # %% [markdown]
 # Other machines round differently. The numerics grid of chapter 5 (`benchmarks/rl_numerics_grid.py`:
-# one and two threads, this CPU's kernels and `avx2`, two SFT data orders and RL seeds, each
-# cell a fresh process that trains its own SFT checkpoint) ran this PPO recipe too:
+# thread counts, kernel sets, SFT data orders and RL seeds, each cell a fresh process that trains
+# its own SFT checkpoint; the table's index says which the record holds) ran this PPO recipe too:
 
 # %%
 grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset) if row["recipe"] == "ttt-ppo"]

@@ -106,7 +106,8 @@ def _evaluate(args) -> int:
     options = {}
     if args.game == "tictactoe":
         options["opponent"] = args.opponent
-        options.setdefault("agent_mark", preset.game(args.game).env_options.get("agent_mark", "alternate"))
+        # x and o alternately, unless the preset's options (merged by evaluate_policy) say otherwise
+        options["agent_mark"] = preset.game(args.game).env_options.get("agent_mark", "alternate")
     if args.game == "cookingworld":
         options["fold"] = args.fold
     options.update(dict(args.env or []))
