@@ -2,6 +2,7 @@
 
     python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [ttt-reinforce ttt-ppo] [--seeds 0 1 2] [--threads 1 2]
         [--kernels default avx2] [--normalise rebn_state rebn] [--out benchmarks/results/F.jsonl]
+        [--train-opponent minimax] [--set learning_rate=5e-4 kl_coef=0.1] [--scratch DIR]
 
 Training on one CPU with one thread setting is deterministic; across CPUs and thread counts the
 sums round differently, and an RL run sensitive to that lands somewhere else. Seeds alone do not
@@ -26,12 +27,18 @@ Recipes (the settings are the preset's, as the chapters run them):
 * ``ttt-reinforce``: chapter 5's tic-tac-toe REINFORCE; draws against minimax, losses to random.
 * ``ttt-ppo``: chapter 6's tic-tac-toe PPO, the same evaluations (``--normalise`` does not apply).
 
+Tuning a recipe: ``--set KEY=VALUE`` overrides the RL settings (a Python literal: ``learning_rate=5e-4``,
+``kl_coef=0.1``), ``--train-opponent`` changes the opponent RL trains against (tic-tac-toe; the
+evaluations stay random and minimax), and ``--scratch DIR`` keeps the cells' caches there, so a
+second recipe on the same cells reuses their SFT checkpoints instead of training them again.
+
 One JSON line per cell (``record_run``: preset, model, CPU and the cell's numerics in each line).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -53,7 +60,22 @@ RECIPES = {
 }
 
 
-def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
+def parse_overrides(pairs: list[str]) -> dict:
+    """``["learning_rate=5e-4", "kl_coef=0.1"]`` -> ``{"learning_rate": 0.0005, "kl_coef": 0.1}``."""
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes KEY=VALUE, got {pair!r}")
+        try:
+            overrides[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[key] = value  # a bare word: a string setting such as normalise=rebn
+    return overrides
+
+
+def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides: dict | None = None,
+             train_opponent: str | None = None) -> dict:
     """One cell, in this process (whose numerics the parent set through the environment)."""
     import torch
 
@@ -75,6 +97,9 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
     settings = replace(rl_settings(game, preset, algo), seed=seed)
     if algo == "reinforce":
         settings = replace(settings, normalise=normalise)
+    settings = replace(settings, **(overrides or {}))
+    if train_opponent:
+        settings = replace(settings, env_options={**settings.env_options, "opponent": train_opponent})
 
     env_options = settings.env_options if spec.get("eval_training_options") else None
 
@@ -89,8 +114,10 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
 
     before = evaluate()
     train = train_ppo if algo == "ppo" else train_reinforce
-    run = train(policy, game, settings, out_dir=cache_root() / "runs" / f"grid-{recipe}-{seed}-{normalise}",
-                progress=False)
+    # a fresh run folder each time: a kept --scratch must not resume an earlier recipe's run
+    out_dir = Path(tempfile.mkdtemp(prefix=f"grid-{recipe}-{seed}-", dir=cache_root()))
+    run = train(policy, game, settings, out_dir=out_dir, progress=False)
+    shutil.rmtree(out_dir, ignore_errors=True)
     after = evaluate()
     return {"recipe": recipe, "seed": seed, "normalise": normalise if algo == "reinforce" else None, "threads": torch.get_num_threads(),
             # the --kernels label: unset is "default", torch's own "default" (unvectorised) is "scalar"
@@ -98,13 +125,14 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str) -> dict:
                                                                  os.environ.get("ATEN_CPU_CAPABILITY")),
             "cpu": cpu_name(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "overrides": overrides or {}, "train_opponent": settings.env_options.get("opponent"),
             "iterations": settings.iterations, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
             "return_curve": [round(row["mean_return"], 3) for row in run.history]}
 
 
 def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normalises: list[str], preset: str,
-              main_cache: Path, scratch: Path) -> list[dict]:
+              main_cache: Path, scratch: Path, extra: list[str]) -> list[dict]:
     """Every recipe of one (kernels, threads, seed) cell, one fresh process each, in one cache of its own:
     recipes on the same game share the SFT checkpoint, as chapters 5 and 6 do."""
     cache = scratch / f"{kernels}-{threads}-{seed}"
@@ -121,7 +149,7 @@ def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normali
     for recipe in recipes:
         for normalise in normalises if RECIPES[recipe]["algo"] == "reinforce" else normalises[:1]:
             out = subprocess.run([sys.executable, __file__, "--recipe", recipe, "--preset", preset,
-                                  "--cell", str(seed), normalise], env=env, capture_output=True, text=True)
+                                  "--cell", str(seed), normalise, *extra], env=env, capture_output=True, text=True)
             if out.returncode:
                 print(out.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"cell {recipe}/{kernels}/{threads}/{seed}/{normalise} failed")
@@ -138,10 +166,14 @@ def main() -> None:
     parser.add_argument("--normalise", nargs="+", default=["rebn_state"])
     parser.add_argument("--preset", default="ci")
     parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override RL settings")
+    parser.add_argument("--train-opponent", default=None, help="the opponent RL trains against (tic-tac-toe)")
+    parser.add_argument("--scratch", default=None, help="keep the cells' caches (SFT checkpoints) in this folder")
     parser.add_argument("--cell", nargs=2, metavar=("SEED", "NORMALISE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:  # a child: one recipe of one cell, its numerics already in the environment
-        print(json.dumps(run_cell(args.recipe[0], int(args.cell[0]), args.cell[1], args.preset)))
+        print(json.dumps(run_cell(args.recipe[0], int(args.cell[0]), args.cell[1], args.preset,
+                                  parse_overrides(args.set), args.train_opponent)))
         return
 
     from tutorial_lib.presets import get_preset
@@ -150,7 +182,11 @@ def main() -> None:
 
     preset = get_preset(args.preset)
     main_cache = cache_root()
-    scratch = Path(tempfile.mkdtemp(prefix="rl-grid-"))
+    scratch = Path(args.scratch) if args.scratch else Path(tempfile.mkdtemp(prefix="rl-grid-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    parse_overrides(args.set)  # a malformed --set stops here, before any cell trains
+    extra = [*(["--set", *args.set] if args.set else []),
+             *(["--train-opponent", args.train_opponent] if args.train_opponent else [])]
     cores = os.cpu_count() or 1
     try:
         for threads in args.threads:
@@ -159,12 +195,13 @@ def main() -> None:
             cells = [(kernels, seed) for kernels in args.kernels for seed in args.seeds]
             with ThreadPoolExecutor(max_workers=max(1, cores // threads)) as pool:
                 futures = [pool.submit(run_cells, args.recipe, kernels, threads, seed, args.normalise, args.preset,
-                                       main_cache, scratch) for kernels, seed in cells]
+                                       main_cache, scratch, extra) for kernels, seed in cells]
                 for future in as_completed(futures):
                     for line in future.result():
                         record_run(line, args.out, preset=preset)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if not args.scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
