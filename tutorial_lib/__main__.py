@@ -7,6 +7,7 @@
     python -m tutorial_lib rl       --algo reinforce --game tictactoe --preset ci \\
                                     [--init runs/sft-ttt] --out runs/rl-ttt [--resume]
     python -m tutorial_lib rl       --algo ppo --game cookingworld --preset ci --out runs/ppo-cw
+    python -m tutorial_lib rl       --algo grpo --game math --preset ci --out runs/grpo-math
 
 ``rl`` starts from ``--init`` (a folder written by ``sft``, or ``tiny``), by default from the
 chapter-4 checkpoint of the game (trained now if the cache has none); it writes ``metrics.csv``,
@@ -20,6 +21,13 @@ for a smoke run of the whole path (``data --episodes``, ``sft --max-steps``, ``r
 ``--init`` take ``tiny``, an offline model's name (``smollm2-135m``), a hub id or a folder.
 Math at ``full`` reads GSM8K through ``datasets`` (network); ``--math-source generated`` uses the
 offline generator instead, and only when asked.
+
+``rl`` and ``sft`` also run as several processes (data-parallel; ``book/scaling_out.md``)::
+
+    accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo ppo ...
+
+Each process collects and trains on its share; the main process alone writes the outputs and
+prints the JSON line.
 
 ``evaluate`` prints one JSON object of metrics (``win_rate``, ``draw_rate``, ``loss_rate``,
 ``invalid_rate`` for tic-tac-toe; ``success_rate``, ``mean_score``, ``mean_steps``,
@@ -38,6 +46,7 @@ from pathlib import Path
 
 from tutorial_lib import envs
 from tutorial_lib.presets import SCALES, get_preset
+from tutorial_lib.runtime import distributed
 
 
 def _preset(args):
@@ -80,21 +89,27 @@ def _sft(args) -> int:
     from tutorial_lib.pipeline import lora_for, make_expert_data, sft_settings
 
     preset = _preset(args)
-    examples = load_examples(args.data).to_list() if args.data else make_expert_data(args.game, preset, progress=not args.quiet)
+    with distributed.main_first():  # expert data made (and cached) once
+        examples = (load_examples(args.data).to_list() if args.data
+                    else make_expert_data(args.game, preset, progress=not args.quiet))
     settings = sft_settings(args.game, preset)
     if args.epochs is not None:
         settings.epochs = args.epochs
     if args.max_steps is not None:
         settings.max_steps = args.max_steps
-    policy = load_policy(preset.model, lora=lora_for(preset), load_in_4bit=args.load_in_4bit)
+    with distributed.main_first():  # a model built on first use (the tiny one) is built once
+        policy = load_policy(preset.model, lora=lora_for(preset), load_in_4bit=args.load_in_4bit)
     if args.load_in_4bit:
         settings.optim = "paged_adamw_8bit"
     # Progress and the Trainer's log lines go to stderr: stdout is the one JSON line below.
     with contextlib.redirect_stdout(sys.stderr):
         result = train_sft(policy, examples, settings, output_dir=args.out)
     losses = result.losses
-    print(json.dumps({"output_dir": str(result.output_dir), "examples": result.examples, "seconds": round(result.seconds, 1),
-                      "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None}))
+    if distributed.is_main():
+        print(json.dumps({"output_dir": str(result.output_dir), "examples": result.examples,
+                          "seconds": round(result.seconds, 1), "steps": result.step, "processes": result.processes,
+                          "global_batch_size": result.global_batch_size,
+                          "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None}))
     return 0
 
 
@@ -134,31 +149,46 @@ def _evaluate(args) -> int:
 
 def _rl(args) -> int:
     from tutorial_lib.lm.models import is_pretrained, load_policy
-    from tutorial_lib.pipeline import rl_settings, sft_policy
+    from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
+    from tutorial_lib.rl.grpo import train_grpo
     from tutorial_lib.rl.ppo import train_ppo
     from tutorial_lib.rl.reinforce import train_reinforce
 
     preset = _preset(args)
-    settings = rl_settings(args.game, preset, args.algo)
-    train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
+    if args.algo == "grpo":
+        if args.game != "math":
+            raise ValueError("rl --algo grpo trains math answers (chapter 7's tic-tac-toe moves run from the notebook)")
+        settings = grpo_settings(args.game, preset)
+        if args.iterations is not None:
+            settings = replace(settings, steps=args.iterations)
+
+        def train(policy, game, settings, *, out_dir, resume, progress):
+            return train_grpo(policy, settings, out_dir=out_dir, resume=resume, progress=progress)
+    else:
+        settings = rl_settings(args.game, preset, args.algo)
+        train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
     # the command line's counts, through replace: the settings' checks run again on the result
-    if args.iterations is not None:
+    if args.iterations is not None and args.algo != "grpo":
         settings = replace(settings, iterations=args.iterations)
-    if args.turns_per_iteration is not None:
+    if args.turns_per_iteration is not None and args.algo != "grpo":
         turns = args.turns_per_iteration
         settings = replace(settings, turns_per_iteration=turns, num_envs=min(settings.num_envs, turns),
                            **({"minibatch_turns": min(settings.minibatch_turns, turns)} if args.algo == "ppo" else {}))
     with contextlib.redirect_stdout(sys.stderr):
-        if args.init:
-            # lora=True: a folder of adapters trains them further, a base model gets the default ones
-            policy = load_policy(args.init, lora=True if is_pretrained(preset.model) else None)
-        else:
-            policy = sft_policy(args.game, preset, progress=not args.quiet)
+        # several processes: the main one trains (and caches) a missing SFT checkpoint, the others load it
+        with distributed.main_first():
+            if args.init:
+                # lora=True: a folder of adapters trains them further, a base model gets the default ones
+                policy = load_policy(args.init, lora=True if is_pretrained(preset.model) else None)
+            else:
+                policy = sft_policy(args.game, preset, progress=not args.quiet)
         result = train(policy, args.game, settings, out_dir=args.out, resume=args.resume, progress=not args.quiet)
     last = result.history[-1] if result.history else {}
-    print(json.dumps({"output_dir": str(result.out_dir), "model": str(result.out_dir / "model"), "algo": args.algo,
-                      "iterations": len(result.history), "seconds": round(result.seconds, 1),
-                      "last": {k: last[k] for k in ("mean_return", "success_rate", "invalid_rate") if k in last}}))
+    if distributed.is_main():
+        print(json.dumps({"output_dir": str(result.out_dir), "model": str(result.out_dir / "model"), "algo": args.algo,
+                          "iterations": len(result.history), "seconds": round(result.seconds, 1),
+                          "processes": distributed.num_processes(),
+                          "last": {k: last[k] for k in ("mean_return", "success_rate", "invalid_rate") if k in last}}))
     return 0
 
 
@@ -210,15 +240,17 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     rl = commands.add_parser("rl", help="reinforcement learning from a policy")
     common(rl)
-    rl.add_argument("--algo", choices=["reinforce", "ppo"], default="reinforce",
-                    help="REINFORCE with ReBN (chapter 5) or PPO with a value head (chapter 6)")
+    rl.add_argument("--algo", choices=["reinforce", "ppo", "grpo"], default="reinforce",
+                    help="REINFORCE with ReBN (chapter 5), PPO with a value head (chapter 6) or GRPO through TRL "
+                         "(chapter 7; math)")
     rl.add_argument("--init", help="starting policy: 'tiny' or a folder (default: the chapter-4 SFT checkpoint)")
     rl.add_argument("--out", required=True)
     rl.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    rl.add_argument("--iterations", type=int)
+    rl.add_argument("--iterations", type=int, help="RL iterations (GRPO: optimiser steps)")
     rl.add_argument("--turns-per-iteration", type=int)
     rl.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    distributed.setup()  # under accelerate launch: join the other processes before any model loads
     try:
         return {"data": _data, "sft": _sft, "evaluate": _evaluate, "rl": _rl}[args.command](args)
     except (ValueError, FileNotFoundError, RuntimeError) as error:  # ModelUnavailableError included

@@ -21,6 +21,7 @@ Three regimes, one function:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -31,10 +32,11 @@ from typing import Any
 
 import torch
 
-from tutorial_lib.lm.lm_parts import body_hidden_states, output_logits
+from tutorial_lib.lm.lm_parts import BODY_INPUTS, body_hidden_states, output_logits
 from tutorial_lib.lm.policies import LanguagePolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.lm.tokenization import IGNORE_INDEX, encode_prompt_completion
+from tutorial_lib.runtime import distributed
 from tutorial_lib.runtime.cache import folder_lock, write_whole
 from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
 from tutorial_lib.runtime.device import default_dtype, device_kind
@@ -123,6 +125,10 @@ class SFTResult:
     #: optimiser steps done so far, and in the whole run
     step: int = 0
     total_steps: int = 0
+    #: processes that trained (``accelerate launch``), and the examples of one optimiser step over all
+    #: of them (per-device batch x accumulation x processes)
+    processes: int = 1
+    global_batch_size: int = 0
 
     @property
     def losses(self) -> list[tuple[int, float]]:
@@ -153,9 +159,14 @@ def completion_logits(model, inputs: dict[str, torch.Tensor]) -> tuple[torch.Ten
     on the whole sequence and the output layer only where there is a label. Same loss, same
     gradients, ~2x faster steps for the tiny model on a CPU.
     """
-    hidden = body_hidden_states(model, inputs)  # (batch, length, hidden)
     targets = inputs["labels"][:, 1:]
     keep = targets != IGNORE_INDEX  # position t predicts token t+1
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        # several processes (accelerate launch): DDP averages the gradients through hooks its own
+        # forward sets, so the whole model runs through it, logits at every position included
+        body_inputs = {k: inputs[k] for k in BODY_INPUTS if k in inputs}
+        return model(**body_inputs, use_cache=False).logits[:, :-1][keep].float(), targets[keep]
+    hidden = body_hidden_states(model, inputs)  # (batch, length, hidden)
     return output_logits(model, hidden[:, :-1][keep]), targets[keep]  # (labelled tokens, vocab)
 
 
@@ -224,6 +235,11 @@ def _completion_only_trainer():
             total = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
             count = targets.numel() if num_items_in_batch is None else num_items_in_batch
             loss = total / torch.as_tensor(count, device=total.device).clamp(min=1)
+            if num_items_in_batch is not None and self.args.average_tokens_across_devices and self.args.world_size > 1:
+                # several processes: the count is all of theirs, and DDP averages their gradients, so N x
+                # (this process's sum / the global count) averages to the batch's (as the Trainer's own
+                # compute_loss does)
+                loss = loss * self.args.world_size
             with torch.no_grad():  # the same training metrics SFTTrainer logs
                 mode = "train" if model.training else "eval"
                 logp = torch.log_softmax(logits, dim=-1)
@@ -259,6 +275,17 @@ def _stop_at_fraction(fraction: float):
     return StopAtFraction()
 
 
+def per_process_batch(settings: SFTSettings) -> int:
+    """Examples per forward pass in each process: a micro-batch, split over the processes of an
+    ``accelerate launch`` run, so that an optimiser step sees ``batch_size`` examples however many
+    processes share it (the recipe does not change when it scales out)."""
+    micro, processes = settings.batch_size // settings.micro_batches, distributed.num_processes()
+    if micro % processes:
+        raise ValueError(f"a micro-batch of {micro} examples (batch_size {settings.batch_size} / micro_batches "
+                         f"{settings.micro_batches}) does not split over {processes} processes")
+    return micro // processes
+
+
 def sft_config(settings: SFTSettings, output_dir: Path):
     """TRL's ``SFTConfig`` for ``settings``: where each of our settings goes in the Trainer's terms."""
     from trl import SFTConfig
@@ -268,7 +295,7 @@ def sft_config(settings: SFTSettings, output_dir: Path):
         num_train_epochs=settings.epochs,
         max_steps=settings.max_steps if settings.max_steps is not None else -1,
         learning_rate=settings.learning_rate,
-        per_device_train_batch_size=settings.batch_size // settings.micro_batches,
+        per_device_train_batch_size=per_process_batch(settings),
         gradient_accumulation_steps=settings.gradient_accumulation_steps * settings.micro_batches,
         # the batch sampler that cuts each optimiser step's examples into micro-batches (the loss is
         # summed over them and divided by their completion tokens: compute_loss's num_items_in_batch)
@@ -313,8 +340,9 @@ def train_sft(
     (``tests/test_sft.py`` checks the weights). Only the last part saves the model and
     ``sft_result.json``; ``SFTResult.finished`` says which kind of result came back.
     """
-    # held for the whole part: another process must not train into (or load half of) this folder
-    with folder_lock(output_dir):
+    # held for the whole part: another process must not train into (or load half of) this folder.
+    # Under accelerate launch the processes train it together: the main one holds the lock.
+    with folder_lock(output_dir) if distributed.is_main() else contextlib.nullcontext():
         return _train_sft(policy, examples, settings or SFTSettings(), Path(output_dir), resume, stage)
 
 
@@ -358,10 +386,18 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
                  "padding": [a + b for a, b in zip(tally["padding"], trainer.padding_seen)]}
         seconds = tally["seconds"]
         if part < parts:
-            tally_file.write_text(json.dumps(tally))
+            if distributed.is_main():
+                tally_file.write_text(json.dumps(tally))
             return SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens),
                              finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps)
-        trainer.save_model(str(output_dir))
+        trainer.save_model(str(output_dir))  # the main process writes it (the Trainer's should_save)
+    args = trainer.args
+    shape = {"processes": args.world_size,
+             "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size}
+    if not distributed.is_main():  # one process writes the outputs
+        distributed.wait_for_everyone()
+        return SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens),
+                         step=trainer.state.global_step, total_steps=trainer.state.max_steps, **shape)
     policy.tokenizer.save_pretrained(output_dir)
     if parts > 1:  # the run is whole: its resumable stops are not needed
         for checkpoint in _checkpoints(output_dir):
@@ -370,10 +406,11 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
     real, positions = tally["padding"]
     padding = round(1 - real / positions, 4) if positions else 0.0
     result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens), padding,
-                       step=trainer.state.global_step, total_steps=trainer.state.max_steps)
+                       step=trainer.state.global_step, total_steps=trainer.state.max_steps, **shape)
     write_whole(output_dir / "sft_result.json", json.dumps(
         {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
-         "padding_fraction": padding, "log_history": result.log_history},
+         "padding_fraction": padding, "log_history": result.log_history, **shape},
         indent=1,
     ))
+    distributed.wait_for_everyone()
     return result

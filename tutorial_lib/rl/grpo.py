@@ -42,6 +42,7 @@ from tutorial_lib.lm.lm_parts import unwrap_peft
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS
 from tutorial_lib.lm.prompts import Turn, build_messages
 from tutorial_lib.rl.rl_loop import RLResult, run_progress_bar, save_final_model, write_run_settings
+from tutorial_lib.runtime import distributed
 from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
 from tutorial_lib.runtime.device import default_dtype, device_kind
 from tutorial_lib.runtime.progress import quiet_transformers
@@ -304,10 +305,13 @@ def grpo_config(settings: GRPOSettings, out_dir: str | Path):
 
     batch = settings.completions_per_step
     micro = settings.microbatch_size or batch
+    processes = distributed.num_processes()  # accelerate launch: each process a share of every micro-batch
+    if micro % processes:
+        raise ValueError(f"a micro-batch of {micro} completions does not split over {processes} processes")
     fields = dict(
         output_dir=str(out_dir),
         max_steps=settings.steps,
-        per_device_train_batch_size=micro,
+        per_device_train_batch_size=micro // processes,
         gradient_accumulation_steps=batch // micro,  # = steps_per_generation: one batch per step
         num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
@@ -419,15 +423,17 @@ def train_grpo(
     if resume and checkpoint is None:
         raise FileNotFoundError(f"no checkpoint-* folder in {out_dir} to resume from; start without resume "
                                 "(and set GRPOSettings.save_steps to write checkpoints)")
-    write_run_settings(out_dir, game, "GRPO", settings)
+    main = distributed.is_main()  # under accelerate launch one process writes the outputs
+    if main:
+        write_run_settings(out_dir, game, "GRPO", settings)
     resumed_step = int(checkpoint.name.split("-")[-1]) if checkpoint else None
-    log = MetricsLog(out_dir, resume_from=resumed_step)
+    log = MetricsLog(out_dir, resume_from=resumed_step, files=main)
     history: list[dict[str, float]] = list(log.rows)
     model = policy.model
     base = unwrap_peft(model)
     patched_before = "forward" in vars(base)
     bar = run_progress_bar("GRPO", game, token_budget=settings.token_budget, steps=settings.steps,
-                           done_steps=resumed_step or 0, history=history, progress=progress)
+                           done_steps=resumed_step or 0, history=history, progress=progress and main)
     began = time.perf_counter()
     try:
         trainer = build_trainer(policy, settings, dataset, out_dir=out_dir, reward=reward)

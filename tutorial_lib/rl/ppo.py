@@ -48,6 +48,14 @@ CleanRL's ``ppo.py``; the LLM ones the GSM8K PPO and TextWorld tutorials this bo
 ``pi_old`` is the policy's own recompute before the update, not the sampler's recorded log-probs:
 the two agree to float precision here (the logged ``kl_k3`` says so), and a PPO ratio taken
 against the trainer's own numbers measures the update alone.
+
+With several processes (``accelerate launch``, :mod:`tutorial_lib.runtime.distributed`) each scores
+and runs GAE on its own episodes (an episode never spans two processes); what is *global* is every
+statistic over the batch -- the reward and advantage whitening (details 4, 6), the logged
+diagnostics -- and the minibatches: one shuffled order of all the iteration's turns, drawn by the
+main process, so a minibatch is the same turns it would be in one process, each process computing
+the part it holds. Losses are divided by the minibatch's global token and turn counts and the
+gradients summed over the processes before each step.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
 from tutorial_lib.rl.advantages import gae, whiten
 from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, sampler_kl_sums
 from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
+from tutorial_lib.runtime import distributed
 
 CRITICS = ("shared", "separate")
 LR_SCHEDULES = ("constant", "warmup_cosine")
@@ -144,7 +153,7 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
 
     def from_hidden(self, state_hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(state_hidden.float()).squeeze(-1)
+        return self.head(state_hidden.to(self.head.weight.dtype)).squeeze(-1)  # float32 (the head is built so)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Values of a :func:`~tutorial_lib.rl.rollout.collate_turns` batch (separate critic only)."""
@@ -309,8 +318,9 @@ class PPO:
         old = self.score_old(batch)
         rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)  # (T,)
         rewards = rewards - s.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
-        if s.whiten_rewards and len(rewards) > 1:  # detail 4
-            rewards = whiten(rewards, shift_mean=False)
+        all_rewards, own = distributed.gather_values(rewards)  # every process's turns (one process: these)
+        if s.whiten_rewards and len(all_rewards) > 1:  # detail 4, over the global batch
+            rewards = whiten(all_rewards, shift_mean=False)[own]
         bootstrap = self.bootstrap_values(rollout)
         advantages, returns, start = [], [], 0
         for index, record in enumerate(rollout.records):  # detail 5: GAE over each episode's turns
@@ -322,12 +332,18 @@ class PPO:
             start = end
         batch.advantages = torch.tensor(advantages, dtype=torch.float32)  # (T,)
         batch.returns = torch.tensor(returns, dtype=torch.float32)  # (T,)
-        info = {"mean_value": float(old.values.double().mean()),
-                "explained_variance": explained_variance(old.values, batch.returns),
-                "kl_ref": float(old.ref_kl.double().sum()) / max(batch.action_tokens, 1),
-                "kl_k1": old.kl_k1, "kl_k3": old.kl_k3}
-        if s.whiten_advantages and len(batch) > 1:  # detail 6
-            batch.advantages = whiten(batch.advantages)
+        values, returns, ref_kl = (distributed.gather_values(x)[0] for x in (old.values, batch.returns, old.ref_kl))
+        tokens = int(distributed.sum_over_processes(batch.action_tokens))
+        kl_k1, kl_k3 = old.kl_k1, old.kl_k3
+        if distributed.launched():  # per-token means of the whole batch
+            kl_k1, kl_k3 = (distributed.sum_over_processes(k * batch.action_tokens) / tokens for k in (kl_k1, kl_k3))
+        info = {"mean_value": float(values.double().mean()),
+                "explained_variance": explained_variance(values, returns),
+                "kl_ref": float(ref_kl.double().sum()) / max(tokens, 1),
+                "kl_k1": kl_k1, "kl_k3": kl_k3}
+        all_advantages, own = distributed.gather_values(batch.advantages)
+        if s.whiten_advantages and len(all_advantages) > 1:  # detail 6, over the global batch
+            batch.advantages = whiten(all_advantages)[own]
         # the ratio is taken against the policy's own recompute (see the module docstring)
         batch.old_logprobs, batch.old_values = old.logprobs, old.values
         return batch, info
@@ -338,26 +354,31 @@ class PPO:
         step each) x micro-batches (gradients accumulated); returns the iteration's metrics."""
         s = self.settings
         batch, info = self.prepare(rollout)
+        # every turn's action tokens, over all processes, and where this process's turns lie in them
+        turn_tokens, own = distributed.gather_values(batch.action_mask.sum(1))
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         sums: dict[str, float] = {}
         steps = skipped = last_epoch_steps = 0
         self.policy.model.train()
         for epoch in range(s.ppo_epochs):  # detail 10: epochs over shuffled minibatches
-            order = torch.randperm(len(batch))  # the global generator: checkpointed with the run
+            # the global generator, checkpointed with the run; the main process's order for all
+            order = distributed.broadcast(torch.randperm(len(turn_tokens)))
             last_epoch_steps = 0
             for rows in order.split(s.minibatch_turns):
-                minibatch = batch.select(rows)
-                tokens = minibatch.action_tokens  # the losses are means over the minibatch's tokens
+                mine = rows[(rows >= own.start) & (rows < own.stop)] - own.start  # one process: all rows
+                minibatch = batch.select(mine) if len(mine) else None
+                tokens = int(turn_tokens[rows].sum())  # the losses are means over the minibatch's tokens
                 stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
                 self.optimizer.zero_grad(set_to_none=True)
                 finite = True
-                for micro in minibatch.split(s.microbatch_turns):  # memory, not maths: gradients add up
+                for micro in minibatch.split(s.microbatch_turns) if minibatch else []:  # gradients add up
                     scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
                     micro = micro.to(values.device)
                     mask = micro.action_mask  # (turns, a)
                     policy_loss, ratio = clipped_surrogate(  # detail 7
                         scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, s.clip_range, tokens)
                     value_loss = clipped_value_loss(  # detail 8
-                        values, micro.old_values, micro.returns, s.value_clip_range, len(minibatch))
+                        values, micro.old_values, micro.returns, s.value_clip_range, len(rows))
                     entropy = scores.entropy[mask].sum() / tokens  # detail 9
                     loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
                     if not torch.isfinite(loss):  # detail 12: never step on a non-finite loss
@@ -370,6 +391,12 @@ class PPO:
                         stats["entropy"] += float(entropy)
                         stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
                         stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
+                finite = distributed.all_true(finite)  # one process's bad loss stops the step everywhere
+                if finite:  # several processes: their shares of the minibatch's gradient, summed
+                    distributed.sum_gradients(parameters)
+                if distributed.launched():
+                    stats = dict(zip(stats, distributed.sum_over_processes(
+                        torch.tensor(list(stats.values()), dtype=torch.float64)).tolist()))
                 grad_norm, was_skipped = clip_and_step(self.optimizer, s.max_grad_norm, finite_loss=finite)  # 10, 12
                 stats["grad_norm"] = grad_norm
                 steps, skipped, last_epoch_steps = steps + 1, skipped + was_skipped, last_epoch_steps + 1

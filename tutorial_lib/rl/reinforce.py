@@ -30,6 +30,11 @@ Each iteration:
 
 Adam uses betas (0.9, 0.95), as in the GEM script: a shorter memory of squared gradients than the
 default 0.999 suits the non-stationary gradients of RL.
+
+With several processes (``accelerate launch``) the returns are normalised over every process's
+turns (:attr:`~tutorial_lib.rl.rl_loop.Run.batch`), each process's loss is divided by the global
+number of action tokens, and the gradients are summed over the processes before the step: the
+step one process would take on all the turns.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
 from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, sampler_kl_sums
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
+from tutorial_lib.runtime import distributed
 
 NORMALISATIONS = ("rebn_state", "rebn", "none")
 
@@ -83,10 +89,12 @@ def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[floa
     return [g for episode in returns for g in episode]
 
 
-def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettings) -> dict[str, float]:
+def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettings, *,
+                   total_tokens: int | None = None) -> dict[str, float]:
     """One optimiser step of REINFORCE with importance sampling over ``batch`` (its ``advantages``
-    set, one per turn); returns its metrics."""
-    total_tokens = batch.action_tokens  # the loss is a mean over every action token of the batch
+    set, one per turn); returns its metrics. ``total_tokens``: the action tokens of every process's
+    batch (default: this batch's), the loss being a mean over all of them."""
+    total_tokens = total_tokens or batch.action_tokens  # the loss is a mean over every action token of the batch
     if total_tokens == 0:
         raise ValueError("no action tokens to train on")
     if batch.advantages is None:
@@ -110,6 +118,11 @@ def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettin
             sums["kl_k1"] += k1
             sums["kl_k3"] += k3
             sums["ratio"] += float(ratio[mask].sum())
+    # several processes: each gradient is its own turns' share of the global mean; their sum is the
+    # gradient of the whole batch (and the step, taken from it, the same in every process)
+    distributed.sum_gradients([p for group in optimizer.param_groups for p in group["params"]])
+    if distributed.launched():
+        sums = dict(zip(sums, distributed.sum_over_processes(torch.tensor(list(sums.values()), dtype=torch.float64)).tolist()))
     grad_norm, skipped = clip_and_step(optimizer, settings.max_grad_norm)
     return {
         "loss": sums["loss"],
@@ -120,6 +133,24 @@ def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettin
         "grad_norm": float(grad_norm),
         "skipped_step": skipped,
     }
+
+
+def reinforce_update(policy, optimizer, rollout: Rollout, settings: ReinforceSettings, *,
+                     everyone: Rollout | None = None) -> dict[str, float]:
+    """One REINFORCE update on ``rollout``: advantages, then one gradient step; returns its metrics.
+
+    With several processes ``rollout`` is this process's episodes and ``everyone`` every process's
+    (``rollout``'s among them, in rank order): returns are normalised over ``everyone``, the loss
+    is taken over this process's own turns and divided by ``everyone``'s action tokens.
+    """
+    everyone = everyone or rollout
+    own, _ = distributed.offsets(len(rollout.turns)) if everyone is not rollout else (0, None)
+    # returns, baseline and scale over the whole batch; this process trains on its own turns
+    advantages = turn_advantages(everyone, settings.gamma, settings.normalise)[own : own + len(rollout.turns)]
+    batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id,
+                         advantages=torch.tensor(advantages, dtype=torch.float32))
+    total_tokens = sum(len(turn.action_ids) for turn in everyone.turns)
+    return reinforce_step(policy.model, optimizer, batch, settings, total_tokens=total_tokens)
 
 
 def train_reinforce(
@@ -144,9 +175,6 @@ def train_reinforce(
     run.restore(optimizer)
     for _ in run.iterations():
         rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        advantages = turn_advantages(rollout, settings.gamma, settings.normalise)  # returns, baseline, scale
-        batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id,
-                             advantages=torch.tensor(advantages, dtype=torch.float32))
-        metrics = reinforce_step(policy.model, optimizer, batch, settings)  # one gradient step
+        metrics = reinforce_update(policy, optimizer, rollout, settings, everyone=run.batch)  # one step
         run.end_iteration(metrics, optimizer)
     return run.finish()

@@ -26,6 +26,12 @@ Each algorithm writes its own loop, top to bottom, in its own file
    trainable weights, the optimiser, extra modules (a value head) and state (a learning-rate
    schedule), the random generators, the next seed -- so that ``resume=True`` continues exactly
    the run that was stopped, and ``stage=(i, n)`` splits a long run over notebook cells.
+
+Under ``accelerate launch`` (N processes, :mod:`tutorial_lib.runtime.distributed`) each process
+collects its share of the turns from its own seeds; :attr:`Run.batch` is the whole iteration's
+rollout (every process's episodes, in rank order), so that the algorithm computes its statistics
+over the global batch and its loss over its own turns. Every process logs the same (global) metrics; only the main one writes
+files, and a checkpoint holds every process's random generators. One process is the run it always was.
 """
 
 from __future__ import annotations
@@ -40,9 +46,16 @@ from typing import Any
 import torch
 
 from tutorial_lib.rl.rollout import Rollout, collect
+from tutorial_lib.runtime import distributed
 from tutorial_lib.runtime.cpu_threads import fit_threads
 from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
-from tutorial_lib.runtime.tracking import MetricsLog, load_checkpoint, save_checkpoint
+from tutorial_lib.runtime.tracking import (
+    MetricsLog,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 
 
 @dataclass
@@ -149,9 +162,11 @@ def rollout_metrics(rollout: Rollout) -> dict[str, float]:
 
 
 def write_run_settings(out_dir: Path, game: str, algo: str, settings) -> None:
-    """``out_dir/rl_settings.json``: the game, the algorithm and every setting of the run."""
+    """``out_dir/rl_settings.json``: the game, the algorithm and every setting of the run (and the
+    number of processes, when several ran it)."""
+    processes = {"processes": distributed.num_processes()} if distributed.launched() else {}
     (out_dir / "rl_settings.json").write_text(
-        json.dumps({"game": game, "algo": algo, **asdict(settings)}, indent=1, default=str))
+        json.dumps({"game": game, "algo": algo, **processes, **asdict(settings)}, indent=1, default=str))
 
 
 def run_progress_bar(algo: str, game: str, *, token_budget: int | None, steps: int, done_steps: int,
@@ -166,12 +181,37 @@ def run_progress_bar(algo: str, game: str, *, token_budget: int | None, steps: i
 
 def save_final_model(policy, out_dir: Path, modules: dict[str, torch.nn.Module] | None = None) -> None:
     """The trained model and its tokenizer in ``out_dir/model`` (what ``load_policy`` and the CLI's
-    ``evaluate --policy`` read), with extra modules (a value head) beside them as ``<name>.pt``."""
+    ``evaluate --policy`` read), with extra modules (a value head) beside them as ``<name>.pt``.
+    Written by the main process; the others wait until it is there."""
+    if not distributed.is_main():
+        distributed.wait_for_everyone()
+        return
     with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
         policy.model.save_pretrained(out_dir / "model")
     policy.tokenizer.save_pretrained(out_dir / "model")
     for name, module in (modules or {}).items():
         torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
+    distributed.wait_for_everyone()
+
+
+def decorrelate(policy, seed: int) -> None:
+    """Give a process other than the main one its own random stream (and its policy's, if seeded)."""
+    rank = distributed.process_index()
+    torch.manual_seed(seed + 1_000_003 * rank)
+    if getattr(policy, "seed", None) is not None:
+        policy.seed += 1_000_003 * rank
+
+
+def restore_process_rng(saved: dict[str, Any], out_dir: Path) -> None:
+    """After :func:`~tutorial_lib.runtime.tracking.load_checkpoint` (which restored the main process's
+    generators): this process's own, from a checkpoint written by as many processes."""
+    streams = saved.get("process_rng")
+    written_by = len(streams) if streams else 1
+    if written_by != distributed.num_processes():
+        raise ValueError(f"the checkpoint in {out_dir} was written by {written_by} process(es); resume it with as "
+                         f"many (now {distributed.num_processes()}): each process's random state is in it")
+    if streams:
+        set_rng_state(streams[distributed.process_index()])
 
 
 class Run:
@@ -212,15 +252,22 @@ class Run:
                                                 modules=modules or {})
             self.next_seed = saved["next_seed"]
             state = saved.get("algorithm", {})
-        write_run_settings(self.out_dir, self.game, self.algo, self.settings)
-        self.log = MetricsLog(self.out_dir, resume_from=self.start if self.resume else None)
+            restore_process_rng(saved, self.out_dir)
+        elif distributed.process_index() > 0:
+            # the modules are built (the same in every process); from here on each process samples
+            # its own stream, not a copy of the main one's
+            decorrelate(self.policy, self.settings.seed)
+        main = distributed.is_main()
+        if main:
+            write_run_settings(self.out_dir, self.game, self.algo, self.settings)
+        self.log = MetricsLog(self.out_dir, resume_from=self.start if self.resume else None, files=main)
         self.history = list(self.log.rows)
         self.began = time.perf_counter()
         # with a token budget the bar counts sampled tokens (the number of iterations is not known)
         budget = self.settings.token_budget
         self.spent = sum(row.get("action_tokens", 0) for row in self.history)
         self.bar = run_progress_bar(self.algo, self.game, token_budget=budget, steps=self.settings.iterations,
-                                    done_steps=self.start, history=self.history, progress=self.progress)
+                                    done_steps=self.start, history=self.history, progress=self.progress and main)
         self.over_budget = budget is not None and self.spent >= budget  # a resumed part after the budget ran out
         return state
 
@@ -238,17 +285,31 @@ class Run:
             self.log.close()
 
     def collect(self) -> Rollout:
-        """This iteration's turns, played by the current policy from the next training seeds."""
+        """This iteration's turns, played by the current policy from the next training seeds (this
+        process's share of them, when several processes run; :attr:`batch` is everyone's)."""
         settings = self.settings
-        seeds = range(self.next_seed, self.next_seed + settings.turns_per_iteration)  # >= one turn per episode
+        n, rank = distributed.num_processes(), distributed.process_index()
+        turns = distributed.share(settings.turns_per_iteration)
+        if turns < 1:
+            raise ValueError(f"turns_per_iteration ({settings.turns_per_iteration}) must be at least the number "
+                             f"of processes ({n})")
+        # process r plays seeds next_seed + r, + r + n, + r + 2n...: disjoint, and one process plays them all
+        seeds = range(self.next_seed + rank, self.next_seed + n * turns + rank, n)  # >= one turn per episode
         if settings.train_seeds is not None:  # a fixed training split, cycled through
             seeds = [settings.first_seed + (s - settings.first_seed) % settings.train_seeds for s in seeds]
-        rollout = collect(self.policy, self.game, seeds, env_options=settings.env_options, num_envs=settings.num_envs,
-                          turn_budget=settings.turns_per_iteration, sampling=settings.sampling,
+        rollout = collect(self.policy, self.game, seeds, env_options=settings.env_options,
+                          num_envs=settings.num_envs, turn_budget=turns, sampling=settings.sampling,
                           temperature=None if settings.temperature == 1 else settings.temperature)
-        self.next_seed += len(rollout.records)
         self.sampled = time.perf_counter()
-        self.metrics = rollout_metrics(rollout)  # what the batch was, before the update sees it
+        if distributed.launched():
+            records = distributed.gather([rollout.records])
+            #: the whole iteration's rollout, every process's episodes in rank order
+            self.batch = Rollout([r for part in records for r in part], max(distributed.gather([rollout.seconds])))
+            self.next_seed += n * max(len(part) for part in records)  # past every process's last seed
+        else:
+            self.batch = rollout
+            self.next_seed += len(rollout.records)
+        self.metrics = rollout_metrics(self.batch)  # what the batch was, before the update sees it
         fit_threads()
         return rollout
 
@@ -269,8 +330,13 @@ class Run:
         self.bar.update(min(metrics["action_tokens"], budget - self.bar.n) if budget is not None else 1)
         self.over_budget = budget is not None and self.spent >= budget
         if (iteration + 1) % settings.save_every == 0 or iteration + 1 in (self.stop, settings.iterations) or self.over_budget:
-            save_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer, step=iteration + 1,
-                            state={"next_seed": self.next_seed, "algorithm": state or {}}, modules=modules or {})
+            saved = {"next_seed": self.next_seed, "algorithm": state or {}}
+            if distributed.launched():  # every process's generators: a resumed run samples what this one would have
+                saved["process_rng"] = distributed.gather([rng_state()])
+            if distributed.is_main():
+                save_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer, step=iteration + 1,
+                                state=saved, modules=modules or {})
+            distributed.wait_for_everyone()  # no process runs ahead of a checkpoint it may resume from
         return metrics
 
     def finish(self, modules: dict[str, torch.nn.Module] | None = None, *, algorithm: Any = None) -> RLResult:

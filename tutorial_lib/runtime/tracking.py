@@ -31,19 +31,24 @@ class MetricsLog:
 
     With ``resume_from`` (the step of the checkpoint a run resumes from), the existing
     ``metrics.csv`` keeps its rows up to that step and drops later ones, which the resumed run
-    writes again. Without it, the file starts afresh.
+    writes again. Without it, the file starts afresh. ``files=False`` keeps the rows in memory only
+    (the processes of a run other than the main one: one process writes the files).
     """
 
-    def __init__(self, out_dir: str | Path, *, tensorboard: bool = True, resume_from: int | None = None):
+    def __init__(self, out_dir: str | Path, *, tensorboard: bool = True, resume_from: int | None = None,
+                 files: bool = True):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / "metrics.csv"
+        self.files = files
         self.rows: list[dict[str, Any]] = []
         if resume_from is not None and self.path.exists():
             with self.path.open() as f:
                 self.rows = [_numbers(row) for row in csv.DictReader(f) if int(row["step"]) <= resume_from]
-        self._rewrite()
         self.writer = None
+        if not files:
+            return
+        self._rewrite()
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -52,6 +57,8 @@ class MetricsLog:
     def write(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **metrics}
         self.rows.append(row)
+        if not self.files:
+            return
         self._rewrite()
         if self.writer is not None:
             for key, value in metrics.items():

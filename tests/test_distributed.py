@@ -1,0 +1,153 @@
+"""Several processes under ``accelerate launch`` on the CPU (gloo): the same maths as one process.
+
+* one REINFORCE update and one PPO update on a fixed set of turns, split across 2 processes, give
+  the weights one process gives on all of them (in float64, where only the maths can differ);
+* ``rl`` on 2 processes writes one set of outputs, and its ``--resume`` continues exactly the run
+  that was stopped (every process's random state comes back); a checkpoint of 2 processes refuses
+  to resume on 1;
+* ``sft`` and ``rl --algo grpo`` (TRL) on 2 processes: both processes train one global batch (the
+  first SFT loss is one process's), one model is written.
+
+Each launch starts 2 Python processes that import torch and transformers: ~10-20 s apiece here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tutorial_lib.__main__ import main as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "accelerate" / "ddp.yaml"
+ACCELERATE = Path(sys.executable).with_name("accelerate")
+
+
+def environment() -> dict[str, str]:
+    # one thread per process, as accelerate gives each of its processes: the one-process references
+    # collect the same games bit for bit
+    env = {**os.environ, "TUTORIAL_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def launch(*args: str, processes: int = 2) -> subprocess.CompletedProcess:
+    """``accelerate launch`` with the repository's DDP config (``processes`` of them), or plain Python
+    for one process; fails the test with the processes' output when they fail."""
+    if processes == 1:
+        command = [sys.executable, *args]
+    else:
+        command = [str(ACCELERATE), "launch", "--config_file", str(CONFIG), "--num_processes", str(processes), *args]
+    done = subprocess.run(command, env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stderr[-4000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tiny_policy, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("policy")
+    tiny_policy.model.save_pretrained(folder)
+    tiny_policy.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def test_an_update_split_over_two_processes_is_the_update_of_one_process_on_all_turns(policy_dir, tmp_path):
+    launch("tests/distributed_updates.py", str(policy_dir), str(tmp_path / "one"), processes=1)
+    launch("tests/distributed_updates.py", str(policy_dir), str(tmp_path / "two"))
+    one, two = (json.loads((tmp_path / run / "shares.json").read_text()) for run in ("one", "two"))
+    assert len(two["turns"]) == 2 and min(two["turns"]) > 0  # both processes trained on turns of their own
+    assert sum(two["turns"]) == one["turns"][0]  # ... which together are the one process's
+    start = {k: v.double() for k, v in load_file(policy_dir / "model.safetensors").items()}
+    for algo in ("reinforce", "ppo"):
+        a, b = (torch.load(tmp_path / run / f"{algo}.pt") for run in ("one", "two"))
+        moved = max(float((a[k].double() - start[k]).abs().max()) for k in start)
+        assert moved > 1e-3, f"{algo}: the update moved nothing, so it compares nothing"
+        assert largest_difference(a, b) < 1e-10 * max(moved, 1.0), algo
+        for key in ("loss", "policy_loss", "value_loss", "grad_norm", "explained_variance"):  # global metrics
+            if key in one[algo]:
+                assert two[algo][key] == pytest.approx(one[algo][key], rel=1e-6, abs=1e-9), (algo, key)
+
+
+def rl_command(out: Path, policy_dir: Path, iterations: int, *extra: str) -> list[str]:
+    return ["-m", "tutorial_lib", "rl", "--algo", "reinforce", "--game", "tictactoe", "--preset", "ci", "--init",
+            str(policy_dir), "--iterations", str(iterations), "--turns-per-iteration", "16", "--out", str(out),
+            "--quiet", *extra]
+
+
+def test_rl_on_two_processes_writes_one_set_of_outputs_and_resumes_exactly(policy_dir, tmp_path, capsys):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    done = launch(*rl_command(whole, policy_dir, 3))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, done.stdout  # the main process alone prints the result
+    result = json.loads(lines[0])
+    assert result["processes"] == 2 and result["iterations"] == 3
+    assert sorted(p.name for p in whole.iterdir()) == ["checkpoint", "metrics.csv", "model", "rl_settings.json", "tensorboard"]
+    assert len(list((whole / "tensorboard").iterdir())) == 1  # one writer, the main process's
+    assert json.loads((whole / "rl_settings.json").read_text())["processes"] == 2
+    state = torch.load(whole / "checkpoint" / "training_state.pt", weights_only=False)
+    assert len(state["state"]["process_rng"]) == 2  # every process's generators
+
+    launch(*rl_command(stopped, policy_dir, 2))
+    launch(*rl_command(stopped, policy_dir, 3, "--resume"))
+    assert load_file(stopped / "model" / "model.safetensors").keys() == load_file(whole / "model" / "model.safetensors").keys()
+    a, b = (load_file(run / "model" / "model.safetensors") for run in (whole, stopped))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the resumed run is the run never stopped, bit for bit
+    rows = [(run / "metrics.csv").read_text().splitlines() for run in (whole, stopped)]
+    header = rows[0][0].split(",")
+    keep = [i for i, key in enumerate(header) if "seconds" not in key and "per_second" not in key]
+    assert [[r.split(",")[i] for i in keep] for r in rows[0]] == [[r.split(",")[i] for i in keep] for r in rows[1]]
+    assert len(rows[0]) == 4  # a header and 3 iterations
+
+    # one process cannot take over two processes' random streams
+    code = cli(rl_command(stopped, policy_dir, 4, "--resume")[2:])
+    assert code == 2
+    assert "written by 2 process(es)" in capsys.readouterr().err
+
+
+def test_sft_on_two_processes_trains_one_global_batch_and_writes_one_model(policy_dir, tmp_path, capsys):
+    from tutorial_lib.data.expert_data import save_examples
+    from tutorial_lib.pipeline import make_expert_data
+    from tutorial_lib.presets import get_preset
+
+    preset = get_preset("ci")
+    data = save_examples(make_expert_data("guess_the_number", preset)[:64], tmp_path / "gtn.jsonl")
+    sft = ["-m", "tutorial_lib", "sft", "--game", "guess_the_number", "--preset", "ci", "--data", str(data),
+           "--max-steps", "2", "--quiet"]
+    two = json.loads(launch(*sft, "--out", str(tmp_path / "two")).stdout.strip().splitlines()[-1])
+    one = json.loads(launch(*sft, "--out", str(tmp_path / "one"), processes=1).stdout.strip().splitlines()[-1])
+    assert (two["processes"], one["processes"]) == (2, 1)
+    assert two["global_batch_size"] == one["global_batch_size"]  # the recipe's batch, split over the processes
+    # the first step's loss is the whole batch's: both processes computed their half, and it was averaged right
+    assert two["first_loss"] == pytest.approx(one["first_loss"], rel=1e-5)
+    assert (tmp_path / "two" / "model.safetensors").exists()
+    assert len(list((tmp_path / "two").glob("*.safetensors"))) == 1
+
+
+def test_grpo_on_two_processes_samples_one_global_batch_and_writes_one_model(policy_dir, tmp_path):
+    from tutorial_lib.pipeline import grpo_settings
+    from tutorial_lib.presets import get_preset
+
+    out = tmp_path / "grpo"
+    done = launch("-m", "tutorial_lib", "rl", "--algo", "grpo", "--game", "math", "--preset", "ci", "--init",
+                  str(policy_dir), "--iterations", "2", "--out", str(out), "--quiet")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["processes"] == 2 and result["iterations"] == 2
+    settings = grpo_settings("math", get_preset("ci"))
+    rows = (out / "metrics.csv").read_text().splitlines()
+    episodes = rows[0].split(",").index("episodes")
+    # every step scored the recipe's completions: each process sampled its half, gathered for the groups
+    assert [float(r.split(",")[episodes]) for r in rows[1:]] == [settings.completions_per_step] * 2
+    assert (out / "model" / "model.safetensors").exists()
+    assert json.loads((out / "rl_settings.json").read_text())["processes"] == 2
