@@ -321,3 +321,24 @@ def test_worked_lines_copy_every_line_and_name_the_squares_that_complete_them():
             named_any += bool(named["x"] or named["o"])
             state.apply_action(rng.choice(state.legal_actions()))
     assert named_any > 50
+
+
+def test_the_mixed_opponent_is_random_or_minimax_per_game_drawn_from_the_seed():
+    env = TicTacToeEnv(opponent="mixed", agent_mark="alternate")
+    drawn = {}
+    for seed in range(40):
+        _, info = env.reset(seed=seed)
+        drawn[seed] = info["opponent"]
+    assert set(drawn.values()) == {"random", "minimax"}
+    assert 10 <= sum(v == "minimax" for v in drawn.values()) <= 30  # about half and half
+    again = TicTacToeEnv(opponent="mixed", agent_mark="alternate")
+    assert all(again.reset(seed=seed)[1]["opponent"] == opponent for seed, opponent in drawn.items())
+    # a minimax game is a minimax game: it never loses, whatever the agent plays
+    minimax_seeds = [seed for seed, opponent in drawn.items() if opponent == "minimax"][:5]
+    for seed in minimax_seeds:
+        _, info = env.reset(seed=seed)
+        done = False
+        while not done:  # the first legal move every turn: a poor player
+            _, _, terminated, truncated, info = env.step(f"<move>{info['valid_actions'][0]}</move>")
+            done = terminated or truncated
+        assert info["outcome"] != "win"

