@@ -22,7 +22,7 @@ for a smoke run of the whole path (``data --episodes``, ``sft --max-steps``, ``r
 Math at ``full`` reads GSM8K through ``datasets`` (network); ``--math-source generated`` uses the
 offline generator instead, and only when asked.
 
-``rl`` and ``sft`` also run as several processes (data-parallel; ``book/scaling_out.md``)::
+``rl`` and ``sft`` also run as several processes (data-parallel; chapter 10)::
 
     accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo ppo ...
 

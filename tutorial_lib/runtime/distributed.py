@@ -1,4 +1,4 @@
-"""Several processes, one run: what the RL loop needs from ``accelerate`` (the scaling-out page).
+"""Several processes, one run: what the RL loop needs from ``accelerate`` (chapter 10).
 
     accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo ppo ...
 
