@@ -226,7 +226,11 @@ else:
 # A CPU is a poor place to look for scaling: two processes share the same two cores one process with
 # two threads would use, and torch's threads already split the larger matrix products. What two
 # processes can win there is the work threads do not split: Python, the games' own steps, the many
-# small operations of decoding a small model. Whatever the ratio, it says how this machine splits
+# small operations of decoding a small model. What they lose is the synchronisation: an algorithm
+# that synchronises often pays for it every time (PPO: a gradient all-reduce, gathered token counts
+# and a broadcast order for every minibatch, several per iteration, on a model whose forward pass
+# takes milliseconds), one that steps once per iteration (REINFORCE) pays once. Whatever the
+# ratios, they say how this machine splits
 # the work, not how N GPUs would: each GPU brings its own compute, and the loop then scales until
 # the all-reduce and the gathered episodes cost as much as a process's share of the work. That
 # needs a machine with several GPUs to measure; a single GPU cannot show it.
