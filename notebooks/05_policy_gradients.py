@@ -41,10 +41,10 @@
 # are either nearly perfect (GuessTheNumber) or strong on the games they trained on (tic-tac-toe
 # against random), so RL at `ci` has little room, few iterations and one seed per run. Expect:
 #
-# - **gains, if any, where the start has room**: draws against minimax, an opponent the policy
-#   never trains with, are where RL has something to fix; each chapter's seed table and numerics
-#   grid say how often they rose in the recorded runs (which CPU and preset recorded them, too),
-#   and your run may land anywhere in that spread;
+# - **gains, if any, where the start has room**: draws against minimax, the perfect player, are
+#   where RL has something to fix; each chapter's recorded runs (a numerics grid in chapters 5 and
+#   6, seeds in chapter 7) say how often they rose (and which CPU and preset recorded them), and
+#   your run may land anywhere in that spread;
 # - **changes within noise elsewhere**: each chapter prints, beside its tables, whether a change
 #   exceeds two standard errors of its evaluation set, and what its diagnostics (entropy, explained
 #   variance, GRPO's zero-std groups) say about why a run did not move;
@@ -91,11 +91,13 @@ from tutorial_lib.report import (
     compare_rates,
     compare_summaries,
     count_phrase,
+    distinct_runs,
     recorded_runs,
     say,
     show_source,
-    spread,
     tictactoe_grid,
+    tictactoe_opponent_runs,
+    tictactoe_opponents,
     trend,
 )
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
@@ -542,22 +544,37 @@ if len(grid):
 # has to try something else. The fix is upstream:
 # keep entropy in the SFT policy (fewer epochs, a final learning rate that decays), sample with a
 # higher temperature (the importance ratio then corrects for the sampler, since its log-probs
-# are recorded), or add an entropy bonus to the loss (chapter 6). In tic-tac-toe the random
-# opponent makes every game different, so even a confident policy meets positions where its
+# are recorded), or add an entropy bonus to the loss (chapter 6). In tic-tac-toe the opponent's
+# random replies make every game different, so even a confident policy meets positions where its
 # moves win, draw or lose, and RL has something to compare.
 #
 # %% [markdown]
-# ## Tic-tac-toe against the random opponent
+# ## Tic-tac-toe: which opponent to train against
 #
 # Chapter 4's tic-tac-toe policy writes out the board's lines and then its move. It wins most of
-# its games against the random player, but not all it could: in chapter 4's recorded runs it
-# still lost some and now and then wrote an illegal move (the first column below says how many in
-# this run). Here it plays the random opponent and is
-# rewarded +1 for a win, −1 for a loss. During training an illegal move forfeits the game
-# (`invalid_move="forfeit"`): with the default fallback (a random legal move is played for it) an
-# illegal move costs nothing, and RL has no reason to stop writing them. Evaluation keeps the
-# default rules, as in chapter 4, and also plays minimax, an opponent the policy never trains
-# against.
+# its games against the random player, but not all it could (the first column below says how many
+# it lost, and how often it wrote an illegal move), and against minimax, the perfect player, it
+# draws only part of its games: a missed block loses to minimax every time. That is the room RL
+# has here. The reward is +1 for a win, 0 for a draw, −1 for a loss. During training an illegal move
+# forfeits the game (`invalid_move="forfeit"`): with the default fallback (a random legal move is
+# played for it) an illegal move costs nothing, and RL has no reason to stop writing them.
+#
+# The opponent RL plays decides which positions the policy learns from. Against random alone it
+# meets mostly positions it already wins, and a missed block is often forgiven. Against minimax
+# alone it never sees a won game, and never the positions that only random play reaches. So this
+# chapter's recipe plays each training game against one or the other, drawn from the game's seed,
+# half and half (`opponent="mixed"`). The three choices were each run from the same SFT
+# checkpoints (`benchmarks/rl_numerics_grid.py --train-opponent`); the table counts, per choice,
+# the runs in which each evaluation changed beyond the noise of 200 games:
+
+# %%
+say("REINFORCE from the same SFT checkpoints, by training opponent. Each cell: runs better / "
+    "within noise / worse (draws against minimax should rise, losses to random fall):")
+tictactoe_opponents("ttt-reinforce", preset)
+
+# %% [markdown]
+# Evaluation keeps the default rules, as in chapter 4, and plays 200 greedy games against each
+# opponent separately (x and o alternately), before and after RL.
 
 # %%
 ttt = sft_policy("tictactoe", preset)
@@ -576,7 +593,7 @@ pd.concat({
 
 # %%
 fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "loss_rate", "invalid_rate", "entropy"],
-                      title="REINFORCE on tic-tac-toe vs random (training batches, illegal move = forfeit)")
+                      title="REINFORCE on tic-tac-toe, half the games vs random, half vs minimax (sampled)")
 
 # %%
 ttt_changes = [compare_summaries(f"{key.replace('_', ' ')} against random", before["tictactoe"], after["tictactoe"], key)
@@ -590,56 +607,31 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # %% [markdown]
 # How to read these. The greedy changes are measured on 200 games, so a few games either way are
 # noise: the sentences above say which changes exceed two standard errors. The training curves are
-# sampled at temperature 1, so they lose more often than greedy play, and they are noisy from one
-# batch to the next; the half-run averages are steadier than any single point. When RL works here,
-# the sampled return climbs, the illegal moves (which forfeit a game in training) become rarer, and
-# the entropy falls as the policy grows surer of the moves that win; minimax was never an opponent
-# in training, so a draw rate against it that rises with the rest means the missed blocks that
-# cost games against random were the same mistakes minimax punishes every time.
+# sampled at temperature 1, mix games against both opponents, and are noisy from one batch to the
+# next; the half-run averages are steadier than any single point. A return near 0 is the ceiling
+# of the minimax half (a draw), so the sampled return tops out near +0.5, not +1. When RL works
+# here, the sampled return climbs, the losses and the illegal moves (which forfeit a game in
+# training) become rarer, and the entropy falls as the policy grows surer of its moves. The greedy
+# draw rate against minimax is the change to look for; the losses to random say whether it was
+# paid for elsewhere.
 #
 # How much of this holds from one run to the next? The run above is one draw: the tiny model's
-# training is deterministic on one CPU but not across CPUs, and a start this strong has little
-# room. `benchmarks/tictactoe_rl_seeds.py --algo reinforce` runs the same recipe from several SFT
-# data orders and RL seeds (the first uses this chapter's recipe and seed), and records each run in
-# `benchmarks/results/reinforce_tictactoe_seeds.jsonl` (longer and faster variants are in
-# `reinforce_tictactoe.md`). The record was made on one machine, with one thread setting, and
-# before the library's baseline per state for its earlier lines: even its seed-0 line is not the
-# run above, whose numbers depend on this machine's rounding. The cell below reads it: the spread
-# that the chapter's conclusions may rely on.
+# training is deterministic on one CPU but not across CPUs, and seeds alone do not sample that
+# variation. `benchmarks/rl_numerics_grid.py --recipe ttt-reinforce ttt-ppo` runs the whole recipe
+# (chapter 4's SFT, then this chapter's REINFORCE; chapter 6's PPO from the same checkpoint) in
+# fresh processes, each with its own cache, over SFT data orders and RL seeds, a fixed thread count
+# and a chosen set of kernels (torch's own pick for the CPU, or its unvectorised ones through
+# `ATEN_CPU_CAPABILITY=default`, which round the way another CPU would). Each cell of the grid is
+# a run a reader's machine could produce; the table's index says which kernel sets, thread counts
+# and seeds the record holds, and a cell that repeated another bit for bit is counted once. The
+# claim about the draws against minimax is as strong as the count of cells where they rose beyond
+# noise:
 
 # %%
-seed_runs = pd.DataFrame(recorded_runs("reinforce_tictactoe_seeds.jsonl", preset))
-columns = {"sft_seed": "SFT data order", "rl_seed": "RL seed", "before_loss": "loss before", "after_loss": "loss after",
-           "before_invalid": "invalid before", "after_invalid": "invalid after",
-           "before_minimax_draw": "draws vs minimax before", "after_minimax_draw": "draws vs minimax after"}
-if len(seed_runs):
-    n_runs = len(seed_runs)
-    drew_more = int((seed_runs.after_minimax_draw > seed_runs.before_minimax_draw).sum())
-    lost_less = int((seed_runs.after_loss < seed_runs.before_loss).sum())
-    say(f"Recorded runs: draws against minimax rose in {count_phrase(drew_more, n_runs, 'runs')} (before: "
-        f"{spread(seed_runs.before_minimax_draw)}; after: {spread(seed_runs.after_minimax_draw)}); the loss rate "
-        f"against random fell in {count_phrase(lost_less, n_runs, 'runs')} (before: {spread(seed_runs.before_loss)}; "
-        f"after: {spread(seed_runs.after_loss)}).")
-    display(seed_runs[list(columns)].rename(columns=columns).round(3))
-
-# %% [markdown]
-# Seeds are one source of spread; the numerics are another. `benchmarks/rl_numerics_grid.py
-# --recipe ttt-reinforce ttt-ppo` runs the whole recipe (chapter 4's SFT, then this chapter's
-# REINFORCE; chapter 6's PPO from the same checkpoint) in fresh processes, each with its own
-# cache, under a fixed thread count and a chosen set of vectorised kernels (torch's own pick for
-# the CPU, or another through `ATEN_CPU_CAPABILITY`, which rounds the way another CPU would). Each
-# cell of the grid is a run a reader's machine could produce; the table's index says which thread
-# counts, kernel sets and seeds the record holds, and a cell that repeated another bit for bit (a
-# kernel set that was already the CPU's own) is counted once. The cell below reads it for REINFORCE: the claim about minimax draws is as strong as the
-# count of cells where the draws rose beyond noise. Where that count is not most of the cells, the
-# claim this chapter can make is the distribution itself: REINFORCE *can* move the draws against an
-# unseen opponent, and whether it does depends on the start and on rounding, not on anything the
-# reader controls. The losses against random, the opponent it trains with, are the change to
-# compare with it.
-
-# %%
-grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset)
-        if row["recipe"] == "ttt-reinforce" and row["normalise"] == "rebn_state"]  # the default baseline
+grid = tictactoe_opponent_runs("ttt-reinforce", "mixed", preset)
+rose = [compare_rates("draws", row["before_minimax_draw_rate"], row["after_minimax_draw_rate"], EPISODES).verdict
+        == "better" for row in distinct_runs(grid)]
+glue("ttt_mixed_rose", count_phrase(sum(rose), len(rose), "recorded runs") if rose else "no recorded run here", display=False)
 if grid:
     display(tictactoe_grid(grid))
 
@@ -677,10 +669,11 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 # %% [markdown]
 # One run of each, as long as the sentence above says: it also says whether their greedy rates differ
 # by more than another set of 200 evaluation games could. Expect little difference from this start
-# in ten iterations. Most training games are won, so raw returns are mostly positive and push up
-# what the policy already does, much as the centred ones do; against a random opponent the
-# positions rarely repeat beyond the first moves, so the baseline per state falls back to the
-# batch mean for most turns and behaves like ReBN. Telling them apart would take several seeds per
+# in ten iterations. Half the training games are against random and mostly won, so raw returns
+# push up much of what the policy already does, much as the centred ones do; the opponents reply
+# at random (minimax among its equally good moves), so the positions rarely repeat beyond the
+# first moves, and the baseline per state falls back to the batch mean for most turns and behaves
+# like ReBN. Telling them apart would take several seeds per
 # variant, and longer runs. The baseline matters where returns are mostly failures or all alike
 # (exercise 2, and chapter 7's groups of answers to one problem), and where a confident policy
 # meets the same states again and again (GuessTheNumber, above).
@@ -715,10 +708,12 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   a baseline per state (the library's default) leaves a sure, correct move alone.
 # - RL needs room and exploration. GuessTheNumber's SFT policy already plays binary search, nearly
 #   deterministically, so REINFORCE has nothing to compare. Chapter 4's tic-tac-toe policy is strong
-#   against the random opponent it trains with, so the greedy rates there move by a few games
-#   either way; against minimax, an opponent it never trained with, the missed blocks are what
-#   loses, and that is where RL can help: the sentence under this run says whether it did here, and
-#   the seed table and the numerics grid say how often it does on other starts and other machines.
+#   against random, so the greedy rates there move by a few games either way; against minimax the
+#   missed blocks are what loses, and that is where RL can help.
+# - The opponent decides what RL fixes. Trained against random alone or minimax alone, the draws
+#   against minimax moved in some recorded runs and not in others; trained against a mixture they
+#   rose beyond noise in {glue:text}`ttt_mixed_rose` (the grid above). The sentence under this
+#   chapter's run says whether they did here.
 #
 # The same run from a terminal, resumable after an interruption:
 #
@@ -731,7 +726,9 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 # ## Exercises
 #
 # 1. Train tic-tac-toe with the default `invalid_move="random"` and compare the invalid rate after
-#    RL with this chapter's.
+#    RL with this chapter's. Then train against `opponent="random"` only (override `env_options`
+#    with `dataclasses.replace`, as the ablation does with its settings): what happens to the draws
+#    against minimax, and to the losses to random?
 # 2. Start GuessTheNumber RL from the *untrained* tiny model (`load_policy("tiny")`). What is the
 #    reward of every early episode, what does ReBN make of it, and why does nothing change?
 # 3. Run GuessTheNumber's REINFORCE with `normalise="rebn"` for 60 iterations instead of 15, and

@@ -68,6 +68,8 @@ from tutorial_lib.report import (
     say,
     show_source,
     tictactoe_grid,
+    tictactoe_opponent_runs,
+    tictactoe_opponents,
     trend,
 )
 from tutorial_lib.rl.advantages import gae
@@ -226,14 +228,15 @@ show_source(clipped_value_loss)
 show_source(PPO.update)
 
 # %% [markdown]
-# ## Tic-tac-toe: chapter 5's start, a held-out opponent
+# ## Tic-tac-toe: chapter 5's start and opponents
 #
 # The first run repeats chapter 5's setting with PPO in place of REINFORCE: chapter 4's tic-tac-toe
-# checkpoint, the random opponent, an illegal move forfeits the game, 256 turns per iteration, a
-# constant learning rate. A game is three to five of the policy's turns with one reward at the end
-# (+1, 0, -1), so γ = 1 and GAE's λ = 0.95; each batch is used for two epochs of two minibatches.
-# Minimax, which never plays in training, is the held-out test: it punishes every missed block
-# and every missed win.
+# checkpoint, each training game against random or minimax (half and half, chapter 5's
+# `opponent="mixed"`), an illegal move forfeits the game, 256 turns per iteration, a constant
+# learning rate. A game is three to five of the policy's turns with one reward at the end (+1, 0,
+# -1), so γ = 1 and GAE's λ = 0.95; each batch is used for two epochs of two minibatches. The
+# evaluation plays each opponent separately: the draws against minimax, which punishes every missed
+# block, are the change to look for; the losses to random say whether it cost anything there.
 
 # %%
 ttt_run, table = ppo_before_and_after("tictactoe", {f"tictactoe vs {opponent}": {"opponent": opponent}
@@ -252,47 +255,40 @@ say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
 
 # %%
 fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_rate", "explained_variance", "clipfrac"],
-                      title="PPO on tic-tac-toe (training batches, sampled, against random)")
+                      title="PPO on tic-tac-toe (training batches, sampled, half vs random, half vs minimax)")
 
 # %% [markdown]
 # Each panel shows one batch per iteration (faint) and a running mean over three (solid). A healthy
 # run has the return rising or holding near its ceiling, the invalid rate near 0, and the clip
 # fraction low. A dip in the return that the line climbs back out of within a few iterations is a
-# batch or two of unlucky games against the random opponent. A fall that lasts, the "not
+# batch or two of unlucky games (more of them against minimax than usual, or unlucky replies). A fall that lasts, the "not
 # recovered" case of the sentence above, is different: the updates are pushing the policy off moves
 # it knew. Check the invalid rate beside it (a rise means the policy is writing moves the game
 # rejects, and forfeiting those games) and the clip fraction (a high one means the steps were too
 # large: lower the learning rate).
 #
-# Read the explained variance first. Against a random opponent the policy wins most games from
-# almost every position, so a return is +1 with a few surprises the state cannot predict (the
-# opponent's random replies): the critic can do little better than the mean. Expect its
-# explained variance to stay small; while it does, the advantage is close to REINFORCE's return
-# minus a baseline. What PPO adds here is the reuse of each batch (two epochs) under the clip,
-# which keeps each update small, as long as the clip fraction stays low. The same recipe from
-# other starts and seeds, recorded by `benchmarks/tictactoe_rl_seeds.py --algo ppo` on one machine
-# (the first line uses this chapter's recipe and seed, but another machine's rounding: it is not
-# the run above):
+# Read the explained variance first. A game's outcome depends on the opponent, which the prompt
+# does not name: from the same early position a game against random is mostly won and one against
+# minimax at best drawn, and the opponents' random replies add surprises no state predicts. The
+# critic can do little better than the mean of the two, so expect its explained variance to stay
+# small; while it does, the advantage is close to REINFORCE's return minus a baseline. What PPO
+# adds here is the reuse of each batch (two epochs) under the clip, which keeps each update small,
+# as long as the clip fraction stays low.
+#
+# The same recipe was run from several starts, and under other rounding, by chapter 5's numerics
+# grid (`benchmarks/rl_numerics_grid.py --recipe ttt-ppo`: SFT data orders and RL seeds, thread
+# counts and kernel sets, each cell a fresh process that trains its own SFT checkpoint). First,
+# which training opponent held up, from the same checkpoints (runs better / within noise / worse):
 
 # %%
-ppo_seeds = pd.DataFrame(recorded_runs("ppo_tictactoe_seeds.jsonl", preset))
-if len(ppo_seeds):
-    rows = ppo_seeds.to_dict("records")
-    say("Recorded runs (200 games each):", across_runs(rows, "draws against minimax", "before_minimax_draw",
-                                                        "after_minimax_draw", 200) + ";",
-        across_runs(rows, "losses against random", "before_loss", "after_loss", 200, higher_is_better=False) + ".")
-    columns = {"sft_seed": "SFT data order", "rl_seed": "RL seed", "before_loss": "loss before", "after_loss": "loss after",
-               "before_invalid": "invalid before", "after_invalid": "invalid after",
-               "before_minimax_draw": "draws vs minimax before", "after_minimax_draw": "draws vs minimax after"}
-    display(ppo_seeds[list(columns)].rename(columns=columns).round(3))
+tictactoe_opponents("ttt-ppo", preset)
 
 # %% [markdown]
-# Other machines round differently. The numerics grid of chapter 5 (`benchmarks/rl_numerics_grid.py`:
-# thread counts, kernel sets, SFT data orders and RL seeds, each cell a fresh process that trains
-# its own SFT checkpoint; the table's index says which the record holds) ran this PPO recipe too:
+# And the chosen recipe's cells, one row each (the index says which kernel sets, thread counts and
+# seeds the record holds):
 
 # %%
-grid = [row for row in recorded_runs("tictactoe_rl_grid.jsonl", preset) if row["recipe"] == "ttt-ppo"]
+grid = tictactoe_opponent_runs("ttt-ppo", "mixed", preset)
 if grid:
     display(tictactoe_grid(grid))
 
@@ -300,7 +296,7 @@ if grid:
 # Chapter 5's REINFORCE runs more batches of the same size from the same starts; this PPO uses
 # each of its batches twice. That is not a race between the two (chapter 7
 # holds the sampled tokens equal for that), only a second algorithm on the same task and the same
-# held-out test.
+# evaluation.
 #
 # ## Math answers
 #
@@ -454,11 +450,12 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 
 # %% [markdown]
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
-# held-out test RL can move: the policy already knows how to block and win, and RL can make it do
-# so more consistently. The sign that it did is a draw rate against minimax that rose beyond noise
-# (the sentence under the tic-tac-toe table says whether it did in this run; the recorded runs and
-# the numerics grid say how often it did from other starts and under other rounding, which is the
-# strength the claim has on a reader's machine). Math is
+# test RL can move: the policy already knows how to block and win, and RL can make it do
+# so more consistently, provided it trains against the positions where it fails (chapter 5's
+# mixture of opponents). The sign that it did is a draw rate against minimax that rose beyond noise
+# (the sentence under the tic-tac-toe table says whether it did in this run; the numerics grid says
+# how often it did from other starts and under other rounding, which is the strength the claim
+# has on a reader's machine). Math is
 # a start whose held-out test needs knowledge RL cannot supply (the new problems need arithmetic
 # the tiny model never learnt), so the change to look for is on the training problems only.
 # CookingWorld at `ci` is a long game with too few episodes per update for a result: a check of

@@ -64,6 +64,7 @@ from tutorial_lib.report import (
     recorded_runs,
     say,
     show_source,
+    tictactoe_opponent_runs,
     trend,
 )
 from tutorial_lib.rl.advantages import group_normalise
@@ -290,7 +291,8 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # choice matters (the legal moves do not all have the same value: elsewhere every legal answer of
 # a group scores alike and the group teaches nothing). Each prompt is built as the policy builds it
 # in a game. The start is chapter 4's tic-tac-toe checkpoint, chapters 5 and 6's start too, and the
-# test is theirs: whole games, greedy, against minimax, which never moves in training. One position
+# test is theirs: whole games, greedy, against minimax, which never moves in GRPO's training
+# (chapters 5 and 6 played it in half their games). One position
 # and the reward of every legal move in it:
 
 # %%
@@ -351,15 +353,18 @@ if grpo_ttt_seeds:
         across_runs(grpo_ttt_seeds, "draws against minimax", "before_minimax_draw", "after_minimax_draw", 200) + ";",
         across_runs(grpo_ttt_seeds, "losses against random", "before_loss", "after_loss", 200,
                     higher_is_better=False) + ".")
-    # the three tic-tac-toe algorithms of Part 3, from the same three starts (their budgets differ)
-    draws = {name: {row["sft_seed"]: row["after_minimax_draw"] for row in recorded_runs(record, preset)}
-             for name, record in (("REINFORCE (ch. 5)", "reinforce_tictactoe_seeds.jsonl"),
-                                  ("PPO (ch. 6)", "ppo_tictactoe_seeds.jsonl"),
-                                  ("GRPO on moves", "grpo_tictactoe_seeds.jsonl"))}
-    draws = {"SFT (start)": {row["sft_seed"]: row["before_minimax_draw"] for row in grpo_ttt_seeds}, **draws}
-    table = pd.DataFrame(draws).T
-    table.columns.name = "draws against minimax, SFT data order"
-    display(table.round(3))
+    # the three tic-tac-toe algorithms of Part 3 by SFT data order (their budgets, and the records'
+    # machines, differ): chapters 5 and 6 from their grid's cells with torch's own kernels and one thread
+    runs = {f"{name} (ch. {chapter})": [(row["seed"], row["before_minimax_draw_rate"], row["after_minimax_draw_rate"])
+                                       for row in tictactoe_opponent_runs(recipe, "mixed", preset)
+                                       if (row["kernels"], row["threads"]) == ("default", 1)]
+            for name, chapter, recipe in (("REINFORCE", 5, "ttt-reinforce"), ("PPO", 6, "ttt-ppo"))}
+    runs["GRPO on moves"] = [(row["sft_seed"], row["before_minimax_draw"], row["after_minimax_draw"])
+                             for row in grpo_ttt_seeds]
+    table = pd.DataFrame({name: {seed: f"{start:.3f} -> {end:.3f}" for seed, start, end in rows}
+                          for name, rows in runs.items()}).T.fillna("")
+    table.columns.name = "draws vs minimax, SFT data order"
+    display(table)
 
 # %% [markdown]
 # The draws against minimax are the held-out test: minimax punishes every move that throws the
@@ -367,8 +372,10 @@ if grpo_ttt_seeds:
 # from a game against it. So the result to look for is a draw rate against minimax that rose beyond
 # noise in this run (the sentence under the before-and-after table) and in most of the recorded
 # seeds (the sentence above). The table's three algorithms did not get the same budget (chapter
-# 5's REINFORCE samples the most, from whole games); it shows where each run ended, not which
-# algorithm is better. An earlier setting, with every position of the random games and a larger
+# 5's REINFORCE samples the most, from whole games), nor the same training games (chapters 5 and 6
+# play minimax in half of theirs), and their records come from different runs of chapter 4's SFT
+# (each row's own start is before its arrow): it shows where each run went, not which algorithm is
+# better. An earlier setting, with every position of the random games and a larger
 # learning rate, did not move the draws in its one recorded run
 # (`benchmarks/results/grpo_tictactoe.md`); it changed both at once, so it cannot say which of
 # the two mattered.
@@ -380,10 +387,11 @@ if grpo_ttt_seeds:
 #   only reweight answers the policy already samples, so what the tiny model can gain on math is
 #   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
 #   tiny model never learnt. Where the start has the skill and lacks the consistency, RL can move
-#   a held-out test: tic-tac-toe against minimax, tried with REINFORCE and PPO over whole games
-#   (chapters 5 and 6) and with GRPO over single moves scored by a solver (the last section). The
+#   the harder test: tic-tac-toe against minimax, tried with REINFORCE and PPO over
+#   whole games against a mixture of random and minimax (chapters 5 and 6), and with GRPO over
+#   single moves scored by a solver, where minimax never plays (the last section). The
 #   sign that it did is a draw rate against minimax that rose beyond noise; each of those sections
-#   prints whether its own run got there and how many of the recorded seeds did, so this summary
+#   prints whether its own run got there and how many of the recorded runs did, so this summary
 #   does not take it for granted.
 # - REINFORCE (with a baseline per state, chapter 5) is the simplest (no critic, no groups); PPO
 #   adds a critic and several epochs per batch; GRPO replaces the critic with groups, and loses

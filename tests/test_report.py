@@ -115,13 +115,16 @@ def test_every_recorded_study_names_its_preset_and_model():
             assert row["preset"] in ("ci", "small", "full") and row["model"], path.name
 
 
-@pytest.mark.parametrize("record", ["reinforce_tictactoe_seeds.jsonl", "ppo_tictactoe_seeds.jsonl"])
-def test_tictactoe_records_exist_with_several_seeds(record):
-    runs = report.recorded_runs(record)
-    assert len({run["sft_seed"] for run in runs}) >= 3
+@pytest.mark.parametrize("recipe", ["ttt-reinforce", "ttt-ppo"])
+@pytest.mark.parametrize("opponent", sorted(report.TICTACTOE_OPPONENT_RECORDS))
+def test_tictactoe_opponent_records_hold_several_seeds_of_each_recipe(recipe, opponent):
+    # chapters 5 and 6 compare the training opponents from these records, and read the chosen one's grid
+    runs = report.tictactoe_opponent_runs(recipe, opponent)
+    assert len({run["seed"] for run in runs}) >= 2
     for run in runs:
-        for key in ("before_loss", "after_loss", "before_minimax_draw", "after_minimax_draw"):
-            assert 0.0 <= run[key] <= 1.0
+        assert run.get("train_opponent", "random") in (None, opponent)
+        for key in ("minimax_draw_rate", "random_loss_rate"):
+            assert 0.0 <= run[f"before_{key}"] <= 1.0 and 0.0 <= run[f"after_{key}"] <= 1.0
 
 
 def test_math_record_has_each_study_and_algorithm_over_several_seeds():
@@ -212,3 +215,22 @@ def test_tictactoe_grid_counts_each_change_and_tabulates_every_cell(capsys):
     assert "1 of 4 cells repeated another cell's run bit for bit and count once" in said
     assert "better in 2 of 3 runs" in said
     assert list(table.columns) == ["before minimax draw", "after minimax draw", "before random loss", "after random loss"]
+
+
+def test_tictactoe_opponents_counts_each_records_distinct_runs(monkeypatch, tmp_path):
+    def cell(seed, after_draw, after_loss, **extra):
+        return dict(preset="ci", model="tiny", recipe="ttt-ppo", seed=seed, before_minimax_draw_rate=0.5,
+                    after_minimax_draw_rate=after_draw, before_random_loss_rate=0.10, after_random_loss_rate=after_loss,
+                    **extra)
+    records = {"random": [cell(0, 0.5, 0.02), cell(0, 0.5, 0.02, kernels="avx2"),  # the twin counts once
+                          cell(1, 0.2, 0.10), dict(cell(1, 0.9, 0.1), recipe="ttt-reinforce")],
+               "mixed": [cell(0, 0.8, 0.10), cell(1, 0.9, 0.25)]}  # "minimax": no record, no row
+    for opponent, rows in records.items():
+        (tmp_path / report.TICTACTOE_OPPONENT_RECORDS[opponent]).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    table = report.tictactoe_opponents("ttt-ppo")
+    assert list(table.index) == ["random", "mixed"]
+    # random: draws .5 -> .5 (noise) and .5 -> .2 (worse); losses .10 -> .02 (better) and .10 -> .10 (noise)
+    assert table.loc["random"].tolist() == [2, "0 / 1 / 1", "1 / 1 / 0"]
+    # mixed: draws rose in both; losses held in one and rose (.10 -> .25, worse) in the other
+    assert table.loc["mixed"].tolist() == [2, "2 / 0 / 0", "0 / 1 / 1"]

@@ -35,6 +35,15 @@ DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 DEFAULT_OFFLINE_MODEL = "smollm2-135m"
 
 
+#: tic-tac-toe's rules during RL (chapters 5 and 6, every preset). An illegal move forfeits the game:
+#: with the default fallback (a random legal move played for it) it costs nothing, and RL would not
+#: stop writing them. Each game is against random or minimax, half and half: against random alone the
+#: draws against minimax moved either way from one start to the next, against minimax alone the
+#: policy drifted in the positions random play reaches; the mixture raised the minimax draws in every
+#: recorded start (benchmarks/results/rl_numerics_grid.md, the three tic-tac-toe opponent tables).
+TICTACTOE_RL_OPTIONS = {"invalid_move": "forfeit", "opponent": "mixed"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class GameSettings:
     """How one game is played, imitated and evaluated at one scale (chapters 3-4)."""
@@ -136,11 +145,11 @@ PRESETS: dict[str, Preset] = {
                 env_options=dict(opponent="random", agent_mark="alternate"),
                 expert_episodes=300,
                 sft=dict(epochs=45, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
-                reinforce=ReinforceSettings(iterations=60, learning_rate=1e-3, env_options={"invalid_move": "forfeit"}),
-                # chapter 6: the same start, opponent, batch size and constant lr as chapter 5's
-                # REINFORCE, PPO's two epochs over each batch (benchmarks/results/ppo_tictactoe_seeds.jsonl)
+                reinforce=ReinforceSettings(iterations=60, learning_rate=1e-3, env_options=dict(TICTACTOE_RL_OPTIONS)),
+                # chapter 6: the same start, opponents, batch size and constant lr as chapter 5's
+                # REINFORCE, PPO's two epochs over each batch (benchmarks/results/rl_numerics_grid.md)
                 ppo=PPOSettings(iterations=20, learning_rate=1e-3, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
-                         minibatch_turns=128, microbatch_turns=128, env_options={"invalid_move": "forfeit"}),
+                         minibatch_turns=128, microbatch_turns=128, env_options=dict(TICTACTOE_RL_OPTIONS)),
                 # chapter 7: single moves of decisive positions, the minimax reward; fewer sampled tokens
                 # than chapter 6's PPO run (benchmarks/results/grpo_tictactoe.md)
                 grpo=GRPOSettings(steps=40, prompts_per_step=16, num_generations=8, learning_rate=3e-4,
@@ -214,9 +223,9 @@ PRESETS: dict[str, Preset] = {
                 sft=dict(max_steps=80, logging_steps=5),
                 eval_episodes=50,
                 reinforce=ReinforceSettings(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
-                        learning_rate=5e-5, env_options={"invalid_move": "forfeit"}),
+                        learning_rate=5e-5, env_options=dict(TICTACTOE_RL_OPTIONS)),
                 ppo=PPOSettings(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
-                         learning_rate=5e-5, gamma=1.0, env_options={"invalid_move": "forfeit"}),
+                         learning_rate=5e-5, gamma=1.0, env_options=dict(TICTACTOE_RL_OPTIONS)),
                 # chapter 7's single moves: GRPO's defaults (40 steps of 4 positions x 16 answers) would be
                 # ~2,500 sampled and trained answers of SmolLM2, hours on 2 cores; the math run's scale
                 grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5,
@@ -271,9 +280,9 @@ PRESETS: dict[str, Preset] = {
         games={
             "tictactoe": GameSettings(
                 env_options=dict(opponent="random", agent_mark="alternate"), expert_episodes=1000, sft=dict(epochs=1),
-                reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5, env_options={"invalid_move": "forfeit"}),
+                reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5, env_options=dict(TICTACTOE_RL_OPTIONS)),
                 ppo=PPOSettings(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0,
-                         env_options={"invalid_move": "forfeit"}),
+                         env_options=dict(TICTACTOE_RL_OPTIONS)),
             ),
             "cookingworld": GameSettings(
                 env_options=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),

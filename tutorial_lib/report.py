@@ -167,16 +167,55 @@ TICTACTOE_CHANGES = (("draws against minimax", "minimax_draw_rate", True),
                      ("losses against random", "random_loss_rate", False))
 
 
+def distinct_runs(rows: Sequence[dict]) -> list[dict]:
+    """The grid's cells, a run that another cell repeated bit for bit counted once: a cell whose
+    kernels round like another's (on a CPU whose best kernels are AVX2, the ``avx2`` cells)."""
+    return list({(row["seed"], tuple(row.get("return_curve", [])), row["after_minimax_draw_rate"],
+                  row["after_random_loss_rate"]): row for row in rows}.values())
+
+
+#: the records of one tic-tac-toe recipe trained against each opponent (``rl_numerics_grid.py
+#: --train-opponent``), and the rows of each that are that recipe (chapters 5 and 6)
+TICTACTOE_OPPONENT_RECORDS = {"random": "tictactoe_rl_grid.jsonl", "minimax": "tictactoe_rl_minimax_opponent.jsonl",
+                              "mixed": "tictactoe_rl_mixed_opponent.jsonl"}
+
+
+def tictactoe_opponent_runs(recipe: str, opponent: str, preset: Preset | None = None) -> list[dict]:
+    """The recorded grid cells of ``recipe`` (``ttt-reinforce``, ``ttt-ppo``) trained against
+    ``opponent``, with the library's default baseline (the ``rebn`` rows compare another one)."""
+    return [row for row in recorded_runs(TICTACTOE_OPPONENT_RECORDS[opponent], preset)
+            if row["recipe"] == recipe and row.get("normalise") in (None, "rebn_state")]
+
+
+def tictactoe_opponents(recipe: str, preset: Preset | None = None, episodes: int = 200):
+    """One row per training opponent: over that record's distinct runs, how many moved each change
+    of :data:`TICTACTOE_CHANGES` beyond noise, either way (chapters 5 and 6: which opponent to train
+    against). Each cell counts the runs "better / within noise / worse", e.g. ``"2 / 0 / 0"``."""
+    import pandas as pd
+
+    table = {}
+    for opponent in TICTACTOE_OPPONENT_RECORDS:
+        runs = distinct_runs(tictactoe_opponent_runs(recipe, opponent, preset))
+        if not runs:
+            continue
+        row = {"runs": len(runs)}
+        for name, key, better in TICTACTOE_CHANGES:
+            verdicts = [compare_rates(name, run[f"before_{key}"], run[f"after_{key}"], episodes,
+                                      higher_is_better=better).verdict for run in runs]
+            row[name.replace("against", "vs")] = " / ".join(str(verdicts.count(v)) for v in ("better", "noise", "worse"))
+        table[opponent] = row
+    frame = pd.DataFrame(table).T
+    frame.index.name = "trained against"
+    return frame
+
+
 def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
     """Tic-tac-toe runs over the numerics grid (``benchmarks/rl_numerics_grid.py``): says how each
     change of :data:`TICTACTOE_CHANGES` fared (:func:`across_runs`) and returns the runs as a table,
     one row per kernel set, thread count and seed (chapters 5 and 6)."""
     import pandas as pd
 
-    # a cell whose kernels round like another's (on a CPU whose best kernels are AVX2, the ``avx2``
-    # cells) repeats that run bit for bit: the same run, counted once
-    distinct = list({(row["seed"], tuple(row.get("return_curve", [])), row["after_minimax_draw_rate"],
-                      row["after_random_loss_rate"]): row for row in rows}.values())
+    distinct = distinct_runs(rows)
     repeats = len(rows) - len(distinct)
     say(f"Over the numerics grid (seeds x threads x kernels, {episodes} games each"
         + (f"; {count_phrase(repeats, len(rows), 'cells')} repeated another cell's run bit for bit and count once"
