@@ -104,8 +104,8 @@ print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
 # world this chapter plays and the `full` preset trains on. Games are split into train, dev and
 # test folds; every turn lists the valid commands.
 #
-# The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item; the world
-# each chapter prints with its preset), small enough for a model trained from scratch on a CPU to
+# The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item; the
+# chapters that play CookingWorld print the world they use), small enough for a model trained from scratch on a CPU to
 # learn in minutes. Chapters 3 to 7 use it at `ci`; chapter 8 compares the two worlds' gold paths
 # and step limits.
 
@@ -198,7 +198,8 @@ plt.show()
 #
 # ### Tic-tac-toe against stronger opponents
 # Against a random opponent, "success" means winning. Against perfect play the best possible
-# result is a draw; MCTS with 1000 simulations (the OpenSpiel tutorial's setting) sits in between.
+# result is a draw. MCTS with 1000 simulations (the OpenSpiel tutorial's setting) is a third
+# opponent, and the table shows how close it comes to perfect play.
 
 # %%
 matchups = {}
@@ -266,13 +267,15 @@ speeds.round(0).to_frame()
 # %% [markdown]
 # Three games run inside this Python process and step far faster than CookingWorld, whose every
 # step (and every new game) is a call into a Java VM. Set those costs beside the model's: to write one action the
-# model runs one forward pass per token, over a prompt of a hundred tokens or more. Next to that, a
+# model runs one forward pass per token, over a prompt of tens to hundreds of tokens (chapter 2
+# counts them). Next to that, a
 # tic-tac-toe, GuessTheNumber or math step is negligible, and the language model dominates the cost
 # of their rollouts. That is why later chapters batch generation across many games at once: one
-# `generate` call serves every live game. A CookingWorld step is not negligible. Once generation is
-# batched, the tiny model's share of a turn, per game, is of the same order as a CookingWorld step
-# (`benchmarks/results/rollout_throughput_cpu_tiny.md` measures batched generation on a CPU), so in
-# CookingWorld runs the game itself takes a real share of the time.
+# `generate` call serves every live game. A CookingWorld step is not negligible: once generation is
+# batched, the tiny model's share of a turn, per game, can be as short as a CookingWorld step (a
+# recorded measurement of batched generation on a CPU, not this page's:
+# `benchmarks/results/rollout_throughput_cpu_tiny.md`; chapter 5 measures it on your machine), so
+# in CookingWorld runs the game itself can take a real share of the time.
 #
 # ## Summary
 # - Four games, one protocol: text in, text out, `info` with valid actions and an invalid-action flag.

@@ -142,8 +142,10 @@ print("\n".join(line for line in template_lines if "add_generation_prompt" in li
 
 # %%
 ttt = envs.make("tictactoe")
-observation, info = ttt.reset(seed=0)
-messages = build_messages("tictactoe", ttt.task, [Turn(observation)], info)
+first, first_info = ttt.reset(seed=0)
+move = "<move>x(1,1)</move>"
+observation, _, _, _, info = ttt.step(move)  # one move each, so the board shows both marks
+messages = build_messages("tictactoe", ttt.task, [Turn(first, move, first_info), Turn(observation, info=info)], info)
 print("----- real model (ChatML) -----")
 print(render_chat(real, messages))
 print("----- tiny model -----")
@@ -297,7 +299,7 @@ pd.DataFrame(
 # fine-tuning) playing each game with greedy decoding, the episodes of a game side by side:
 
 # %%
-# A pretrained model's turn costs ~100x the tiny model's on a CPU (benchmarks/results/smollm2_cpu.md),
+# A pretrained model's turn costs far more than the tiny model's on a CPU (benchmarks/results/smollm2_cpu.md),
 # so it plays a few episodes here; chapter 9 measures its zero-shot play on every game. CookingWorld
 # plays half as many: an untrained policy's episodes there run to the step limit.
 episodes_per_game = 32 if preset.model == "tiny" else 8
@@ -314,7 +316,9 @@ pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_
 
 # %% [markdown]
 # Invalid actions are not crashes: each game applies its documented penalty or fallback and the
-# rate is reported. Teaching the model the answer format is the first job of supervised
+# rate is reported. A success rate beside an invalid rate of 1 is the fallback's, not the model's:
+# tic-tac-toe replaces every invalid move with a random legal one (chapter 1), and random play
+# wins many games against a random opponent. Teaching the model the answer format is the first job of supervised
 # fine-tuning (chapter 4).
 #
 # ## The tiny model, and the real one

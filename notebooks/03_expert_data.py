@@ -106,7 +106,7 @@ pd.Series(summary).to_frame("self-play")
 
 # %% [markdown]
 # MCTS with 1000 simulations almost always finds an optimal move. Where does it not? Below are
-# the first three positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`)
+# the first three distinct positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`)
 # gives the value of every legal move under perfect play by both sides: MCTS's move, and all the
 # moves that keep the position's best value.
 
@@ -124,7 +124,7 @@ def board_state(board):
 
 mistakes = frame[~frame["optimal"]]
 print(f"{len(mistakes)} non-optimal moves out of {len(frame)}")
-for _, row in mistakes.head(3).iterrows():
+for _, row in mistakes.drop_duplicates("board").head(3).iterrows():
     state = board_state(row["board"])
     values = minimax_values(state)  # legal move -> +1 / 0 / -1 for the player to move
     best = max(values.values())
@@ -135,7 +135,7 @@ for _, row in mistakes.head(3).iterrows():
 # %% [markdown]
 # ### What the settings cost: simulations and epsilon
 #
-# More simulations make MCTS stronger and slower. Fewer games' worth of time buys a weaker
+# More simulations make MCTS stronger and slower; fewer simulations save time and buy a weaker
 # expert. Here are both, over the same number of games, at each budget:
 
 # %%
@@ -157,7 +157,7 @@ ax.set(xscale="log", xlabel="MCTS simulations per move", ylabel="optimal move ra
 ax2 = ax.twinx()
 ax2.plot(by_simulations.index, by_simulations["ms per move"], "s--", color="gray", label="ms per move")
 ax2.set(ylabel="ms per move")
-fig.legend(loc="lower right", bbox_to_anchor=(0.88, 0.2), frameon=False)
+fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)  # below the axes, off both lines
 ax.set_title("Data quality and cost vs. MCTS simulations (30 games each)")
 plt.show()
 by_simulations.round(3)
@@ -210,11 +210,13 @@ pd.Series({
 }).to_frame("MCTS vs random")
 
 # %% [markdown]
-# ### Symmetries: eight examples for one
+# ### Symmetries: up to eight examples for one
 #
 # Rotating or reflecting the board maps a position and its best move to another position and its
 # best move. Augmenting every record with the 8 symmetries of the square multiplies the distinct
-# (position, move) pairs at no cost -- the same trick AlphaGo Zero used for Go:
+# (position, move) pairs at no cost -- the same trick AlphaGo Zero used for Go. Not by eight: many
+# images coincide with pairs already in the data, or with each other (a symmetric position has
+# fewer distinct images), so the gain is the count printed below:
 
 # %%
 all_records = records + versus
@@ -248,6 +250,7 @@ data = {}
 for game in ["cookingworld", "guess_the_number", "math"]:
     data[game] = make_expert_data(game, preset)
     print(f"{game}: {len(data[game])} examples")
+print("CookingWorld world at this preset:", preset.game("cookingworld").env_options)
 print("\n" + data["cookingworld"][6]["prompt"])
 print("-->", data["cookingworld"][6]["completion"])
 
@@ -257,7 +260,9 @@ pd.Series(actions).sort_values().plot.barh(figsize=(7, 3), title="CookingWorld g
 plt.show()
 
 # %% [markdown]
-# Each bar counts the gold actions that begin with one verb. Most verbs follow from the room and
+# Each bar counts the examples whose label begins with one verb (at `ci` each cut and cook step
+# also appears in rewritten copies, so those verbs count more than once: see counterfactual recipes
+# below). Most verbs follow from the room and
 # the inventory (open what is closed, take what the recipe needs). Four do not: `cook` and the
 # three cuts (`slice`, `dice`, `chop`) say *how* an ingredient is prepared, and only the recipe
 # tells which is right. They are the steps the rest of this section is about.
@@ -334,8 +339,10 @@ print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 # each permuted, in the recipe, the valid actions, the game's answers and the labels alike. The
 # game's text is regular enough for this to be exact: `tests/test_expert_data.py` plays the other
 # cuts and cooking methods in the real game and checks that its answers and its next list of valid
-# actions are the rewritten ones. In the rewritten data every ingredient comes with every way of
-# preparing it, so the only way to predict the verb is to read the recipe.
+# actions are the rewritten ones. In the rewritten data every ingredient can come with every way of
+# preparing it, so the only way to predict the verb is to read the recipe. Each cut and cook step
+# also gets further rewritten copies (`GameSettings.recipe_step_copies`), which is why those verbs'
+# bars are long.
 
 # %%
 swapped = next((e for e in data["cookingworld"]

@@ -49,9 +49,10 @@ from collections import Counter
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import pandas as pd
 import torch
-from IPython.display import Markdown, display
+from IPython.display import display
 from myst_nb import glue
 
 from tutorial_lib.data.sft import completion_logits, sft_config, tokenize_examples, train_sft
@@ -82,8 +83,8 @@ use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune
 # 2. hands the pre-tokenised dataset to TRL's `SFTTrainer`, which batches, pads, optimises (AdamW
 #    with a short warm-up), logs and saves. One change to its loss: the output layer runs only at
 #    the completion's positions (`completion_logits`), since the prompt's positions carry no
-#    label -- same loss, about twice the steps per second for the tiny model (the last row of the
-#    record shown under *What made the tiny model learn*);
+#    label -- same loss, and with gradient checkpointing off, about twice the steps per second
+#    for the tiny model (the last row of the record shown under *What made the tiny model learn*);
 # 3. saves the model and tokenizer, which `load_policy(output_dir)` loads back.
 #
 # The tiny model is fine-tuned fully: every weight trains. A pretrained model is trained with LoRA
@@ -277,6 +278,7 @@ fig, axes = plt.subplots(2, 2, figsize=(8, 4.5))  # four games: a 2 x 2 grid fit
 for ax, (game, losses) in zip(axes.flat, curves.items()):
     ax.plot(*zip(*losses))
     ax.set(title=game, yscale="log")
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labelled decades only
 for ax in axes[1]:
     ax.set_xlabel("optimizer step")
 for ax in axes[:, 0]:
@@ -288,7 +290,10 @@ pd.DataFrame(timings).T
 
 # %% [markdown]
 # Each panel is one game's training loss, on a log scale. Look for where a curve flattens: past
-# that point more steps buy little on the training data. The table gives each run's size and cost:
+# that point more steps buy little on the training data. A curve already near zero can jump by
+# orders of magnitude at one logged step and come back down: on a log scale a spike from a loss of
+# 1e-6 is a few batches the model got slightly wrong, and with a constant learning rate such steps
+# are not damped at the end. The table gives each run's size and cost:
 # examples, the completion tokens that carry loss, the share of padding, and the training time.
 
 # %% [markdown]
@@ -323,6 +328,9 @@ matchups = {}
 for opponent, games in [("random", 200), ("mcts", preset.mcts_games), ("minimax", 200)]:
     options = {"opponent": opponent, "mcts_simulations": preset.mcts_simulations}
     matchups[opponent] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=games, **options)
+say(f"Against random it loses {matchups['random']['loss_rate']:.3f} of its games; against MCTS "
+    f"{matchups['mcts']['loss_rate']:.3f}, and against minimax, which cannot be beaten, it draws "
+    f"{matchups['minimax']['draw_rate']:.3f}: the room chapters 5 and 6 give RL.")
 pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
@@ -470,7 +478,12 @@ if recipe_record.exists():
     summary_at = lines.index("## Summary: what changed the results")
     first_row = next(i for i in range(summary_at, len(lines)) if lines[i].startswith("|"))
     last_row = next(i for i in range(first_row, len(lines)) if not lines[i].startswith("|"))
-    display(Markdown("\n".join(lines[first_row:last_row])))
+    # a markdown table, read into a DataFrame: the notebook's markdown output renders no tables
+    cells = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[first_row:last_row]]
+    header, rows = cells[0], [row for row in cells[1:] if not set("".join(row)) <= set("-: ")]
+    with pd.option_context("display.max_colwidth", None):
+        display(pd.DataFrame(rows, columns=header).style.hide(axis="index").set_properties(
+            **{"text-align": "left", "white-space": "normal"}))
 else:
     say("(The record benchmarks/results/sft_recipe.md ships with the repository, which this installation "
         "does not have; clone the repository to read it.)")
@@ -485,7 +498,8 @@ else:
 #    the model does in one token, the completion can *carry the steps* (the worked lines).
 # 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared late in training, and
 #    all at once; a schedule that decays the learning rate to zero ended training just before they
-#    did (the second row), so the `ci` recipes keep it constant.
+#    did (the second row), so the tic-tac-toe, GuessTheNumber and CookingWorld recipes at `ci` keep it
+#    constant.
 # 3. **Demonstrations without mistakes say nothing about what to do after one.** Without recovery
 #    data, a CookingWorld policy that wrote one invalid command went on writing them until the
 #    step limit. Chapter 3's injected mistakes cut its invalid commands; its success moved only

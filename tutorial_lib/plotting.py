@@ -55,7 +55,9 @@ def length_histogram(lengths: Mapping[str, Sequence[int]], *, limits: Mapping[st
         ax.hist(group, bins=bins, alpha=0.6, label=name, align="left")
     for name, limit in limits.items():
         ax.axvline(limit + 0.5, color="k", linestyle="--", linewidth=1)
-        ax.text(limit + 0.6, ax.get_ylim()[1] * 0.9, f"{name} limit {limit}", fontsize=8)
+        # along the line, inside the axes: a label beside the line runs off the right edge
+        ax.text(limit + 0.3, ax.get_ylim()[1] * 0.97, f"{name} limit {limit}", fontsize=9, rotation=90,
+                ha="right", va="top", bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
     ax.set(title=title, xlabel="steps", ylabel="episodes")
     ax.legend(frameon=False)
     return ax
@@ -63,14 +65,14 @@ def length_histogram(lengths: Mapping[str, Sequence[int]], *, limits: Mapping[st
 
 def token_strip(tokens: Sequence[str], trained: Sequence[bool], *, title: str, ax=None):
     """Tokens as boxes in reading order; trained (unmasked) tokens highlighted: a loss mask, drawn."""
-    per_row = 12
+    per_row = 10  # an inch a box at the default width: room for a 13-character token at 8 pt
     rows = (len(tokens) + per_row - 1) // per_row
     ax = ax or plt.subplots(figsize=(10, 0.45 * rows + 0.6))[1]
     for i, (token, on) in enumerate(zip(tokens, trained)):
         r, c = divmod(i, per_row)
         ax.add_patch(plt.Rectangle((c, -r), 0.95, 0.8, color="#4c72b0" if on else "#dddddd"))
         label = token.replace("Ġ", "·").replace("Ċ", "\\n")
-        ax.text(c + 0.47, -r + 0.4, label[:9], ha="center", va="center", fontsize=7, color="white" if on else "black")
+        ax.text(c + 0.47, -r + 0.4, label[:14], ha="center", va="center", fontsize=8, color="white" if on else "black")
     ax.set(xlim=(0, per_row), ylim=(-rows + 0.8, 0.9), title=title)
     ax.axis("off")
     return ax
