@@ -3,7 +3,7 @@
     python benchmarks/math_rl_seeds.py [--seeds 0 1 2] [--preset ci] [--out F]
 
 For each seed s: chapter 4's math SFT with data-order seed s (seed 0 is the chapter's checkpoint),
-then (1) chapter 6's PPO run with RL seed s and (2) chapter 7's comparison (REINFORCE + ReBN, PPO,
+then (1) chapter 6's PPO run with RL seed s and (2) chapter 7's comparison (REINFORCE, PPO,
 GRPO on one token budget, ``tutorial_lib.comparison``) with RL seed s, unchanged otherwise. Greedy
 accuracy on 200 training problems and 400 new ones, before and after. One JSON line per seed,
 study and algorithm (``benchmarks/results/math_rl_seeds.jsonl``, read by chapters 6 and 7).

@@ -142,7 +142,7 @@ print(f"batched collection: {ratio:.1f}x the turns per second of one game at a t
 # %% [markdown]
 # On a GPU, one step of a small model costs about the same for 1 row as for 32: the time goes
 # into reading the weights, and batching is nearly free. On a CPU the prompts' *prefill* is real
-# arithmetic, 32 prompts cost far more than one, and it was most of a batched turn's time. But
+# arithmetic, and 32 prompts cost far more than one. But
 # the prompts of one game start alike: instructions and task are the same for every game, and
 # only the history differs. `LanguagePolicy` therefore runs the tokens that every prompt of a
 # batch shares once, with a batch of one, and copies their keys and values to every row (the
@@ -384,8 +384,9 @@ say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probabilit
 # every game was won. Each logit of the table moves on its own, so there it grows slowly; in a
 # language model one set of weights writes every guess, and the same steady push spread over the
 # whole network moved chapter 4's GuessTheNumber policy from winning every game to writing no
-# answer at all, on one of the machines this book was built on (on another, with the same seed,
-# it survived: the push is steady, where it ends depends on rounding). A baseline per state does
+# answer at all in a build of this book on an Intel Xeon (a run outside the grid below, whose
+# cells come from another CPU; there, with the same seed, it survived: the push is steady, where
+# it ends depends on rounding). A baseline per state does
 # not have the flaw. `rebn_by_state` compares each turn with the batch's other turns *in the same
 # state* (for a language model, the same prompt), where the batch saw that state more than once,
 # and with the batch mean otherwise; then it scales by the batch's standard deviation as ReBN
@@ -518,11 +519,11 @@ say(f"In this run the {gtn_change}, and the mean number of turns went from "
 
 # %% [markdown]
 # One run on one machine says little about a failure that depends on rounding. The same recipe was
-# run over a grid that stands in for other readers' machines: SFT data orders and RL seeds, one
-# and two threads, and two kernel sets (this CPU's own and `ATEN_CPU_CAPABILITY=avx2`, which
-# rounds like another CPU), each cell in a fresh process that trains its own SFT checkpoint, once
-# with GEM's ReBN and once with the baseline per state (`benchmarks/rl_numerics_grid.py`; the
-# record names the CPU it ran on):
+# run over a grid meant to stand in for other readers' machines: SFT data orders and RL seeds,
+# thread counts and kernel sets, each cell in a fresh process that trains its own SFT checkpoint,
+# once with GEM's ReBN and once with the baseline per state (`benchmarks/rl_numerics_grid.py`).
+# The table's index says what the record holds so far (kernels `default` are torch's own pick
+# for the CPU):
 
 # %%
 grid = pd.DataFrame(recorded_runs("reinforce_gtn_grid.jsonl", preset))
@@ -552,8 +553,9 @@ if len(grid):
 # ## Tic-tac-toe: which opponent to train against
 #
 # Chapter 4's tic-tac-toe policy writes out the board's lines and then its move. It wins most of
-# its games against the random player, but not all it could (the first column below says how many
-# it lost, and how often it wrote an illegal move), and against minimax, the perfect player, it
+# its games against the random player, but not all it could (the SFT column of the
+# before-and-after table below says how many it lost, and how often it wrote an illegal move),
+# and against minimax, the perfect player, it
 # draws only part of its games: a missed block loses to minimax every time. That is the room RL
 # has here. The reward is +1 for a win, 0 for a draw, −1 for a loss. During training an illegal move
 # forfeits the game (`invalid_move="forfeit"`): with the default fallback (a random legal move is
@@ -620,18 +622,19 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # variation. `benchmarks/rl_numerics_grid.py --recipe ttt-reinforce ttt-ppo` runs the whole recipe
 # (chapter 4's SFT, then this chapter's REINFORCE; chapter 6's PPO from the same checkpoint) in
 # fresh processes, each with its own cache, over SFT data orders and RL seeds, a fixed thread count
-# and a chosen set of kernels (torch's own pick for the CPU, or its unvectorised ones through
-# `ATEN_CPU_CAPABILITY=default`, which round the way another CPU would). Each cell of the grid is
-# a run a reader's machine could produce; the table's index says which kernel sets, thread counts
-# and seeds the record holds, and a cell that repeated another bit for bit is counted once. The
-# claim about the draws against minimax is as strong as the count of cells where they rose beyond
-# noise:
+# and a chosen set of kernels: `default` is torch's own pick for the CPU, `scalar` its unvectorised
+# kernels (`ATEN_CPU_CAPABILITY=default`), which round the way another CPU would. Each cell of the
+# grid is a run a reader's machine could produce; the table's index says which kernel sets, thread
+# counts and seeds the record holds, and a cell that repeated another bit for bit is counted once.
+# The claim about the draws against minimax is as strong as the count of cells where they rose
+# beyond noise:
 
 # %%
+for opponent in ("random", "minimax", "mixed"):  # for the summary: how often the draws rose, by training opponent
+    rose = [compare_rates("draws", row["before_minimax_draw_rate"], row["after_minimax_draw_rate"], EPISODES).verdict
+            == "better" for row in distinct_runs(tictactoe_opponent_runs("ttt-reinforce", opponent, preset))]
+    glue(f"ttt_{opponent}_rose", count_phrase(sum(rose), len(rose), "runs") if rose else "no recorded run", display=False)
 grid = tictactoe_opponent_runs("ttt-reinforce", "mixed", preset)
-rose = [compare_rates("draws", row["before_minimax_draw_rate"], row["after_minimax_draw_rate"], EPISODES).verdict
-        == "better" for row in distinct_runs(grid)]
-glue("ttt_mixed_rose", count_phrase(sum(rose), len(rose), "recorded runs") if rose else "no recorded run here", display=False)
 if grid:
     display(tictactoe_grid(grid))
 
@@ -681,7 +684,8 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 # %% [markdown]
 # ## Summary
 #
-# The numbers above, side by side (greedy play, 200 evaluation games each):
+# The numbers above, side by side (greedy play, 200 evaluation games each; tic-tac-toe's first
+# rows are against random):
 
 # %%
 summary = []
@@ -689,6 +693,8 @@ for game, keys in {"guess_the_number": ["success_rate", "mean_turns", "invalid_r
                    "tictactoe": ["win_rate", "loss_rate", "invalid_rate"]}.items():
     for key in keys:
         summary.append({"game": game, "metric": key, "SFT": before[game][key], "SFT + REINFORCE": after[game][key]})
+summary.append({"game": "tictactoe", "metric": "draw_rate vs minimax", "SFT": before_minimax["draw_rate"],
+                "SFT + REINFORCE": after_minimax["draw_rate"]})
 pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 
 # %% [markdown]
@@ -708,12 +714,14 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   a baseline per state (the library's default) leaves a sure, correct move alone.
 # - RL needs room and exploration. GuessTheNumber's SFT policy already plays binary search, nearly
 #   deterministically, so REINFORCE has nothing to compare. Chapter 4's tic-tac-toe policy is strong
-#   against random, so the greedy rates there move by a few games either way; against minimax the
-#   missed blocks are what loses, and that is where RL can help.
-# - The opponent decides what RL fixes. Trained against random alone or minimax alone, the draws
-#   against minimax moved in some recorded runs and not in others; trained against a mixture they
-#   rose beyond noise in {glue:text}`ttt_mixed_rose` (the grid above). The sentence under this
-#   chapter's run says whether they did here.
+#   against random, so the greedy rates there have little room (the sentence under the run says
+#   whether any moved beyond noise); against minimax the missed blocks are what loses, and that is
+#   where RL can help.
+# - The opponent decides what RL fixes. Over the recorded starts, the draws against minimax rose
+#   beyond noise in {glue:text}`ttt_random_rose` trained against random alone,
+#   {glue:text}`ttt_minimax_rose` against minimax alone, and {glue:text}`ttt_mixed_rose` against
+#   the mixture (the opponents table and the grid above). The sentence under this chapter's run
+#   says whether they did here.
 #
 # The same run from a terminal, resumable after an interruption:
 #

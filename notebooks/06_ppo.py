@@ -93,9 +93,7 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
             before[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
     settings = rl_settings(game, preset, "ppo")
     run = train_ppo(policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=False, stage=stage)
-    if not run.finished:
-        print(f"part {stage[0]} of {stage[1]}: {len(run.history)} of {settings.iterations} iterations trained; "
-              "the next part resumes from its checkpoint")
+    if not run.finished:  # a part that is not the last: its checkpoint is the next part's start
         return run, None
     for name, options in evaluations.items():
         after[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
@@ -259,7 +257,8 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 
 # %% [markdown]
 # Each panel shows one batch per iteration (faint) and a running mean over three (solid). A healthy
-# run has the return rising or holding near its ceiling, the invalid rate near 0, and the clip
+# run has the return rising or holding near its ceiling (about +0.5 with half the games against
+# minimax, where a draw is the best result), the invalid rate near 0, and the clip
 # fraction low. A dip in the return that the line climbs back out of within a few iterations is a
 # batch or two of unlucky games (more of them against minimax than usual, or unlucky replies). A fall that lasts, the "not
 # recovered" case of the sentence above, is different: the updates are pushing the policy off moves
@@ -362,10 +361,13 @@ fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_varian
 # means printed above. *Explained variance* rises above 0 as the critic learns which problems the
 # policy gets right (a negative value means the critic is worse than predicting the mean).
 # *Approx-KL* (the k3 estimate of KL between the policy before and after the update) and the *clip
-# fraction* say how far each update moved: values near 0 mean the learning rate could go up; a clip
+# fraction* say how far each update moved: values near 0 mean the learning rate could go up
+# (unless the schedule is taking it to 0: this run's cosine schedule ends at 0, so both fall
+# towards 0 in its last iterations); a clip
 # fraction above ~0.3 means most tokens hit the clip and the extra epochs are wasted. A dip in the
 # accuracy line that recovers is the noise of batches of a few hundred answers. A fall that does
-# not recover means the policy is moving away from answers it used to get right: look at approx-KL
+# not recover means the policy is moving away from answers it used to get right (a drop in the
+# last iteration or two has had no time to recover: judge it by the greedy table): look at approx-KL
 # and the clip fraction at the same iterations (a spike says one update went too far), and at the
 # greedy accuracy on training problems in the table above, which should then have fallen too.
 #
@@ -397,8 +399,8 @@ if len(math_seeds):
 # policy (β = 0.1, the tutorial uses 0.2) keeps the policy close to what it imitated: a batch of
 # a few hundred turns holds few episodes (the run prints how many), so each update follows a
 # noisy signal, and without the penalty the invalid-action rate can drift up over a run (exercise
-# 2 removes it). Before and after, on the training games' fold and on held-out test games, with
-# the run in two parts (two cells) that each stay within a few minutes:
+# 2 removes it). Before and after, on the training games' fold and on held-out test games (the run
+# goes in two parts, one cell each, as chapter 4's longest runs do):
 
 # %%
 cw_evaluations = {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")}
@@ -425,8 +427,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # %% [markdown]
 # With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld is a
 # check that the machinery works (GAE with bootstrapping, the value head learning, the KL penalty
-# holding the policy near its start), not a result: expect the greedy rates to move within the
-# noise of the evaluation games, and the sampled return to wander, dips included. A batch holds
+# holding the policy near its start), not a result: expect most greedy rates to move within the
+# noise of the evaluation games (the sentence above names any that did not), and the sampled return to wander, dips included. A batch holds
 # only the few episodes printed above, so one lucky or unlucky game moves a point of the faint
 # line a long way. A fall in the return that lasts is worth a look only together with the other
 # panels: with the invalid rate rising and the KL to the SFT policy growing, the policy is drifting

@@ -21,7 +21,7 @@
 # {cite}`shao2024deepseekmath` replaces it with a comparison: sample several answers to the same
 # problem, and credit each with how much better it scored than its siblings. This chapter runs
 # GRPO through TRL's `GRPOTrainer` with our game's reward, says why TRL's multi-turn hook does not
-# fit this book's games, compares REINFORCE with ReBN (chapter 5), PPO (chapter 6) and GRPO on the
+# fit this book's games, compares REINFORCE (chapter 5), PPO (chapter 6) and GRPO on the
 # same task with the same budget of sampled tokens, and ends with a task shaped for GRPO: single
 # tic-tac-toe moves scored by a solver.
 #
@@ -50,7 +50,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from tutorial_lib.comparison import ALGORITHMS, compare_on_math, comparison_settings
+from tutorial_lib.comparison import compare_on_math, comparison_settings
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, evaluate_policy
 from tutorial_lib.pipeline import grpo_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
@@ -135,10 +135,10 @@ pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem[
 
 # %%
 math_grpo = settings["GRPO (TRL)"]
-reinforce_math, ppo_math = settings["REINFORCE + ReBN"], settings["PPO"]
+reinforce_math, ppo_math = settings["REINFORCE"], settings["PPO"]
 training_split = f"seeds {ppo_math.first_seed}-{ppo_math.first_seed + ppo_math.train_seeds - 1}"  # all three use it
 pd.DataFrame({
-    "REINFORCE + ReBN": {"training problems": training_split, "temperature": reinforce_math.temperature,
+    "REINFORCE": {"training problems": training_split, "temperature": reinforce_math.temperature,
                          "learning rate (constant)": reinforce_math.learning_rate,
                          "sampled-token budget": reinforce_math.token_budget,
                          "answers per update": reinforce_math.turns_per_iteration,
@@ -187,7 +187,8 @@ comparison.round(3)
 # %% [markdown]
 # One run of each is one draw. `benchmarks/math_rl_seeds.py` repeats the comparison from three SFT
 # data orders, each with its own RL seed (the first uses this chapter's recipe and seed, on the
-# recording machine), and
+# recording machine; REINFORCE's records predate the baseline per state and ran GEM's ReBN, as
+# their label says), and
 # records the greedy accuracies; for each algorithm, how each run's change compares with two
 # standard errors of its evaluation set:
 
@@ -205,7 +206,7 @@ if len(math_seeds):
     table.loc["SFT (start)"] = [*starts.before_train, *starts.before_new]
     table = table.rename(columns={"after_train": "training problems", "after_new": "new problems"}, level=0)
     table.columns.names = ["", "seed"]
-    display(table.reindex(["SFT (start)", *ALGORITHMS]).round(3))
+    display(table.reindex(["SFT (start)", *compared.algo.unique()]).round(3))
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
@@ -264,7 +265,8 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #   with the start; a change within two standard errors of its evaluation set is not a finding.
 #   Look for a change beyond noise that recurs in the recorded seeds.
 # - **Memory**: PPO with a shared critic adds one linear layer on the hidden state (chapter 6 counts
-#   its parameters); a separate critic (the GSM8K tutorial's choice) or a reference model would
+#   its parameters), but the cost table's peak also counts what PPO keeps per turn for its epochs
+#   (old log-probs, values, advantages); a separate critic (the GSM8K tutorial's choice) or a reference model would
 #   double the model's share. GRPO keeps G answers per problem in memory at once.
 # - **New problems** are the honest column. The training split is small (600 problems the model
 #   saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
@@ -328,6 +330,7 @@ ttt_changes = [compare_summaries(f"against {opponent}, the {name}", ttt_before[o
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
     f"Sampled: {trend(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
     f"{largest_fall(ttt_run.history, 'optimal_rate', 'share of optimal moves', unit='step')};",
+    f"{largest_fall(ttt_run.history, 'mean_return', 'reward', unit='step')};",
     f"{trend(ttt_run.history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')}.")
 
 # %%
@@ -345,6 +348,8 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 # recovered") means the updates are unlearning moves: if the zero-std share is falling at the same
 # time, the answers are spreading out (check the learning rate); if it is rising while the reward
 # falls, more groups are all losing alike and the policy is getting no signal to climb back with.
+# The reward can also dip while the optimal share holds: the answers that are not optimal have
+# moved from a draw (0) to a losing or illegal move (−1).
 
 # %%
 grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
@@ -398,7 +403,7 @@ if grpo_ttt_seeds:
 #   every group whose answers all score alike. What each cost per token on your machine is in the
 #   cost table: on a CPU, how an implementation batches its work (TRL's trainer against this book's
 #   loops) can matter as much as the algorithm.
-# - Read each algorithm's own diagnostic before its reward curve: ReBN's entropy (chapter 5), PPO's
+# - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5), PPO's
 #   explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std` (above).
 #
 # ## Multi-turn games and TRL's `environment_factory`

@@ -57,6 +57,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from IPython.display import display
 
 from tutorial_lib import envs, plotting
 from tutorial_lib.data.expert_data import recipe_permutations, rewrite_recipe
@@ -412,6 +413,11 @@ parity = {name: prompt_parity(layout, clean_games) for name, layout in layouts.i
 pd.Series(parity, name="prompts identical to the SFT data's").round(3)
 
 # %% [markdown]
+# A layout reproduces the SFT data's prompts only where it is the data's own (a share of 1); the
+# others match at most the turns their differences do not touch, such as the first turn of a game,
+# before any past turn exists.
+
+# %% [markdown]
 # ## d. Tokens sampled against text tokenised again
 #
 # An RL trainer needs the log-probability of each action under the current weights, and chapter 5
@@ -494,7 +500,7 @@ else:
     say(f"In this run none of the {len(sampled_turns)} sampled turns gives other tokens when its text is "
         "tokenised again, so the table has no row for them. An action cut at its token limit would: "
         "`retokenised` ends every action with end-of-turn.")
-pd.DataFrame(token_rows).T
+pd.DataFrame(token_rows).T.map(lambda value: f"{value:.3g}")  # 3 significant digits, not 1.538277e-07
 
 # %%
 for s in differ[:4]:
@@ -506,8 +512,8 @@ for s in differ[:4]:
 # float precision, whichever ids it scores. On the turns where they differ (the sentence above
 # counts them) it scores a token sequence the sampler never drew, which the model may find far
 # less likely (the last column): the ratio no longer measures a change of weights, and the update
-# pushes on tokens that were not sampled. Such turns are rare; but when the game rejects one, it
-# is exactly a turn whose negative advantage RL must apply to the tokens that produced it, and one
+# pushes on tokens that were not sampled. Such turns are rare, and the game may reject them (the
+# sentence above counts how many it did): each rejected one is exactly a turn whose negative advantage RL must apply to the tokens that produced it, and one
 # ratio of that size is enough to wreck a batch's gradient unless it is clipped away. The fix is
 # the library's: every turn keeps the
 # sampler's `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly
@@ -644,7 +650,8 @@ rows = [
 summary = pd.DataFrame(rows, columns=["effect", "metric", "mismatched", "value (mismatched)",
                                       "matched / fixed", "value (matched)"])
 summary["fix"] = summary["effect"].str[0].map(FIX)
-summary.round(3)
+with pd.option_context("display.max_colwidth", None):  # the fixes are sentences: show them whole
+    display(summary.round(3))
 
 # %%
 def label(r):

@@ -34,8 +34,8 @@
 #   it never saw in training) and what it costs (time per step, memory);
 # - what an RL step costs at this size on a CPU, and so what RL can and cannot show at `ci`.
 #
-# At `ci` this chapter runs the `small` preset's settings for SmolLM2 with its counts cut to fit
-# about six minutes on two cores; `TUTORIAL_SCALE=small` runs the full `small` counts, and `full`
+# At `ci` this chapter runs SmolLM2 with settings made for it, the counts cut to fit a CPU build of
+# the book (the first cell prints them); `TUTORIAL_SCALE=small` runs the full `small` counts, and `full`
 # runs a hub model on a GPU.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
@@ -169,8 +169,9 @@ say(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
 # Read the outputs above for the format, not the fluency. A pretrained chat model writes fluent
 # text, often about the game; what the game needs is the exact answer format it parses
 # (`\boxed{N}`, `<move>x(r,c)</move>`, a listed command), and the invalid rates printed above count
-# how often the model missed it. Math can be the exception, because `#### N` is GSM8K's own format,
-# which a model trained on web text and instructions has likely seen. In tic-tac-toe the environment replaces an
+# how often the model missed it. Math's format rate is weaker evidence than it looks: the prompt
+# shows an example answer (`#### 42`), and an answer that copies the example parses as well as a
+# right one. In tic-tac-toe the environment replaces an
 # unparseable move by a random legal one (chapter 1), so the win rate there is the random fallback's,
 # not the model's. This is why SFT comes first even for a pretrained model: RL needs actions the game
 # accepts before a reward can tell good from bad.
@@ -298,9 +299,10 @@ costs.round(3)
 # ## RL on the unseen range: what an iteration costs
 #
 # After SFT on the easy game, the hard game is where the policy can improve: it has never seen a
-# range of 50, and the table above shows how far its success there falls short of the easy game's. REINFORCE with ReBN (chapter 5) would train the LoRA adapters on hard
-# games, from seeds far from the evaluation seeds. At `ci` the chapter runs one short iteration of
-# it: enough to show the path works (sampled log-probs, ReBN, a LoRA update, a checkpoint) and to
+# range of 50, and the table above shows how far its success there falls short of the easy game's.
+# REINFORCE (chapter 5, with its baseline per state) would train the LoRA adapters on hard games,
+# from seeds far from the evaluation seeds. At `ci` the chapter runs one short iteration of it:
+# enough to show the path works (sampled log-probs, advantages, a LoRA update, a checkpoint) and to
 # measure what an iteration costs, not enough to learn anything, so no before/after is read there.
 # At `small` and `full` it runs the preset's iterations and then plays the hard games again.
 
@@ -323,7 +325,8 @@ tiny_turns = tiny_rl.iterations * tiny_rl.turns_per_iteration
 turns = sum(row["turns"] for row in rl_result.history)
 turns_per_second = turns / rl_result.seconds
 say(f"{iterations} REINFORCE iteration{'s' if iterations > 1 else ''} ({turns:.0f} hard-game turns in all) took "
-    f"{per_iteration:.0f} s each ({turns_per_second:.2f} turns per second, collection and update together).")
+    f"{per_iteration:.0f} s{' each' if iterations > 1 else ''} ({turns_per_second:.2f} turns per second, "
+    "collection and update together).")
 say(f"Chapter 5's tiny-model GuessTheNumber run plays at least {tiny_turns:,} turns; at this speed that many "
       f"SmolLM2 turns would take {tiny_turns / turns_per_second / 3600:.1f} hours on this machine.")
 
@@ -396,7 +399,7 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 # - LoRA trains a small share of the parameters (printed in the LoRA section); the SFT table shows
 #   what the pretrained model learnt from the same examples and steps as the tiny model, on the
 #   range it trained on and on one it never saw.
-# - It costs more per step on a CPU, by the ratio the cost table prints, and that is what bounds RL
+# - It costs more per step on a CPU, by the ratio of the cost table's two rows, and that is what bounds RL
 #   here: the estimate printed after the RL iteration (how long chapter 5's number of turns would
 #   take at this speed) says how far.
 #

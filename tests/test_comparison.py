@@ -30,4 +30,4 @@ def test_without_a_budget_ppo_and_reinforce_run_chapter_six_iterations():
     settings = comparison_settings(preset)
     assert settings["GRPO (TRL)"].token_budget is None
     iterations = rl_settings("math", preset, "ppo").iterations
-    assert settings["PPO"].iterations == settings["REINFORCE + ReBN"].iterations == iterations
+    assert settings["PPO"].iterations == settings["REINFORCE"].iterations == iterations

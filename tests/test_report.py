@@ -130,6 +130,7 @@ def test_tictactoe_opponent_records_hold_several_seeds_of_each_recipe(recipe, op
 def test_math_record_has_each_study_and_algorithm_over_several_seeds():
     runs = report.recorded_runs("math_rl_seeds.jsonl")
     studies = {(run["study"], run["algo"]) for run in runs}
+    # REINFORCE's lines were recorded with GEM's ReBN, before the baseline per state, and say so
     assert studies == {("chapter 6", "PPO"), ("chapter 7", "REINFORCE + ReBN"), ("chapter 7", "PPO"),
                        ("chapter 7", "GRPO (TRL)")}
     for study in studies:
@@ -193,6 +194,12 @@ def test_largest_fall_tells_a_dip_from_a_lasting_fall():
     assert "fell at most 3.000" in recovered and "(iteration 3)" in recovered and "back at its best" in recovered
     lasting = report.largest_fall(rows([3, 3, 0, 0]), "r", "reward", smooth=1, unit="step")
     assert "(step 3)" in lasting and "not recovered" in lasting
+    # a dip climbed out of, then a newer, smaller one at the end: not the first dip "not recovered"
+    newer = report.largest_fall(rows([2, 0, 3, 3, 3, 2.5]), "r", "r", smooth=1)
+    assert "(iteration 2)" in newer and "recovered, then the last 1 iteration fell below a later best" in newer
+    # the low point in the last smoothing window has had no time to recover
+    recent = report.largest_fall(rows([1, 2, 3, 3, 3, 0]), "r", "r", smooth=1)
+    assert "(iteration 6)" in recent and "too recent to tell" in recent
     with pytest.raises(ValueError, match="no 'x'"):
         report.largest_fall(rows([1]), "x", "x")
 

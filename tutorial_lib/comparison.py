@@ -1,4 +1,4 @@
-"""Three RL algorithms on one budget (chapter 7): REINFORCE with ReBN, PPO and GRPO through TRL.
+"""Three RL algorithms on one budget (chapter 7): REINFORCE (chapter 5's baseline per state), PPO and GRPO through TRL.
 
 Each starts from chapter 4's math checkpoint, trains on the same split of problems at the same
 temperature and constant learning rate, and stops once it has *sampled* the same number of answer
@@ -24,7 +24,7 @@ from tutorial_lib.rl.ppo import train_ppo
 from tutorial_lib.rl.reinforce import train_reinforce
 from tutorial_lib.runtime.device import PeakMemory
 
-ALGORITHMS = ("REINFORCE + ReBN", "PPO", "GRPO (TRL)")
+ALGORITHMS = ("REINFORCE", "PPO", "GRPO (TRL)")
 #: REINFORCE's collection settings taken from chapter 6's PPO, so that both see the same problems
 SHARED_WITH_PPO = ("turns_per_iteration", "num_envs", "learning_rate", "temperature", "first_seed", "train_seeds",
                    "env_options")
@@ -55,7 +55,7 @@ def comparison_settings(preset: Preset, seed: int = 0) -> dict[str, Any]:
     cap = 1000 if budget else ppo.iterations  # with a budget, the budget decides when to stop
     reinforce = replace(rl_settings("math", preset), **{k: getattr(ppo, k) for k in SHARED_WITH_PPO})
     return {
-        "REINFORCE + ReBN": replace(reinforce, iterations=cap, gamma=1.0, token_budget=budget, seed=seed),
+        "REINFORCE": replace(reinforce, iterations=cap, gamma=1.0, token_budget=budget, seed=seed),
         "PPO": replace(ppo, iterations=cap, token_budget=budget, lr_schedule="constant", seed=seed),
         "GRPO (TRL)": grpo,
     }
@@ -80,7 +80,7 @@ def compare_on_math(preset: Preset, *, runs_dir: str | Path, seed: int = 0, data
 
     # each algorithm's training, under the name its settings have in ``comparison_settings``
     train = {
-        "REINFORCE + ReBN": lambda policy, s: train_reinforce(policy, "math", s, out_dir=runs_dir / "compare-reinforce",
+        "REINFORCE": lambda policy, s: train_reinforce(policy, "math", s, out_dir=runs_dir / "compare-reinforce",
                                                               progress=progress),
         "PPO": lambda policy, s: train_ppo(policy, "math", s, out_dir=runs_dir / "compare-ppo", progress=progress),
         "GRPO (TRL)": grpo,

@@ -290,10 +290,19 @@ def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3,
     worst = max(below)
     if worst == 0:
         return f"the smoothed {label} never fell below its best so far"
-    end = below[-1]
-    ending = "back at its best" if end == 0 else "mostly recovered" if end < worst / 2 else "not recovered"
+    end, at = below[-1], below.index(worst)
+    last_best = max(i for i, gap in enumerate(below) if gap == 0)
+    if end == 0:
+        ending = "back at its best"
+    elif last_best > at:  # that dip was climbed out of; the end is a newer one, below a later best
+        n = len(line) - 1 - last_best
+        ending = f"recovered, then the last {n} {unit}{'s' if n > 1 else ''} fell below a later best"
+    elif at >= len(line) - smooth:  # the low point is in the last smoothing window: too recent to judge
+        ending = f"in the last {unit}s: too recent to tell whether it recovers"
+    else:
+        ending = "mostly recovered" if end < worst / 2 else "not recovered"
     return (f"the smoothed {label} fell at most {worst:.3f} below its best so far ({unit} "
-            f"{rows[below.index(worst)]['step']}) and ended {end:.3f} below it ({ending})")
+            f"{rows[at]['step']}) and ended {end:.3f} below it ({ending})")
 
 
 def halves(history: Sequence[dict], key: str) -> tuple[float, float]:
