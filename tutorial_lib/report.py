@@ -217,7 +217,8 @@ def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
 
     distinct = distinct_runs(rows)
     repeats = len(rows) - len(distinct)
-    say(f"Over the numerics grid (seeds x threads x kernels, {episodes} games each"
+    machines = " and ".join(sorted({row.get("cpu", "an unnamed CPU") for row in rows}))
+    say(f"Over the numerics grid (seeds x threads x kernels, recorded on {machines}, {episodes} games each"
         + (f"; {count_phrase(repeats, len(rows), 'cells')} repeated another cell's run bit for bit and count once"
            if repeats else "") + "):",
         "; ".join(across_runs(distinct, name, f"before_{key}", f"after_{key}", episodes, higher_is_better=better)
