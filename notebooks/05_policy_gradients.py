@@ -565,9 +565,10 @@ if len(grid):
 # meets mostly positions it already wins, and a missed block is often forgiven. Against minimax
 # alone it never sees a won game, and never the positions that only random play reaches. So this
 # chapter's recipe plays each training game against one or the other, drawn from the game's seed,
-# half and half (`opponent="mixed"`). The three choices were each run from the same SFT
-# checkpoints (`benchmarks/rl_numerics_grid.py --train-opponent`); the table counts, per choice,
-# the runs in which each evaluation changed beyond the noise of 200 games:
+# half and half (`opponent="mixed"`). The three choices were run from the same SFT checkpoints
+# (`benchmarks/rl_numerics_grid.py --train-opponent`; the chosen one from more starts since, the
+# `runs` column); the table counts, per choice, the runs in which each evaluation changed beyond
+# the noise of 200 games:
 
 # %%
 say("REINFORCE from the same SFT checkpoints, by training opponent. Each cell: runs better / "
