@@ -157,7 +157,7 @@ ax.set(xscale="log", xlabel="MCTS simulations per move", ylabel="optimal move ra
 ax2 = ax.twinx()
 ax2.plot(by_simulations.index, by_simulations["ms per move"], "s--", color="gray", label="ms per move")
 ax2.set(ylabel="ms per move")
-fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)  # below the axes, off both lines
+fig.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04), ncol=2, frameon=False)  # below the axes, off both lines
 ax.set_title("Data quality and cost vs. MCTS simulations (30 games each)")
 plt.show()
 by_simulations.round(3)
