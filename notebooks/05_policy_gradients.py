@@ -90,11 +90,10 @@ from tutorial_lib.report import (
     across_runs,
     compare_rates,
     compare_summaries,
-    count_phrase,
-    distinct_runs,
     recorded_runs,
     say,
     show_source,
+    tictactoe_count,
     tictactoe_grid,
     tictactoe_opponent_runs,
     tictactoe_opponents,
@@ -632,9 +631,8 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 
 # %%
 for opponent in ("random", "minimax", "mixed"):  # for the summary: how often the draws rose, by training opponent
-    rose = [compare_rates("draws", row["before_minimax_draw_rate"], row["after_minimax_draw_rate"], EPISODES).verdict
-            == "better" for row in distinct_runs(tictactoe_opponent_runs("ttt-reinforce", opponent, preset))]
-    glue(f"ttt_{opponent}_rose", count_phrase(sum(rose), len(rose), "runs") if rose else "no recorded run", display=False)
+    glue(f"ttt_{opponent}_rose", tictactoe_count(tictactoe_opponent_runs("ttt-reinforce", opponent, preset),
+                                                 "minimax_draw_rate", "better"), display=False)
 grid = tictactoe_opponent_runs("ttt-reinforce", "mixed", preset)
 if grid:
     display(tictactoe_grid(grid))

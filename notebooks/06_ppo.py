@@ -61,17 +61,14 @@ from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
-    TICTACTOE_CHANGES,
     across_runs,
     compare_math,
-    compare_rates,
     compare_summaries,
-    count_phrase,
-    distinct_runs,
     largest_fall,
     recorded_runs,
     say,
     show_source,
+    tictactoe_count,
     tictactoe_grid,
     tictactoe_opponent_runs,
     tictactoe_opponents,
@@ -293,12 +290,8 @@ tictactoe_opponents("ttt-ppo", preset)
 
 # %%
 grid = tictactoe_opponent_runs("ttt-ppo", "mixed", preset)
-for name, key, better in TICTACTOE_CHANGES:  # for the summary: how often each change went each way
-    verdicts = [compare_rates(name, row[f"before_{key}"], row[f"after_{key}"], 200, higher_is_better=better).verdict
-                for row in distinct_runs(grid)]
-    for verdict in ("better", "worse"):
-        glue(f"ppo_{key}_{verdict}", count_phrase(verdicts.count(verdict), len(verdicts), "runs") if verdicts
-             else "no recorded run", display=False)
+for key, verdict in (("minimax_draw_rate", "better"), ("random_loss_rate", "worse")):  # for the summary
+    glue(f"ppo_{key}_{verdict}", tictactoe_count(grid, key, verdict), display=False)
 if grid:
     display(tictactoe_grid(grid))
 

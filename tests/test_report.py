@@ -241,3 +241,14 @@ def test_tictactoe_opponents_counts_each_records_distinct_runs(monkeypatch, tmp_
     assert table.loc["random"].tolist() == [2, "0 / 1 / 1", "1 / 1 / 0"]
     # mixed: draws rose in both; losses held in one and rose (.10 -> .25, worse) in the other
     assert table.loc["mixed"].tolist() == [2, "2 / 0 / 0", "0 / 1 / 1"]
+
+
+def test_tictactoe_count_phrases_the_distinct_runs_with_a_verdict():
+    def cell(seed, after_draw, **extra):
+        return dict(seed=seed, before_minimax_draw_rate=0.5, after_minimax_draw_rate=after_draw,
+                    before_random_loss_rate=0.1, after_random_loss_rate=0.1, **extra)
+    rows = [cell(0, 0.8), cell(0, 0.8, kernels="avx2"), cell(1, 0.5), cell(2, 0.2)]  # the twin counts once
+    assert report.tictactoe_count(rows, "minimax_draw_rate", "better") == "1 of 3 runs"
+    assert report.tictactoe_count(rows, "minimax_draw_rate", "worse") == "1 of 3 runs"
+    assert report.tictactoe_count(rows, "random_loss_rate", "noise") == "all 3 runs"
+    assert report.tictactoe_count([], "minimax_draw_rate", "better") == "no recorded run"

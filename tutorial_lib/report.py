@@ -140,6 +140,14 @@ def count_phrase(count: int, of: int, what: str) -> str:
     return f"{count} of {of} {what}"
 
 
+def run_verdicts(rows: Sequence[dict], name: str, before_key: str, after_key: str, episodes: int,
+                 higher_is_better: bool = True) -> list[str]:
+    """Each recorded run's verdict on one before/after change (:func:`compare_rates`): ``"better"``,
+    ``"noise"`` or ``"worse"``."""
+    return [compare_rates(name, row[before_key], row[after_key], episodes, higher_is_better=higher_is_better).verdict
+            for row in rows]
+
+
 def across_runs(rows: Sequence[dict], name: str, before_key: str, after_key: str, episodes: int,
                 higher_is_better: bool = True) -> str:
     """How one before/after change fared over recorded runs (seeds): each run's verdict, as
@@ -149,8 +157,7 @@ def across_runs(rows: Sequence[dict], name: str, before_key: str, after_key: str
     """
     if not rows:
         raise ValueError("no runs")
-    verdicts = [compare_rates(name, row[before_key], row[after_key], episodes,
-                              higher_is_better=higher_is_better).verdict for row in rows]
+    verdicts = run_verdicts(rows, name, before_key, after_key, episodes, higher_is_better)
     phrases = {"better": "better", "noise": "within noise", "worse": "worse"}
     counted = ", ".join(f"{phrase} in {count_phrase(verdicts.count(verdict), len(rows), 'runs')}"
                         for verdict, phrase in phrases.items() if verdict in verdicts)
@@ -200,13 +207,23 @@ def tictactoe_opponents(recipe: str, preset: Preset | None = None, episodes: int
             continue
         row = {"runs": len(runs)}
         for name, key, better in TICTACTOE_CHANGES:
-            verdicts = [compare_rates(name, run[f"before_{key}"], run[f"after_{key}"], episodes,
-                                      higher_is_better=better).verdict for run in runs]
+            verdicts = run_verdicts(runs, name, f"before_{key}", f"after_{key}", episodes, better)
             row[name.replace("against", "vs")] = " / ".join(str(verdicts.count(v)) for v in ("better", "noise", "worse"))
         table[opponent] = row
     frame = pd.DataFrame(table).T
     frame.index.name = "trained against"
     return frame
+
+
+def tictactoe_count(rows: Sequence[dict], key: str, verdict: str, episodes: int = 200) -> str:
+    """How many of the distinct runs in ``rows`` changed ``key`` (a key of :data:`TICTACTOE_CHANGES`)
+    with ``verdict``, as a phrase for a summary: ``"all 5 runs"``, ``"2 of 5 runs"``, ``"no recorded run"``."""
+    runs = distinct_runs(rows)
+    if not runs:
+        return "no recorded run"
+    name, better = next((name, better) for name, k, better in TICTACTOE_CHANGES if k == key)
+    verdicts = run_verdicts(runs, name, f"before_{key}", f"after_{key}", episodes, better)
+    return count_phrase(verdicts.count(verdict), len(verdicts), "runs")
 
 
 def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
