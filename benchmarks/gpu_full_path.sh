@@ -7,6 +7,11 @@
 #                                              # command line at TUTORIAL_SCALE=full: SFT with LoRA and
 #                                              # QLoRA, evaluation, REINFORCE, and the cost benchmarks
 #   bash benchmarks/gpu_full_path.sh smollm2-rl   # only smollm2's stages after its LoRA SFT (reuses it)
+#   bash benchmarks/gpu_full_path.sh engine    # the rollout engine and SFT sizing against today's paths
+#                                              # (rollout_engine.py, sft_sizing.py) and the CUDA tests
+#   bash benchmarks/gpu_full_path.sh pretrained-rl   # pretrained_rl.py at the gpu preset: SmolLM2's
+#                                              # SFT + RL over seeds, a record line per finished run
+#                                              # (SEEDS, TASKS narrow it; it stops before BUDGET_S)
 #
 # Writes OUT/log-PART.txt (every stage's output) and OUT/results-PART.jsonl (a line per stage: its exit
 # code, seconds and last JSON line); OUT defaults to _build/gpu. Each stage has its own time limit and a
@@ -16,11 +21,11 @@
 # EXTRAS=dev,gpu` builds (book/setup.md), else python3. benchmarks/results/gpu_full_path.md records a
 # run and how it was made.
 set -u
-part=${1:?usage: gpu_full_path.sh qwen|smollm2|smollm2-rl}
+part=${1:?usage: gpu_full_path.sh qwen|smollm2|smollm2-rl|engine|pretrained-rl}
 case "$part" in
-qwen | smollm2 | smollm2-rl) ;;
+qwen | smollm2 | smollm2-rl | engine | pretrained-rl) ;;
 *)
-    echo "unknown part $part: use qwen, smollm2 or smollm2-rl" >&2
+    echo "unknown part $part: use qwen, smollm2, smollm2-rl, engine or pretrained-rl" >&2
     exit 2
     ;;
 esac
@@ -145,6 +150,21 @@ smollm2-rl)
     stage --needs "$work/data/guess_the_number.jsonl" "sft QLoRA (4-bit base)" 900 "${cli[@]}" sft "${game[@]}" --data "$work/data/guess_the_number.jsonl" \
         --out "$work/sft-qlora" --load-in-4bit --quiet $( [ "$smoke" = 1 ] && echo --max-steps 1)
     stage --needs "$work/sft-qlora/adapter_config.json" "evaluate sft QLoRA" 120 "${cli[@]}" evaluate "${game[@]}" --policy "$work/sft-qlora" --episodes "$episodes" --json
+    ;;
+engine)
+    # the engine's tests where CUDA is (the static engine's test skips elsewhere), then its benchmarks
+    stage "engine tests" 300 "$py" -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_rollout.py
+    stage "rollout engine smollm2" 420 "$py" benchmarks/rollout_engine.py --model "$(count smollm2-135m tiny)" \
+        --batches $(count "32 512" "8") --repeats "$(count 2 1)" --out "$out/rollout_engine.jsonl"
+    stage "sft sizing smollm2" 300 "$py" benchmarks/sft_sizing.py --model "$(count smollm2-135m tiny)" \
+        --steps "$(count 5 1)" --out "$out/sft_sizing.jsonl"
+    ;;
+pretrained-rl)
+    # a run is started only if its estimated time fits what is left; each writes its line as it ends
+    left=$((budget - ($(date +%s) - started) - 30))
+    stage "pretrained rl" "$left" "$py" benchmarks/pretrained_rl.py --preset "$(count gpu ci)" \
+        --tasks ${TASKS:-ttt-x ttt-o math gtn-100} --seeds ${SEEDS:-0 1 2} --time-limit "$((left - 30))" \
+        --episodes "$(count 200 8)" $( [ "$smoke" = 1 ] && echo --iterations 1) --out "$out/pretrained_rl_gpu.jsonl"
     ;;
 esac
 echo "$part: done in $(($(date +%s) - started)) s; results in $results"

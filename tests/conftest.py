@@ -31,3 +31,23 @@ def tiny_policy(tiny_cache):
     from tutorial_lib.lm.models import load_policy
 
     return load_policy("tiny", tiny_config=SMALL)
+
+
+@pytest.fixture(scope="session")
+def sharp_model(tiny_policy):
+    """The tiny model with peaked next-token distributions and a likely end of sequence.
+
+    The untrained model is nearly uniform (every log-prob ~ -log(vocab)), so a mis-aligned
+    recompute could pass by accident, and it almost never stops before ``max_new_tokens``.
+    Scaling its logits and favouring eos fixes both; pad is made impossible, as in a trained model.
+    """
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(tiny_policy.model)
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tiny_policy.tokenizer.eos_token_id] = 4.0
+    bias[tiny_policy.tokenizer.pad_token_id] = float("-inf")
+    model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * 10 + bias)
+    return model

@@ -40,12 +40,12 @@ def test_default_follows_the_hardware(monkeypatch):
     monkeypatch.setattr(presets, "has_accelerator", lambda: False)
     assert presets.scale_name() == "ci"
     monkeypatch.setattr(presets, "has_accelerator", lambda: True)
-    assert presets.scale_name() == "full"
+    assert presets.scale_name() == "gpu"  # a chapter opened on a GPU: minutes, not full's hours
 
 
 def test_bad_scale_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TUTORIAL_SCALE", "huge")
-    with pytest.raises(ValueError, match="use one of ci, small, full"):
+    with pytest.raises(ValueError, match="use one of ci, small, gpu, full"):
         presets.get_preset()
 
 
@@ -128,6 +128,26 @@ def test_chapter_9_runs_a_pretrained_model_at_every_scale(monkeypatch):
     assert ci.game("guess_the_number").reinforce.learning_rate == small.game("guess_the_number").reinforce.learning_rate
     assert presets.pretrained_preset(small) is small
     assert presets.pretrained_preset(presets.PRESETS["full"]) is presets.PRESETS["full"]
+    assert presets.pretrained_preset(presets.PRESETS["gpu"]) is presets.PRESETS["gpu"]
+
+
+def test_gpu_and_full_presets_size_training_to_the_device():
+    """A GPU reader's default is small's model and recipes with more games; full and gpu choose
+    their micro-batches from the card's memory, keeping each recipe's examples per step."""
+    from tutorial_lib.pipeline import rl_settings, sft_settings
+
+    gpu, small, full = presets.PRESETS["gpu"], presets.PRESETS["small"], presets.PRESETS["full"]
+    assert gpu.model == small.model == presets.DEFAULT_OFFLINE_MODEL and gpu.lora == small.lora
+    for game in ("tictactoe", "guess_the_number", "math", "cookingworld"):
+        assert sft_settings(game, gpu).size_to_device and sft_settings(game, full).size_to_device
+        assert not sft_settings(game, small).size_to_device  # a CPU keeps its written settings
+        assert sft_settings(game, gpu).learning_rate == sft_settings(game, small).learning_rate
+        for algo in ("reinforce", "ppo"):
+            if getattr(gpu.game(game), algo) is not None:
+                assert rl_settings(game, gpu, algo).size_to_device and rl_settings(game, full, algo).size_to_device
+                assert rl_settings(game, gpu, algo).learning_rate == rl_settings(game, small, algo).learning_rate
+                assert rl_settings(game, gpu, algo).env_options == rl_settings(game, small, algo).env_options
+    assert sft_settings("math", full).batch_size * sft_settings("math", full).gradient_accumulation_steps == 64
 
 
 def test_game_settings_are_keyword_only():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tutorial_lib import report
+from tutorial_lib import presets, report
 from tutorial_lib.runtime.device import cpu_name
 
 
@@ -110,9 +110,14 @@ def test_recorded_runs_keep_to_the_preset_and_model_they_were_recorded_with(tmp_
 
 
 def test_every_recorded_study_names_its_preset_and_model():
+    """A study's run names the preset it ran at; a benchmark's measurement (which takes its model
+    and settings from its command line) names the model and the device instead."""
     for path in sorted(report.RESULTS_DIR.glob("*.jsonl")):
         for row in report.recorded_runs(path.name):
-            assert row["preset"] in ("ci", "small", "full") and row["model"], path.name
+            if "preset" in row:
+                assert row["preset"] in presets.SCALES and row["model"], path.name
+            else:
+                assert row["benchmark"] and row["model"] and row["device"] and row["command"], path.name
 
 
 @pytest.mark.parametrize("recipe", ["ttt-reinforce", "ttt-ppo"])
@@ -252,3 +257,32 @@ def test_tictactoe_count_phrases_the_distinct_runs_with_a_verdict():
     assert report.tictactoe_count(rows, "minimax_draw_rate", "worse") == "1 of 3 runs"
     assert report.tictactoe_count(rows, "random_loss_rate", "noise") == "all 3 runs"
     assert report.tictactoe_count([], "minimax_draw_rate", "better") == "no recorded run"
+
+
+def test_engine_speedups_table_the_ratios_of_each_device_and_batch():
+    rows = [{"device": device, "game": "tictactoe", "measure": measure, "games_side_by_side": games, "setting": setting,
+             "x_baseline": ratio}
+            for device in ("CPU A", "GPU B") for measure in ("decode", "games") for games in (32, 64)
+            for setting, ratio in (("baseline", 1.0), ("merged", 1.5), ("engine", 2.25))]
+    table = report.engine_speedups(rows)
+    assert list(table.columns) == ["baseline", "merged", "engine"]  # in the record's order of changes
+    assert table.shape == (8, 3)
+    assert table.loc[("GPU B", "tictactoe", "games", 64), "engine"] == 2.25
+    with pytest.raises(ValueError, match="no engine"):
+        report.engine_speedups([])
+
+
+def test_pretrained_rl_summary_counts_each_tasks_claim(capsys):
+    def run(task, seed, key, before, after):
+        return {"task": task, "seed": seed, "algo": "reinforce", "model": "smollm2-135m", "device": "GPU B",
+                "eval_episodes": 200, "iterations": 30, "headline": key, f"before_{key}": before,
+                f"after_{key}": after, "seconds": 120.0}
+
+    rows = [run("ttt-x", 0, "minimax_draw_rate", .40, .70), run("ttt-x", 1, "minimax_draw_rate", .45, .47),
+            run("gtn-100", 0, "success_rate", .30, .20)]
+    table = report.pretrained_rl_summary(rows)
+    said = capsys.readouterr().out.replace("\n", " ")
+    assert "ttt-x (reinforce, smollm2-135m on GPU B" in said
+    assert "draws against minimax: better in 1 of 2 runs, within noise in 1 of 2 runs" in said
+    assert "success rate: worse in all 1 runs" in said
+    assert table.loc[("ttt-x", 0), "after"] == .70 and table.loc[("gtn-100", 0), "minutes"] == 2.0

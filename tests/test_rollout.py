@@ -25,22 +25,6 @@ def fresh(tiny_policy, model=None, **options) -> LanguagePolicy:
     return LanguagePolicy(model or tiny_policy.model, tiny_policy.tokenizer, **options)
 
 
-@pytest.fixture(scope="module")
-def sharp_model(tiny_policy):
-    """The tiny model with peaked next-token distributions and a likely end of sequence.
-
-    The untrained model is nearly uniform (every log-prob ~ -log(vocab)), so a mis-aligned
-    recompute could pass by accident, and it almost never stops before ``max_new_tokens``.
-    Scaling its logits and favouring eos fixes both; pad is made impossible, as in a trained model.
-    """
-    model = copy.deepcopy(tiny_policy.model)
-    bias = torch.zeros(model.config.vocab_size)
-    bias[tiny_policy.tokenizer.eos_token_id] = 4.0
-    bias[tiny_policy.tokenizer.pad_token_id] = float("-inf")
-    model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * 10 + bias)
-    return model
-
-
 def count_generate_calls(monkeypatch, model) -> list[int]:
     calls = []
     original = model.generate

@@ -14,7 +14,7 @@ chapter-4 checkpoint of the game (trained now if the cache has none); it writes 
 TensorBoard logs, a resumable ``checkpoint/`` and the final ``model/`` (PPO adds ``value_model.pt``
 to it), and prints one JSON line.
 
-Every stage takes ``--preset ci|small|full`` (default: ``TUTORIAL_SCALE``) and smallest-count options
+Every stage takes ``--preset ci|small|gpu|full`` (default: ``TUTORIAL_SCALE``) and smallest-count options
 for a smoke run of the whole path (``data --episodes``, ``sft --max-steps``, ``rl --iterations
 --turns-per-iteration``, ``evaluate --episodes``): CI runs every stage this way at ``full`` with
 ``TUTORIAL_MODEL=smollm2-135m``, so the pretrained-model path cannot rot unseen. ``--policy`` and
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     def common(p):
         p.add_argument("--game", required=True, choices=envs.GAMES)
         p.add_argument("--preset", choices=SCALES, default=None,
-                       help="ci, small or full (default: from TUTORIAL_SCALE)")
+                       help="ci, small, gpu or full (default: from TUTORIAL_SCALE)")
         p.add_argument("--math-source", choices=["generated", "gsm8k"],
                        help="math problems from the offline generator or GSM8K (default: the preset's)")
 

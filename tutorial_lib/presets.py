@@ -5,10 +5,13 @@
 * ``small`` -- a real pretrained model on a CPU, with no network: SmolLM2-135M-Instruct (installed
   from PyPI, :data:`tutorial_lib.lm.models.OFFLINE_MODELS`), LoRA, counts sized for a 2-core machine
   (tens of minutes per chapter rather than minutes; chapter 9 runs a slice of it in CI).
+* ``gpu``   -- the ``small`` preset's model (SmolLM2-135M-Instruct, offline) on one GPU, counts sized
+  for a chapter in about ten minutes on a T4-class card: what a reader who opens a chapter on a GPU
+  (a Colab runtime) gets.
 * ``full``  -- a real pretrained model from the Hugging Face Hub (Qwen2.5-0.5B-Instruct by default),
-  LoRA or 4-bit QLoRA, seed-sized counts, on a GPU or TPU.
+  LoRA or 4-bit QLoRA, seed-sized counts, on a GPU or TPU: hours per chapter, asked for by name.
 
-When ``TUTORIAL_SCALE`` is unset the preset is ``full`` if an accelerator is present, else ``ci``.
+When ``TUTORIAL_SCALE`` is unset the preset is ``gpu`` if an accelerator is present, else ``ci``.
 ``TUTORIAL_MODEL`` overrides the preset's model (a hub id, an offline model's name, or ``tiny``).
 Training settings follow the model as well as the scale: ``ci`` was tuned for the tiny model trained
 from scratch (full fine-tuning, lr 3e-3, dozens of epochs), which would wreck a pretrained model, so
@@ -30,7 +33,7 @@ from tutorial_lib.rl.reinforce import ReinforceSettings
 from tutorial_lib.runtime.cpu_threads import describe_threads
 from tutorial_lib.runtime.device import device_kind, has_accelerator
 
-SCALES = ("ci", "small", "full")
+SCALES = ("ci", "small", "gpu", "full")
 DEFAULT_HUB_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 DEFAULT_OFFLINE_MODEL = "smollm2-135m"
 
@@ -306,15 +309,56 @@ PRESETS: dict[str, Preset] = {
         selfplay=dict(episodes=1000, simulations=1000, epsilon=0.1),
         mcts_vs_random_games=1000,
         lora=DEFAULT_LORA,
+        # the micro-batch, accumulation and checkpointing follow the model and the card's free memory;
+        # the examples of an optimiser step stay SFTSettings.for_pretrained's 64
+        sft=dict(size_to_device=True),
     ),
 }
 
+PRESETS["full"] = replace(PRESETS["full"], games={
+    name: replace(game, **{algo: replace(getattr(game, algo), size_to_device=True)
+                           for algo in ("reinforce", "ppo") if getattr(game, algo) is not None})
+    for name, game in PRESETS["full"].games.items()})
+
+
+def _gpu_preset() -> Preset:
+    """``small``'s model, recipes and learning rates, with counts for one GPU (see the module docstring).
+
+    The counts are estimates from the decode and training rates measured on an H100 and an H200
+    (benchmarks/results/gpu_full_path.md, rollout_engine*.jsonl): a chapter's sampling is launch-bound,
+    so more games side by side cost little more time, and the training passes are sized to the card.
+    Chapter times on a T4 are not yet measured: benchmarks/results/README.md says what is.
+    """
+    small = PRESETS["small"]
+
+    def scaled(game: str, **changes) -> GameSettings:
+        settings = small.games[game]
+        rl = {algo: replace(getattr(settings, algo), size_to_device=True, **changes.pop(algo, {}))
+              for algo in ("reinforce", "ppo") if getattr(settings, algo) is not None}
+        return replace(settings, **rl, **changes)
+
+    games = {
+        "tictactoe": scaled("tictactoe", eval_episodes=200, sft=dict(max_steps=120, logging_steps=10),
+                            reinforce=dict(iterations=30, turns_per_iteration=128, num_envs=64),
+                            ppo=dict(iterations=15, turns_per_iteration=128, num_envs=64, minibatch_turns=64)),
+        "cookingworld": scaled("cookingworld", eval_episodes=50, ppo=dict(iterations=6, turns_per_iteration=64, num_envs=16)),
+        "guess_the_number": scaled("guess_the_number", eval_episodes=200,
+                                   reinforce=dict(iterations=20, turns_per_iteration=128, num_envs=64)),
+        "math": scaled("math", eval_episodes=200, sft=dict(max_steps=80, logging_steps=10),
+                       ppo=dict(iterations=12, turns_per_iteration=64, num_envs=64, minibatch_turns=32)),
+    }
+    return replace(small, name="gpu", games=games, mcts_games=50,
+                   sft={**small.sft, "batch_size": 16, "size_to_device": True})
+
+
+PRESETS["gpu"] = _gpu_preset()
+
 
 def scale_name() -> str:
-    """``TUTORIAL_SCALE`` if set (validated), else ``full`` with an accelerator and ``ci`` without."""
+    """``TUTORIAL_SCALE`` if set (validated), else ``gpu`` with an accelerator and ``ci`` without."""
     name = os.environ.get("TUTORIAL_SCALE", "").strip().lower()
     if not name:
-        return "full" if has_accelerator() else "ci"
+        return "gpu" if has_accelerator() else "ci"
     if name not in SCALES:
         raise ValueError(f"TUTORIAL_SCALE={name!r} is not a preset; use one of {', '.join(SCALES)}")
     return name

@@ -360,3 +360,52 @@ def show_source(obj) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(f"`{name}`\n\n```python\n{source_text(obj)}```"))
+
+
+#: the rollout engine's record (``benchmarks/rollout_engine.py``), and its settings in table order
+ENGINE_RECORD = "rollout_engine.jsonl"
+ENGINE_SETTINGS = ("baseline", "merged", "compact-unmerged", "static-generate", "engine")
+
+
+def engine_speedups(rows: Sequence[dict]):
+    """The rollout engine's record as a table: each setting's action tokens per second as a multiple
+    of plain ``generate``'s (``baseline``, measured in the same run), per device, game, measurement
+    (``decode``: one call over N prompts; ``games``: N games played to their ends) and N (chapter 9)."""
+    import pandas as pd
+
+    if not rows:
+        raise ValueError("no engine measurements")
+    frame = pd.DataFrame(list(rows)).pivot_table(index=["device", "game", "measure", "games_side_by_side"],
+                                                 columns="setting", values="x_baseline")
+    frame = frame[[setting for setting in ENGINE_SETTINGS if setting in frame.columns]]
+    frame.index.names = ["device", "game", "measured", "side by side"]
+    return frame.round(2)
+
+
+#: the record of ``benchmarks/pretrained_rl.py`` on a GPU, and each task's claim: (name, higher is better)
+PRETRAINED_RL_RECORD = "pretrained_rl_gpu.jsonl"
+PRETRAINED_RL_CLAIMS = {"minimax_draw_rate": ("draws against minimax", True),
+                        "accuracy (new problems)": ("accuracy on new problems", True),
+                        "success_rate": ("success rate", True)}
+
+
+def pretrained_rl_summary(rows: Sequence[dict]):
+    """Says, per task of a :data:`PRETRAINED_RL_RECORD`, how its claimed metric fared over the
+    recorded seeds (:func:`across_runs`, with the device and model), and returns one row per run."""
+    import pandas as pd
+
+    if not rows:
+        raise ValueError("no recorded runs")
+    for task in dict.fromkeys(row["task"] for row in rows):
+        runs = [row for row in rows if row["task"] == task]
+        key = runs[0]["headline"]
+        name, better = PRETRAINED_RL_CLAIMS[key]
+        devices = " and ".join(sorted({row["device"] for row in runs}))
+        say(f"{task} ({runs[0]['algo']}, {runs[0]['model']} on {devices}, {runs[0]['eval_episodes']} games or "
+            "problems each):", across_runs(runs, name, f"before_{key}", f"after_{key}", runs[0]["eval_episodes"],
+                                           higher_is_better=better) + ".")
+    table = pd.DataFrame([{"task": row["task"], "seed": row["seed"], "iterations": row["iterations"],
+                           "before": row[f"before_{row['headline']}"], "after": row[f"after_{row['headline']}"],
+                           "metric": PRETRAINED_RL_CLAIMS[row["headline"]][0], "minutes": row["seconds"] / 60}
+                          for row in rows]).set_index(["task", "seed"])
+    return table.round(3)

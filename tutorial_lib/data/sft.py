@@ -26,7 +26,7 @@ import json
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,12 @@ class SFTSettings:
     #: real model, but on the tiny model it only costs time (TRL turns it on by default; ~30% of a
     #: CPU step measured at ci)
     gradient_checkpointing: bool = False
+    #: choose ``batch_size`` (the micro-batch), ``gradient_accumulation_steps`` and
+    #: ``gradient_checkpointing`` from the model's size, the longest example and the device's free
+    #: memory (:func:`tutorial_lib.runtime.memory_plan.plan_training`), keeping the examples of an
+    #: optimiser step, ``batch_size x gradient_accumulation_steps``: a 135 M model on an 80 GB card
+    #: then trains 64 examples a pass without checkpointing where the written settings said 8 with it
+    size_to_device: bool = False
     #: longest example in tokens; longer prompts lose their oldest tokens, never the completion
     max_length: int = 1024
     #: ``k > 0``: batch examples of similar length, sorted within random groups of ``k`` batches
@@ -99,6 +105,8 @@ class SFTSettings:
         if self.micro_batches < 1 or self.batch_size % self.micro_batches:
             raise ValueError(f"micro_batches must be >= 1 and divide batch_size ({self.batch_size}); "
                              f"got {self.micro_batches}")
+        if self.size_to_device and self.micro_batches > 1:
+            raise ValueError("size_to_device chooses the micro-batch itself; leave micro_batches at 1")
         if self.micro_batches > 1 and self.group_by_length:
             raise ValueError("use group_by_length or micro_batches, not both: micro-batches already group "
                              "each batch's examples by length")
@@ -286,6 +294,20 @@ def per_process_batch(settings: SFTSettings) -> int:
     return micro // processes
 
 
+def sized_to_device(settings: SFTSettings, model, dataset) -> SFTSettings:
+    """``settings`` with the micro-batch, accumulation and checkpointing of
+    :func:`~tutorial_lib.runtime.memory_plan.plan_training` for ``model`` and the longest example
+    of ``dataset``; the examples per optimiser step (per process) stay as written."""
+    from tutorial_lib.runtime.memory_plan import plan_training
+
+    longest = max(len(ids) for ids in dataset["input_ids"])
+    scored = max(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
+    plan = plan_training(model, examples_per_step=settings.batch_size * settings.gradient_accumulation_steps,
+                         tokens_per_example=longest, scored_tokens=scored)
+    return replace(settings, batch_size=plan.micro_batch, gradient_accumulation_steps=plan.accumulation,
+                   gradient_checkpointing=plan.checkpointing)
+
+
 def sft_config(settings: SFTSettings, output_dir: Path):
     """TRL's ``SFTConfig`` for ``settings``: where each of our settings goes in the Trainer's terms."""
     from trl import SFTConfig
@@ -358,6 +380,8 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         for stale in _checkpoints(output_dir):  # an interrupted earlier run's stops: part 2 must resume from ours
             shutil.rmtree(stale)
     dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
+    if settings.size_to_device:
+        settings = sized_to_device(settings, policy.model, dataset)
     trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
     config = sft_config(settings, output_dir)
     # The Trainer's informational lines are not the chapter's point; its progress bars are shown

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-import transformers
-from packaging.version import Version
 from transformers import LogitsProcessorList
 
 from tutorial_lib.envs.base import TextEnv
+from tutorial_lib.lm.engine import CACHE_KEYWORD, ENGINES, SamplingWeights, bucketed, decode, pick_engine
 from tutorial_lib.lm.lm_parts import unwrap_peft
 from tutorial_lib.lm.prompts import PromptSpec, Turn, build_messages, render_chat
 from tutorial_lib.lm.sampling import SAMPLING, TokenSampler
@@ -33,11 +32,6 @@ from tutorial_lib.lm.tokenization import pad_prompt_ids, shared_prefixes
 
 #: the shortest common prompt start worth computing once per batch (see ``LanguagePolicy.sample``)
 MIN_SHARED_PREFIX = 16
-
-#: the name of a key/value cache in ``generate``'s arguments and a model's output: transformers 5.24
-#: renamed ``past_key_values`` to ``cache`` (the old name still works there, but logs a deprecation
-#: line into every chapter that samples), and pyproject allows releases on both sides
-CACHE_KEYWORD = "cache" if Version(transformers.__version__) >= Version("5.24.0") else "past_key_values"
 
 #: how many tokens an action may take, per game (math needs room for its working; a tic-tac-toe
 #: move is 9 tokens, and the worked lines before it, ``GameSettings.worked_lines``, 33-41 more)
@@ -121,6 +115,12 @@ class LanguagePolicy:
     ``share_prefix``: when every prompt of a batch starts with the same tokens (the game's
     instructions), compute that start once and copy its keys and values to every row instead of
     running it through the model once per row (see :meth:`sample`).
+
+    ``engine`` is how tokens are sampled (:mod:`tutorial_lib.lm.engine`): ``"generate"``
+    (transformers' loop), ``"compact"`` (finished rows leave the batch) or ``"static"`` (a static
+    cache, shapes in buckets; on CUDA ``generate`` compiles its step); ``None`` picks by model and
+    device. Every engine samples a LoRA model through a merged copy of its weights where it can
+    (``merge_lora=False``: through the adapters, as PEFT computes them; benchmarks compare the two).
     """
 
     def __init__(
@@ -134,15 +134,21 @@ class LanguagePolicy:
         prompt_spec: PromptSpec | None = None,
         seed: int | None = None,
         share_prefix: bool = True,
+        engine: str | None = None,
+        merge_lora: bool = True,
     ) -> None:
         if sampling not in SAMPLING:
             raise ValueError(f"unknown sampling preset {sampling!r}; choose one of {', '.join(SAMPLING)}")
+        if engine is not None and engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token  # needed for batched (padded) generation
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.sampling, self.history_window, self.seed = sampling, history_window, seed
         self.prompt_spec = prompt_spec
         self.share_prefix = share_prefix
+        self.engine = engine or pick_engine(model)  # "static" runs anywhere; only CUDA compiles its step
+        self.sampling_weights = SamplingWeights(model, merge=merge_lora)
 
     @property
     def device(self) -> torch.device:
@@ -170,12 +176,15 @@ class LanguagePolicy:
         # a preset's name, or its generate settings themselves (RL at another temperature, chapter 6)
         preset = sampling if isinstance(sampling, dict) else SAMPLING[sampling or self.sampling]
         rows = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        shared, groups = shared_prefixes(rows) if self.share_prefix else (0, [])
+        # a static cache is allocated by generate for whole prompts: no shared start to hand it
+        share = self.share_prefix and self.engine != "static"
+        shared, groups = shared_prefixes(rows) if share else (0, [])
         shared = shared if shared >= MIN_SHARED_PREFIX else 0
         batch = pad_prompt_ids(rows, self.tokenizer.pad_token_id, shared_prefix=shared).to(self.device)
         if self.seed is not None and preset["do_sample"]:
             torch.manual_seed(self.seed)
             self.seed += 1  # a fresh but reproducible stream for the next call
+        model = self.sampling_weights.model()  # LoRA merged into a copy where possible (engine module)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -185,31 +194,19 @@ class LanguagePolicy:
             # so each distinct start runs once and its cache is copied to its rows; ``generate``
             # then runs only the rest. The logits are those of the full prompts up to float
             # rounding (tests check).
-            cache = self._prefix_cache(batch["input_ids"][:, :shared], groups) if shared else None
+            cache = self._prefix_cache(model, batch["input_ids"][:, :shared], groups) if shared else None
             # The sampler chooses each token and keeps its log-probability (tutorial_lib.lm.sampling):
             # cheaper than generate's own sampling, and no per-step (batch, vocab) scores are kept.
-            # generate runs greedy over the sampler's one finite score; the checkpoint's generation
-            # config cannot add a penalty or a warper of its own (do_sample and the penalty are set).
             sampler = TokenSampler(preset)
-            with warnings.catch_warnings():
-                # some transformers releases warn that generate's past_key_values is to be called
-                # cache; the old name still works and says nothing the reader can act on
-                warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
-                sequences = self.model.generate(
-                    **batch,
-                    **({CACHE_KEYWORD: cache} if cache is not None else {}),
-                    do_sample=False,
-                    repetition_penalty=1.0,
-                    logits_processor=LogitsProcessorList([sampler]),
-                    max_new_tokens=max_new_tokens,
-                    pad_token_id=self.tokenizer.pad_token_id,
-                    eos_token_id=self.tokenizer.eos_token_id,
-                )
+            if self.engine == "compact":
+                new_tokens, logprobs = decode(model, batch, sampler, max_new_tokens=max_new_tokens,
+                                              eos_token_id=self.tokenizer.eos_token_id,
+                                              pad_token_id=self.tokenizer.pad_token_id, cache=cache)
+            else:
+                new_tokens = self._generate(model, batch, cache, sampler, max_new_tokens)
+                logprobs = sampler.logprobs(new_tokens.shape[1])[: new_tokens.shape[0]]  # real rows only
         finally:
             self.model.train(was_training)
-        # With left padding every prompt ends at the same column, so new tokens start there.
-        new_tokens = sequences[:, batch["input_ids"].shape[1] :].cpu()  # one transfer, not one per row
-        logprobs = sampler.logprobs(new_tokens.shape[1])
         lengths = _action_lengths(new_tokens, self.tokenizer.eos_token_id)
         action_ids = [row[:n].tolist() for row, n in zip(new_tokens, lengths)]
         texts = self.tokenizer.batch_decode(action_ids, skip_special_tokens=True)
@@ -219,14 +216,42 @@ class LanguagePolicy:
             for text, prompt, action, row, n in zip(texts, prompt_ids, action_ids, logprobs, lengths)
         ]
 
-    def _prefix_cache(self, prefix_ids: torch.Tensor, groups: list[int]):
+    def _generate(self, model, batch, cache, sampler: TokenSampler, max_new_tokens: int) -> torch.Tensor:
+        """The new tokens of ``generate`` (the ``generate`` and ``static`` engines), on the CPU.
+
+        ``generate`` runs greedy over the sampler's one finite score; the checkpoint's generation
+        config cannot add a penalty or a warper of its own (do_sample and the penalty are set)."""
+        static, rows = {}, batch["input_ids"].shape[0]
+        if self.engine == "static":
+            # shapes in buckets, so that the step compiled for one turn serves the next ones
+            batch, rows = bucketed(batch, self.tokenizer.pad_token_id)
+            static = {"cache_implementation": "static"}
+        with warnings.catch_warnings():
+            # some transformers releases warn that generate's past_key_values is to be called
+            # cache; the old name still works and says nothing the reader can act on
+            warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
+            sequences = model.generate(
+                **batch,
+                **({CACHE_KEYWORD: cache} if cache is not None else {}),
+                **static,
+                do_sample=False,
+                repetition_penalty=1.0,
+                logits_processor=LogitsProcessorList([sampler]),
+                max_new_tokens=max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+            )
+        # With left padding every prompt ends at the same column, so new tokens start there.
+        return sequences[:rows, batch["input_ids"].shape[1] :].cpu()  # one transfer, not one per row
+
+    def _prefix_cache(self, model, prefix_ids: torch.Tensor, groups: list[int]):
         """The key/value cache of every row's ``prefix_ids``, computed once per group of equal rows."""
         first = {g: i for i, g in reversed(list(enumerate(groups)))}  # one row per group, by group id
         distinct = prefix_ids[[first[g] for g in range(len(first))]]
-        base = unwrap_peft(self.model)
+        base = unwrap_peft(model)
         # only the cache is wanted: skip the (n, vocab) logits where the model allows it
         extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
-        output = self.model(input_ids=distinct, attention_mask=torch.ones_like(distinct), use_cache=True, **extra)
+        output = model(input_ids=distinct, attention_mask=torch.ones_like(distinct), use_cache=True, **extra)
         cache = output[CACHE_KEYWORD]
         cache.batch_select_indices(torch.tensor(groups, device=prefix_ids.device))
         return cache

@@ -84,6 +84,14 @@ class TokenSampler(LogitsProcessor):
         self._chosen: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        tokens, logprobs = self.choose(input_ids, scores)
+        self._chosen.append(logprobs)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+
+    def choose(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(batch, 1) chosen tokens and their (batch, 1) log-probabilities, for ``scores`` (batch,
+        vocab) after ``input_ids`` (what the repetition penalty reads). Records nothing: the
+        rollout engine (:mod:`tutorial_lib.lm.engine`) keeps them itself, as rows leave its batch."""
         for warper in self.warpers:
             scores = warper(input_ids, scores)
         logprobs = scores.float().log_softmax(-1)
@@ -94,8 +102,7 @@ class TokenSampler(LogitsProcessor):
             tokens = torch.searchsorted(cdf, u).clamp_(max=scores.shape[-1] - 1)
         else:
             tokens = logprobs.argmax(-1, keepdim=True)
-        self._chosen.append(logprobs.gather(1, tokens))
-        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+        return tokens, logprobs.gather(1, tokens)
 
     def logprobs(self, steps: int) -> torch.Tensor:
         """(batch, steps) log-probabilities of the chosen tokens, on the CPU.

@@ -72,7 +72,7 @@ import torch
 from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size
 from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
 from tutorial_lib.rl.advantages import gae, whiten
-from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, sampler_kl_sums
+from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, microbatch_size, sampler_kl_sums
 from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
 from tutorial_lib.runtime import distributed
 
@@ -275,7 +275,7 @@ class PPO:
         k1 = k3 = 0.0
         self.policy.model.eval()
         start = 0
-        for micro in batch.split(self.settings.microbatch_turns):
+        for micro in batch.split(microbatch_size(self.settings, self.policy.model, batch)):
             inputs = micro.model_inputs()
             scores, micro_values = self.logprobs_and_values(inputs)
             micro = micro.to(scores.logprobs.device)
@@ -371,7 +371,7 @@ class PPO:
                 stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
                 self.optimizer.zero_grad(set_to_none=True)
                 finite = True
-                for micro in minibatch.split(s.microbatch_turns) if minibatch else []:  # gradients add up
+                for micro in minibatch.split(microbatch_size(s, self.policy.model, minibatch)) if minibatch else []:  # gradients add up
                     scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
                     micro = micro.to(values.device)
                     mask = micro.action_mask  # (turns, a)

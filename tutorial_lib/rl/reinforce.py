@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
-from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, sampler_kl_sums
+from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, microbatch_size, sampler_kl_sums
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
 from tutorial_lib.runtime import distributed
 
@@ -102,7 +102,7 @@ def reinforce_step(model, optimizer, batch: TurnBatch, settings: ReinforceSettin
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums = {"loss": 0.0, "entropy": 0.0, "kl_k1": 0.0, "kl_k3": 0.0, "ratio": 0.0}
-    for micro in batch.split(settings.microbatch_turns):  # micro-batches: memory, not maths
+    for micro in batch.split(microbatch_size(settings, model, batch)):  # micro-batches: memory, not maths
         scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
         micro = micro.to(scores.logprobs.device)
         mask = micro.action_mask  # (turns, A)

@@ -76,6 +76,9 @@ class RLSettings:
     #: turns per forward/backward pass (a micro-batch): memory, not maths; their gradients add up
     #: to one optimiser step
     microbatch_turns: int = 128
+    #: size each update's micro-batches to the model, the batch's longest turn and the device's free
+    #: memory instead (:func:`microbatch_size`): ``microbatch_turns`` is then ignored
+    size_to_device: bool = False
     #: sampling preset while collecting (``rl``: the model's own distribution)
     sampling: str = "rl"
     #: sampling temperature; the trainer scores with the same one, so the policy being trained is
@@ -104,6 +107,26 @@ class RLSettings:
         for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+
+def microbatch_size(settings: RLSettings, model, batch) -> int:
+    """Turns per forward/backward pass of an update of ``batch`` (a :class:`~tutorial_lib.rl.rollout.TurnBatch`):
+    ``settings.microbatch_turns``, or with ``settings.size_to_device`` as many as the device's
+    free memory holds (:func:`~tutorial_lib.runtime.memory_plan.plan_training`)."""
+    if not settings.size_to_device:
+        return settings.microbatch_turns
+    from tutorial_lib.lm.lm_parts import unwrap_peft
+    from tutorial_lib.runtime.memory_plan import plan_training
+
+    longest = max(len(t.prompt_ids) + len(t.action_ids) for t in batch.turns)
+    scored = max(len(t.action_ids) for t in batch.turns) + 1
+    plan = plan_training(model, examples_per_step=len(batch), tokens_per_example=longest, scored_tokens=scored,
+                         divides=False)
+    base = unwrap_peft(model)
+    # not one turn fits without checkpointing (transformers 5 renamed it "activation checkpointing")
+    if plan.checkpointing and not getattr(base, "is_activation_checkpointing", base.is_gradient_checkpointing):
+        getattr(base, "activation_checkpointing_enable", base.gradient_checkpointing_enable)()
+    return plan.micro_batch
 
 
 @dataclass
