@@ -297,9 +297,12 @@ def per_process_batch(settings: SFTSettings) -> int:
 def sized_to_device(settings: SFTSettings, model, dataset) -> SFTSettings:
     """``settings`` with the micro-batch, accumulation and checkpointing of
     :func:`~tutorial_lib.runtime.memory_plan.plan_training` for ``model`` and the longest example
-    of ``dataset``; the examples per optimiser step (per process) stay as written."""
-    from tutorial_lib.runtime.memory_plan import plan_training
+    of ``dataset``; the examples per optimiser step (per process) stay as written. On a CPU the
+    settings stand as written (:func:`~tutorial_lib.runtime.memory_plan.sizes_by_memory`)."""
+    from tutorial_lib.runtime.memory_plan import plan_training, sizes_by_memory
 
+    if not sizes_by_memory(model):
+        return settings
     longest = max(len(ids) for ids in dataset["input_ids"])
     scored = max(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
     plan = plan_training(model, examples_per_step=settings.batch_size * settings.gradient_accumulation_steps,

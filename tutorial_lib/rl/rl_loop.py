@@ -111,12 +111,13 @@ class RLSettings:
 
 def microbatch_size(settings: RLSettings, model, batch) -> int:
     """Turns per forward/backward pass of an update of ``batch`` (a :class:`~tutorial_lib.rl.rollout.TurnBatch`):
-    ``settings.microbatch_turns``, or with ``settings.size_to_device`` as many as the device's
-    free memory holds (:func:`~tutorial_lib.runtime.memory_plan.plan_training`)."""
-    if not settings.size_to_device:
-        return settings.microbatch_turns
+    ``settings.microbatch_turns``, or with ``settings.size_to_device`` on an accelerator as many as
+    its free memory holds (:func:`~tutorial_lib.runtime.memory_plan.plan_training`)."""
     from tutorial_lib.lm.lm_parts import unwrap_peft
-    from tutorial_lib.runtime.memory_plan import plan_training
+    from tutorial_lib.runtime.memory_plan import plan_training, sizes_by_memory
+
+    if not settings.size_to_device or not sizes_by_memory(model):  # a CPU keeps the written size
+        return settings.microbatch_turns
 
     longest = max(len(t.prompt_ids) + len(t.action_ids) for t in batch.turns)
     scored = max(len(t.action_ids) for t in batch.turns) + 1

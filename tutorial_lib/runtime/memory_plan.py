@@ -52,6 +52,15 @@ class TrainingPlan:
                 f"{self.budget_bytes / 2**30:.1f} GiB allowed")
 
 
+def sizes_by_memory(model) -> bool:
+    """Whether ``model``'s device is one where training passes are sized by memory: an accelerator.
+
+    On a CPU a pass costs in proportion to its examples (there are no kernel launches to amortise),
+    so a larger micro-batch buys no speed there: it pads more examples to its longest one and holds
+    more activations in memory the machine shares. So on a CPU the settings as written stand."""
+    return next(model.parameters()).device.type != "cpu"
+
+
 def free_memory_bytes(device: torch.device | str | None = None) -> int:
     """Memory free for training on ``device``: the CUDA allocator's view of the card, or the
     operating system's available memory on a CPU."""
