@@ -70,7 +70,7 @@ def test_the_gpu_script_parses_and_names_its_parts():
     script = ROOT / "benchmarks" / "gpu_full_path.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)  # a syntax error fails here, not on a GPU
     done = subprocess.run(["bash", str(script), "nonsense"], capture_output=True, text=True)
-    assert done.returncode == 2 and "qwen, smollm2 or smollm2-rl" in done.stderr
+    assert done.returncode == 2 and "qwen, smollm2, smollm2-rl, engine or pretrained-rl" in done.stderr
 
 
 def test_every_chapter_is_in_the_toc():

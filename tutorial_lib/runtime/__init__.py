@@ -5,5 +5,6 @@ Modules: ``device`` (CUDA / TPU / MPS / CPU in one place), ``cpu_threads`` (the 
 per process), ``cache`` (where built models, data, checkpoints and runs are kept), ``progress``
 (progress bars for terminals and the built book), ``tracking`` (metrics to CSV / TensorBoard,
 resumable checkpoints), ``distributed`` (several processes under ``accelerate launch``: the
-identity in one). The bottom layer: it imports nothing else of ``tutorial_lib``.
+identity in one), ``memory_plan`` (micro-batch, accumulation and checkpointing sized to the model and
+the device's free memory). The bottom layer: it imports nothing else of ``tutorial_lib``.
 """

@@ -32,8 +32,6 @@ from dataclasses import dataclass
 
 import torch
 
-from tutorial_lib.lm.lm_parts import unwrap_peft
-
 
 @dataclass(frozen=True)
 class TrainingPlan:
@@ -86,7 +84,8 @@ def state_bytes(model) -> int:
 def example_bytes(model, tokens: int, *, checkpointing: bool, scored_tokens: int | None = None) -> int:
     """Activation memory of one example of ``tokens`` tokens (``scored_tokens`` of them through the
     output layer: all by default) in a training step (see the module docstring)."""
-    config = unwrap_peft(model).config
+    # under PEFT's wrapper, the transformers model's config (this layer imports nothing of ``lm``)
+    config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     intermediate = getattr(config, "intermediate_size", 4 * hidden)
     width = next(model.parameters()).element_size()
