@@ -324,10 +324,11 @@ PRESETS["full"] = replace(PRESETS["full"], games={
 def _gpu_preset() -> Preset:
     """``small``'s model, recipes and learning rates, with counts for one GPU (see the module docstring).
 
-    The counts are estimates from the decode and training rates measured on an H100 and an H200
-    (benchmarks/results/gpu_full_path.md, rollout_engine*.jsonl): a chapter's sampling is launch-bound,
-    so more games side by side cost little more time, and the training passes are sized to the card.
-    Chapter times on a T4 are not yet measured: benchmarks/results/README.md says what is.
+    The counts are estimates, not yet timed on a T4-class card: from the H200 record
+    (benchmarks/results/gpu_full_path.md: a REINFORCE iteration of 256 turns with 32 games side by
+    side took ~14 s, mostly sampling), on the reasoning that a small model's sampling is bound by
+    kernel launches, so more games side by side cost little more time, and that the training passes
+    are sized to the card (``size_to_device``).
     """
     small = PRESETS["small"]
 
