@@ -462,7 +462,7 @@ if pretrained_runs:
     display(pretrained_rl_summary(pretrained_runs))
 else:
     say("No GPU run of benchmarks/pretrained_rl.py is recorded yet, so the book makes no claim about RL on "
-        "SmolLM2: on this page's CPU, the RL section above shows what an iteration costs, not what many "
+        "SmolLM2: the RL section above shows what an iteration of this chapter costs, not what many "
         "iterations would do.")
 
 # %% [markdown]
