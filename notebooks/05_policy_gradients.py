@@ -412,7 +412,9 @@ show_source(rebn_by_state)
 # quantised copy): the logged `kl_k1` and `kl_k3` estimate KL(sampler ‖ trainer) two ways and
 # should stay near zero. Adam uses β = (0.9, 0.95). Every iteration's metrics go to `metrics.csv`
 # and TensorBoard; a checkpoint (weights, optimiser, random state) lets `resume=True` continue a
-# stopped run exactly.
+# stopped run exactly, even one killed while it wrote that checkpoint: it is written aside and
+# renamed into place whole (`tutorial_lib.runtime.durable`), so the next run finds the older
+# checkpoint or the newer one.
 #
 # ### The loss on one batch, by hand
 #

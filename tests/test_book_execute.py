@@ -156,15 +156,17 @@ def test_each_chapter_after_chapter_4_waits_for_this_builds_checkpoints(tmp_path
     from tutorial_lib.book_tools.book_execute import checkpoints_written_since
     from tutorial_lib.pipeline import sft_dir
     from tutorial_lib.presets import get_preset
+    from tutorial_lib.runtime.durable import seal
 
     monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
     monkeypatch.setenv("TUTORIAL_SCALE", "ci")
     preset = get_preset()
 
-    def finish(game):
-        path = sft_dir(game, preset) / "sft_result.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
+    def finish(game):  # what train_sft's last write leaves: the folder sealed
+        folder = sft_dir(game, preset)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "sft_result.json").write_text("{}")
+        seal(folder)
 
     finish("tictactoe")  # an earlier build's checkpoint
     time.sleep(0.05)

@@ -7,20 +7,21 @@ import sys
 import pytest
 
 from tutorial_lib.data.expert_data import load_examples, save_examples
-from tutorial_lib.runtime.cache import folder_lock, write_whole
+from tutorial_lib.runtime.cache import folder_lock
+from tutorial_lib.runtime.durable import write_bytes, write_text
 
 
-def test_write_whole_replaces_the_file_and_leaves_nothing_else(tmp_path):
-    path = write_whole(tmp_path / "deep" / "a.json", "old")
-    write_whole(path, "new")
+def test_write_text_replaces_the_file_and_leaves_nothing_else(tmp_path):
+    path = write_text(tmp_path / "deep" / "a.json", "old")
+    write_text(path, "new")
     assert path.read_text() == "new"
     assert [p.name for p in path.parent.iterdir()] == ["a.json"]
 
 
 def test_a_failed_write_keeps_the_old_file(tmp_path):
-    path = write_whole(tmp_path / "a.json", "old")
+    path = write_text(tmp_path / "a.json", "old")
     with pytest.raises(TypeError):
-        write_whole(path, 42)  # not text: fails while writing the temporary file
+        write_bytes(path, 42)  # not bytes: fails while writing the temporary file
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 

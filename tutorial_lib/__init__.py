@@ -14,7 +14,7 @@ Packages by layer; each may import only those listed below it, and ``make test``
 ``evaluation``  playing episodes, summaries (chapters 1, 8)
 ``lm``          loading models, the tiny model, prompts, tokens, sampling, policies (chapters 2, 9)
 ``envs``        the four games, action parsing, minimax (chapters 1-3)
-``runtime``     device, CPU threads, cache, progress bars, metrics and checkpoints, processes
+``runtime``     device, CPU threads, cache, crash-safe writes, progress bars, metrics and checkpoints, processes
 =============== ================================================================================
 
 Each package's docstring lists its modules; each module's docstring names the chapter that teaches it.

@@ -12,7 +12,10 @@
 ``rl`` starts from ``--init`` (a folder written by ``sft``, or ``tiny``), by default from the
 chapter-4 checkpoint of the game (trained now if the cache has none); it writes ``metrics.csv``,
 TensorBoard logs, a resumable ``checkpoint/`` and the final ``model/`` (PPO adds ``value_model.pt``
-to it), and prints one JSON line.
+to it), and prints one JSON line. A run killed at any instant goes on with ``--resume``: ``rl`` from
+its newest complete ``checkpoint/`` (every ``--save-every`` iterations), ``sft`` from its newest
+complete ``checkpoint-N`` (every ``--save-steps`` steps), with the weights the uninterrupted run
+would have had (``tests/test_crash_safety.py`` kills both and checks).
 
 Every stage takes ``--preset ci|small|gpu|full`` (default: ``TUTORIAL_SCALE``) and smallest-count options
 for a smoke run of the whole path (``data --episodes``, ``sft --max-steps``, ``rl --iterations
@@ -97,13 +100,15 @@ def _sft(args) -> int:
         settings.epochs = args.epochs
     if args.max_steps is not None:
         settings.max_steps = args.max_steps
+    if args.save_steps is not None:
+        settings.save_steps = args.save_steps
     with distributed.main_first():  # a model built on first use (the tiny one) is built once
         policy = load_policy(preset.model, lora=lora_for(preset), load_in_4bit=args.load_in_4bit)
     if args.load_in_4bit:
         settings.optim = "paged_adamw_8bit"
     # Progress and the Trainer's log lines go to stderr: stdout is the one JSON line below.
     with contextlib.redirect_stdout(sys.stderr):
-        result = train_sft(policy, examples, settings, output_dir=args.out)
+        result = train_sft(policy, examples, settings, output_dir=args.out, resume=args.resume)
     losses = result.losses
     if distributed.is_main():
         print(json.dumps({"output_dir": str(result.output_dir), "examples": result.examples,
@@ -170,6 +175,8 @@ def _rl(args) -> int:
     # the command line's counts, through replace: the settings' checks run again on the result
     if args.iterations is not None and args.algo != "grpo":
         settings = replace(settings, iterations=args.iterations)
+    if args.save_every is not None:
+        settings = replace(settings, **{"save_steps" if args.algo == "grpo" else "save_every": args.save_every})
     if args.turns_per_iteration is not None and args.algo != "grpo":
         turns = args.turns_per_iteration
         settings = replace(settings, turns_per_iteration=turns, num_envs=min(settings.num_envs, turns),
@@ -222,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     sft.add_argument("--data", help="a JSON-lines file from `data` (made now when omitted)")
     sft.add_argument("--epochs", type=float)
     sft.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    sft.add_argument("--save-steps", type=int, help="keep a resumable checkpoint every this many optimiser steps")
+    sft.add_argument("--resume", action="store_true",
+                     help="continue from the newest complete checkpoint in OUT (written with --save-steps)")
     sft.add_argument("--load-in-4bit", action="store_true", help="QLoRA: 4-bit base weights (CUDA only)")
     sft.add_argument("--quiet", action="store_true")
     ev = commands.add_parser("evaluate", help="play a policy and print its metrics")
@@ -248,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     rl.add_argument("--iterations", type=int, help="RL iterations (GRPO: optimiser steps)")
     rl.add_argument("--turns-per-iteration", type=int)
+    rl.add_argument("--save-every", type=int, help="checkpoint every this many iterations (GRPO: optimiser steps)")
     rl.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     distributed.setup()  # under accelerate launch: join the other processes before any model loads

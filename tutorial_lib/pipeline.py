@@ -34,6 +34,7 @@ from tutorial_lib.presets import Preset
 from tutorial_lib.rl.grpo import GRPOSettings
 from tutorial_lib.rl.ppo import PPOSettings
 from tutorial_lib.rl.reinforce import ReinforceSettings
+from tutorial_lib.runtime import durable
 from tutorial_lib.runtime.cache import cache_root, folder_lock
 
 #: bump when expert data or SFT recipes change, so stale cache entries are not reused
@@ -144,7 +145,7 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
     # under the folder's lock: a chapter running beside chapter 4 (make book) waits for its training
     # to finish, or trains the checkpoint itself, instead of loading half of one
     with folder_lock(folder):
-        if not (folder / "sft_result.json").exists():
+        if not durable.recover(folder):  # none, or one whose training was killed: (re)trained whole
             policy = load_policy(preset.model, lora=lora_for(preset))
             # the trainer's live table and log lines only when asked for (a notebook would fill with them)
             train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),

@@ -33,7 +33,8 @@ from pathlib import Path
 from tutorial_lib.book_tools.book import RECORD_NAME, ROOT, chapter_sources
 from tutorial_lib.pipeline import sft_dir
 from tutorial_lib.presets import get_preset, scale_name
-from tutorial_lib.runtime.cache import write_whole
+from tutorial_lib.runtime import durable
+from tutorial_lib.runtime.durable import write_text
 
 #: chapter -> the chapters whose cached results it loads. The shared caches every chapter may write
 #: (the tiny model, expert data, an SFT checkpoint trained on demand) are written whole or under a
@@ -69,13 +70,14 @@ CHAPTER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
 
 def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ...]] | None = None):
     """chapter -> a test that every SFT checkpoint it loads was finished after ``since`` (wall clock):
-    by this build, not an earlier one (``sft_result.json`` is written last, whole, under the folder's lock)."""
+    by this build, not an earlier one (its seal, :data:`~tutorial_lib.runtime.durable.MANIFEST`, is
+    written last, whole, under the folder's lock)."""
 
     preset = get_preset()  # the kernels' preset: they inherit this process's TUTORIAL_SCALE
 
     def written(games: tuple[str, ...]):
         def test() -> bool:
-            results = [sft_dir(game, preset) / "sft_result.json" for game in games]
+            results = [sft_dir(game, preset) / durable.MANIFEST for game in games]
             return all(path.exists() and path.stat().st_mtime >= since for path in results)
         return test
 
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     busy = sum(run.seconds for run in runs)
     print(f"{len(runs)} of {len(notebooks)} chapters ran in {wall:.0f} s ({busy:.0f} s of chapters, "
           f"{args.jobs} at a time)")
-    write_whole(args.record, json.dumps({"jobs": args.jobs, "wall_seconds": round(wall, 1),
+    write_text(args.record, json.dumps({"jobs": args.jobs, "wall_seconds": round(wall, 1),
                                          "chapters": [asdict(run) for run in runs]}, indent=1))
     return 0 if len(runs) == len(notebooks) and all(run.error is None for run in runs) else 1
 

@@ -43,7 +43,7 @@ from tutorial_lib.envs.tictactoe import worked_lines as lines_text
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.lm.policies import ExpertPolicy
 from tutorial_lib.lm.prompts import Turn, build_prompt_text
-from tutorial_lib.runtime.cache import write_whole
+from tutorial_lib.runtime.durable import write_text
 from tutorial_lib.runtime.progress import progress_bar
 
 
@@ -386,7 +386,7 @@ def counterfactual_recipes(examples: list[dict[str, Any]], seed: int = 0, step_c
 def save_examples(examples: list[dict[str, Any]], path: str | Path) -> Path:
     """Write examples as JSON lines (one example a line), whole: a chapter running beside another
     (make book) that reads the same cached file sees all of it or none of it."""
-    return write_whole(path, "".join(json.dumps(example) + "\n" for example in examples))
+    return write_text(path, "".join(json.dumps(example) + "\n" for example in examples))
 
 
 def load_examples(path: str | Path):
@@ -396,7 +396,16 @@ def load_examples(path: str | Path):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no expert data at {path}; make it with: python -m tutorial_lib data --out DIR")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:  # cut short or overwritten by something else: this library writes it whole
+            raise ValueError(f"{path}, line {number}, is not a whole example ({error}): the file is damaged; "
+                             "delete it (a chapter makes it again) or make it anew with "
+                             "`python -m tutorial_lib data`") from error
     if not rows:
         raise ValueError(f"{path} holds no examples")
     return datasets.Dataset.from_list(rows)

@@ -36,8 +36,8 @@ from tutorial_lib.lm.lm_parts import BODY_INPUTS, body_hidden_states, output_log
 from tutorial_lib.lm.policies import LanguagePolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.lm.tokenization import IGNORE_INDEX, encode_prompt_completion
-from tutorial_lib.runtime import distributed
-from tutorial_lib.runtime.cache import folder_lock, write_whole
+from tutorial_lib.runtime import distributed, durable
+from tutorial_lib.runtime.cache import folder_lock
 from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
 from tutorial_lib.runtime.device import default_dtype, device_kind
 from tutorial_lib.runtime.progress import quiet_transformers
@@ -267,7 +267,8 @@ def _completion_only_trainer():
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
-    return sorted(output_dir.glob("checkpoint-*")) if output_dir.is_dir() else []
+    """The run's resumable stops that were written whole, oldest first (half-written ones go)."""
+    return durable.trainer_checkpoints(output_dir)
 
 
 def _stop_at_fraction(fraction: float):
@@ -382,6 +383,12 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
     if part == 1 and parts > 1 and not resume:
         for stale in _checkpoints(output_dir):  # an interrupted earlier run's stops: part 2 must resume from ours
             shutil.rmtree(stale)
+    if resume and not _checkpoints(output_dir):
+        raise FileNotFoundError(f"no complete checkpoint in {output_dir} to resume from: start without resume")
+    if distributed.is_main():
+        # the folder's files are rewritten in place from here on: until the new seal at the end, no
+        # reader takes them for a finished model
+        durable.unseal(output_dir)
     dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
     if settings.size_to_device:
         settings = sized_to_device(settings, policy.model, dataset)
@@ -394,6 +401,7 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
                                              processing_class=policy.tokenizer)
         trainer.padding_seen, trainer.group_by_length = [0, 0], settings.group_by_length
         trainer.add_callback(threads_callback())
+        trainer.add_callback(durable.sealing_callback())  # each checkpoint trusted once written whole
         if not settings.progress:
             from transformers import PrinterCallback
 
@@ -403,7 +411,8 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         if part < parts:
             trainer.add_callback(_stop_at_fraction(part / parts))
         start = time.perf_counter()
-        trainer.train(resume_from_checkpoint=(resume or part > 1) or None)
+        # the newest checkpoint written whole (the Trainer's own choice would be the newest folder)
+        trainer.train(resume_from_checkpoint=str(_checkpoints(output_dir)[-1]) if resume or part > 1 else None)
         seconds = time.perf_counter() - start
         policy.model.eval()
         # time and padding add up over the parts of a staged run (the Trainer's own state does not keep them)
@@ -414,7 +423,7 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         seconds = tally["seconds"]
         if part < parts:
             if distributed.is_main():
-                tally_file.write_text(json.dumps(tally))
+                durable.write_text(tally_file, json.dumps(tally))
             return SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens),
                              finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps)
         trainer.save_model(str(output_dir))  # the main process writes it (the Trainer's should_save)
@@ -434,10 +443,11 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
     padding = round(1 - real / positions, 4) if positions else 0.0
     result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens), padding,
                        step=trainer.state.global_step, total_steps=trainer.state.max_steps, **shape)
-    write_whole(output_dir / "sft_result.json", json.dumps(
+    durable.write_text(output_dir / "sft_result.json", json.dumps(
         {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
          "padding_fraction": padding, "log_history": result.log_history, **shape},
         indent=1,
     ))
+    durable.seal(output_dir)  # the last write: from here on a reader may trust the folder
     distributed.wait_for_everyone()
     return result

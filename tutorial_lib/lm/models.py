@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ import torch
 
 from tutorial_lib.lm.policies import LanguagePolicy
 from tutorial_lib.lm.tiny_model import TinyConfig, tiny_model_dir
+from tutorial_lib.runtime import durable
 from tutorial_lib.runtime.cache import cache_root
 from tutorial_lib.runtime.device import can_load_in_4bit, default_dtype, device_kind, get_device
 from tutorial_lib.runtime.progress import quiet_transformers
@@ -109,39 +108,34 @@ def offline_model_file(name: str) -> Path:
 
 def offline_model_dir(name: str) -> Path:
     """A ``save_pretrained`` folder of the offline model ``name``, converted from its GGUF file the
-    first time (~20 s and 540 MB of float32 weights in the cache) and reused after."""
+    first time (~20 s and 540 MB of float32 weights in the cache) and reused after. Written whole:
+    a conversion killed half-way is done again, never loaded."""
     entry = OFFLINE_MODELS.get(name)
     if entry is None:
         raise ValueError(f"{name!r} is not an offline model; they are: {', '.join(OFFLINE_MODELS)}")
-    target = cache_root() / "models" / name
-    if (target / "config.json").exists():
-        return target
-    gguf_path = offline_model_file(name)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with quiet_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
-                                                      dtype=torch.float32)
-        # A model loaded from GGUF refuses save_pretrained; the same architecture built from its
-        # config (without the GGUF marker) takes its dequantised weights and saves like any model.
-        config = loaded.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        model = type(loaded)(config)
-        model.load_state_dict(loaded.state_dict(), strict=True)
-        model.generation_config = loaded.generation_config
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
-        model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / "offline_model.json").write_text(json.dumps({"name": name, "source": str(gguf_path),
-                                                            "hub_id": entry.hub_id}, indent=1))
-    try:  # renamed into place whole, so an interrupted conversion never leaves half a folder
-        staging.rename(target)
-    except OSError:  # another process converted it first
-        shutil.rmtree(staging)
-    return target
+    def convert(staging: Path) -> None:
+        gguf_path = offline_model_file(name)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                          dtype=torch.float32)
+            # A model loaded from GGUF refuses save_pretrained; the same architecture built from its
+            # config (without the GGUF marker) takes its dequantised weights and saves like any model.
+            config = loaded.config
+            if hasattr(config, "quantization_config"):
+                del config.quantization_config
+            model = type(loaded)(config)
+            model.load_state_dict(loaded.state_dict(), strict=True)
+            model.generation_config = loaded.generation_config
+            model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "offline_model.json").write_text(json.dumps({"name": name, "source": str(gguf_path),
+                                                                "hub_id": entry.hub_id}, indent=1))
+
+    return durable.build_once(cache_root() / "models" / name, convert)
 
 
 def lora_config(lora: bool | dict | Any):
@@ -236,6 +230,9 @@ def load_policy(
         if kind != "cuda":
             raise RuntimeError(f"load_in_4bit needs the CUDA device; device={kind!r} was asked for")
     torch_device = get_device(kind)
+    if Path(name).parent.is_dir():  # a local folder (or a hub id, which no folder matches)
+        for folder in (Path(name), Path(name) / "model"):
+            durable.check_written(folder)  # a model written whole, perhaps interrupted while replaced
     adapter_config = Path(name) / "adapter_config.json"
     if Path(name).is_dir() and not (Path(name) / "config.json").exists() and not adapter_config.exists():
         # a run's folder (``rl`` writes its model to ``model/``), or a folder with no model at all

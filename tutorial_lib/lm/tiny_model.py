@@ -18,13 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tutorial_lib import envs
 from tutorial_lib.lm.prompts import Turn, build_prompt_text
+from tutorial_lib.runtime import durable
 from tutorial_lib.runtime.cache import cache_root
 from tutorial_lib.runtime.progress import quiet_transformers
 
@@ -163,25 +162,20 @@ def build_model(tokenizer, config: TinyConfig):
 
 
 def tiny_model_dir(config: TinyConfig = TinyConfig(), *, rebuild: bool = False) -> Path:
-    """The cache folder holding the tiny model and tokenizer for ``config``, built if missing."""
+    """The cache folder holding the tiny model and tokenizer for ``config``, built if missing (or
+    ``rebuild``). Written whole: a build killed half-way is built again, never loaded."""
     target = cache_root() / f"tiny-{config.key()}"
-    if (target / "config.json").exists() and not rebuild:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(game_corpus(config.corpus_episodes, config.seed), config.vocab_size)
-    model = build_model(tokenizer, config)
-    # Write to a temporary folder and rename, so an interrupted build never leaves half a cache.
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-"))
-    with quiet_transformers():
-        model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / "tiny_config.json").write_text(json.dumps(asdict(config), indent=2))
-    if rebuild and target.exists():
-        shutil.rmtree(target)
-    try:
-        staging.rename(target)
-    except OSError:  # another process finished the same build first: keep its copy
-        shutil.rmtree(staging)
-        if not (target / "config.json").exists():
-            raise
+
+    def build(staging: Path) -> None:
+        tokenizer = train_tokenizer(game_corpus(config.corpus_episodes, config.seed), config.vocab_size)
+        model = build_model(tokenizer, config)
+        with quiet_transformers():
+            model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "tiny_config.json").write_text(json.dumps(asdict(config), indent=2))
+
+    if not rebuild:
+        return durable.build_once(target, build)
+    with durable.building(target) as staging:
+        build(staging)
     return target

@@ -42,7 +42,7 @@ from tutorial_lib.lm.lm_parts import unwrap_peft
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS
 from tutorial_lib.lm.prompts import Turn, build_messages
 from tutorial_lib.rl.rl_loop import RLResult, run_progress_bar, save_final_model, write_run_settings
-from tutorial_lib.runtime import distributed
+from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
 from tutorial_lib.runtime.device import default_dtype, device_kind
 from tutorial_lib.runtime.progress import quiet_transformers
@@ -380,6 +380,7 @@ def build_trainer(policy, settings: GRPOSettings, dataset, *, out_dir: str | Pat
     trainer.remove_callback(PrinterCallback)  # prints every log dict when tqdm is off
     trainer.remove_callback(ProgressCallback)  # ours is drawn by the history callback
     trainer.add_callback(threads_callback())
+    trainer.add_callback(durable.sealing_callback())  # a checkpoint is resumed from once written whole
     if trainer.ref_model is not None:
         # TRL builds the reference by reloading the model from ``config._name_or_path``: the weights
         # on disk, not the policy as it is now (after an earlier RL run, say). The KL is to the start
@@ -452,7 +453,6 @@ def train_grpo(
 
 
 def _last_checkpoint(out_dir: Path) -> Path | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    found = get_last_checkpoint(str(out_dir)) if out_dir.exists() else None
-    return Path(found) if found else None
+    """The newest checkpoint written whole (a half-written one, from a killed run, is deleted)."""
+    complete = durable.trainer_checkpoints(out_dir)
+    return complete[-1] if complete else None

@@ -46,11 +46,12 @@ from typing import Any
 import torch
 
 from tutorial_lib.rl.rollout import Rollout, collect
-from tutorial_lib.runtime import distributed
+from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import fit_threads
 from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
 from tutorial_lib.runtime.tracking import (
     MetricsLog,
+    has_checkpoint,
     load_checkpoint,
     rng_state,
     save_checkpoint,
@@ -189,7 +190,7 @@ def write_run_settings(out_dir: Path, game: str, algo: str, settings) -> None:
     """``out_dir/rl_settings.json``: the game, the algorithm and every setting of the run (and the
     number of processes, when several ran it)."""
     processes = {"processes": distributed.num_processes()} if distributed.launched() else {}
-    (out_dir / "rl_settings.json").write_text(
+    durable.write_text(out_dir / "rl_settings.json",
         json.dumps({"game": game, "algo": algo, **processes, **asdict(settings)}, indent=1, default=str))
 
 
@@ -206,15 +207,17 @@ def run_progress_bar(algo: str, game: str, *, token_budget: int | None, steps: i
 def save_final_model(policy, out_dir: Path, modules: dict[str, torch.nn.Module] | None = None) -> None:
     """The trained model and its tokenizer in ``out_dir/model`` (what ``load_policy`` and the CLI's
     ``evaluate --policy`` read), with extra modules (a value head) beside them as ``<name>.pt``.
-    Written by the main process; the others wait until it is there."""
+    Written by the main process, whole (a crash leaves the older model or this one); the others wait
+    until it is there."""
     if not distributed.is_main():
         distributed.wait_for_everyone()
         return
-    with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
-        policy.model.save_pretrained(out_dir / "model")
-    policy.tokenizer.save_pretrained(out_dir / "model")
-    for name, module in (modules or {}).items():
-        torch.save(module.state_dict(), out_dir / "model" / f"{name}.pt")
+    with durable.building(out_dir / "model") as staging:
+        with quiet_transformers():  # a bar for a file of a few MB would be the chapter's noise
+            policy.model.save_pretrained(staging)
+        policy.tokenizer.save_pretrained(staging)
+        for name, module in (modules or {}).items():
+            torch.save(module.state_dict(), staging / f"{name}.pt")
     distributed.wait_for_everyone()
 
 
@@ -269,7 +272,8 @@ class Run:
         saved state (``{}`` for a new run); opens the metrics log and the progress bar."""
         state: dict[str, Any] = {}
         if self.resume:
-            if not (self.out_dir / "checkpoint").exists():
+            # the newest complete checkpoint, after a crash in the middle of writing one
+            if not has_checkpoint(self.out_dir / "checkpoint"):
                 raise FileNotFoundError(f"nothing to resume in {self.out_dir}: no checkpoint" +
                                         (f" (run stage {self.part - 1} of {self.parts} first)" if self.part > 1 else ""))
             self.start, saved = load_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer,

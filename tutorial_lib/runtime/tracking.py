@@ -11,19 +11,27 @@ everything the next iteration reads: the trainable weights (the LoRA adapters on
 the optimiser's state, the iteration counter, the caller's own state (a sampler seed...) and the
 random-number generators of Python, NumPy and PyTorch. ``tests/test_reinforce.py`` checks that a
 run stopped and resumed ends with exactly the weights of an uninterrupted one.
+
+A run can also be killed in the middle of writing a checkpoint or a log row. Both are written whole
+(:mod:`tutorial_lib.runtime.durable`): the next process finds the older checkpoint or the newer one,
+never half of one, and a file damaged some other way gives an error that names it and says what to
+do. ``tests/test_crash_safety.py`` kills the writers at every file-system operation.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from tutorial_lib.runtime import durable
 
 
 class MetricsLog:
@@ -43,8 +51,7 @@ class MetricsLog:
         self.files = files
         self.rows: list[dict[str, Any]] = []
         if resume_from is not None and self.path.exists():
-            with self.path.open() as f:
-                self.rows = [_numbers(row) for row in csv.DictReader(f) if int(row["step"]) <= resume_from]
+            self.rows = [row for row in read_metrics(self.path) if row["step"] <= resume_from]
         self.writer = None
         if not files:
             return
@@ -66,19 +73,43 @@ class MetricsLog:
             self.writer.flush()
 
     def _rewrite(self) -> None:
-        # The whole file each time: a few hundred rows at most, and a new metric in a later row
-        # (or a crash mid-write of the previous version) can never leave a ragged CSV.
+        # The whole file each time, written whole: a few hundred rows at most, and a new metric in a
+        # later row (or a crash mid-write) can never leave a ragged CSV.
         keys = list(dict.fromkeys(k for row in self.rows for k in row)) or ["step"]
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(self.rows)
-        os.replace(tmp, self.path)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        durable.write_text(self.path, text.getvalue())
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.csv``. This library writes the file whole, so a torn last row means
+    another program cut it: that row is dropped with a warning (a resumed run writes it again). Any
+    other damage raises an error that names the file and the line."""
+    path = Path(path)
+    with path.open(newline="") as f:
+        lines = list(csv.reader(f))
+    if not lines or "step" not in lines[0]:
+        raise ValueError(f"{path} is not a metrics log (no 'step' column): delete it, or start without --resume")
+    header, rows = lines[0], []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            if len(line) != len(header):
+                raise ValueError(f"{len(line)} fields, the header has {len(header)}")
+            rows.append(_numbers(dict(zip(header, line))))
+        except ValueError as error:
+            if number == len(lines):
+                warnings.warn(f"{path}: the last row (line {number}) is cut short ({error}); it is dropped",
+                              RuntimeWarning, stacklevel=2)
+                break
+            raise ValueError(f"{path}, line {number}, is damaged ({error}): delete the file (the run's curves "
+                             "start again) or start without --resume") from error
+    return rows
 
 
 def _numbers(row: dict[str, str]) -> dict[str, Any]:
@@ -88,6 +119,8 @@ def _numbers(row: dict[str, str]) -> dict[str, Any]:
             continue
         number = float(value)
         out[key] = int(number) if key == "step" else number
+    if "step" not in out:
+        raise ValueError("no step")
     return out
 
 
@@ -119,6 +152,10 @@ def _load_trainable_state(model, weights: dict[str, torch.Tensor]) -> None:
         model.load_state_dict(weights)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read: the message names it and says what to do."""
+
+
 def save_checkpoint(
     folder: str | Path,
     model,
@@ -128,35 +165,28 @@ def save_checkpoint(
     state: dict[str, Any] | None = None,
     modules: dict[str, torch.nn.Module] | None = None,
 ) -> Path:
-    """Write a resumable checkpoint to ``folder`` (replacing an older one atomically).
+    """Write a resumable checkpoint to ``folder``, replacing an older one whole: a crash at any
+    instant leaves the older checkpoint or this one (:func:`tutorial_lib.runtime.durable.building`).
 
     ``modules`` are trained modules besides ``model`` (PPO's value head or critic), saved by name.
     """
-    folder = Path(folder)
-    tmp = folder.with_name(folder.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "step": step,
-            "weights": _trainable_state(model),
-            "optimizer": optimizer.state_dict(),
-            "rng": rng_state(),
-            "state": state or {},
-            "modules": {name: _trainable_state(module) for name, module in (modules or {}).items()},
-        },
-        tmp / "training_state.pt",
-    )
-    (tmp / "step.json").write_text(json.dumps({"step": step}))
-    if folder.exists():
-        old = folder.with_name(folder.name + ".old")
-        os.replace(folder, old)
-        os.replace(tmp, folder)
-        for path in old.iterdir():
-            path.unlink()
-        old.rmdir()
-    else:
-        os.replace(tmp, folder)
-    return folder
+    payload = {
+        "step": step,
+        "weights": _trainable_state(model),
+        "optimizer": optimizer.state_dict(),
+        "rng": rng_state(),
+        "state": state or {},
+        "modules": {name: _trainable_state(module) for name, module in (modules or {}).items()},
+    }
+    with durable.building(folder) as staging:
+        torch.save(payload, staging / "training_state.pt")
+        (staging / "step.json").write_text(json.dumps({"step": step}))
+    return Path(folder)
+
+
+def has_checkpoint(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a complete checkpoint, after recovering from an interrupted write."""
+    return durable.recover(folder)
 
 
 def load_checkpoint(
@@ -166,10 +196,19 @@ def load_checkpoint(
 
     ``modules`` must name the same extra modules :func:`save_checkpoint` was given.
     """
-    path = Path(folder) / "training_state.pt"
-    if not path.exists():
+    folder = Path(folder)
+    path = folder / "training_state.pt"
+    if not has_checkpoint(folder):
+        if path.exists():
+            raise CheckpointError(f"the checkpoint at {folder} is incomplete (its files do not match the list of "
+                                  f"what was written: cut short, or written by something else): delete {folder} to "
+                                  "start again, or start without --resume")
         raise FileNotFoundError(f"no checkpoint at {folder} (expected {path.name}); start without --resume")
-    saved = torch.load(path, weights_only=False)
+    try:
+        saved = torch.load(path, weights_only=False)
+    except Exception as error:  # a damaged zip or pickle: the bare error names neither the file nor a way out
+        raise CheckpointError(f"the checkpoint {path} cannot be read ({type(error).__name__}: {error}): it is "
+                              f"damaged; delete {folder} and start without --resume") from error
     _load_trainable_state(model, saved["weights"])
     stored = saved.get("modules", {})
     if set(stored) != set(modules or {}):
