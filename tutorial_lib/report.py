@@ -23,12 +23,14 @@ import json
 import math
 import statistics
 import textwrap
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+from tutorial_lib.runtime import durable
 from tutorial_lib.runtime.device import cpu_name
 
 if TYPE_CHECKING:
@@ -260,7 +262,7 @@ def recorded_runs(name: str, preset: Preset | None = None) -> list[dict]:
         say(f"(The recorded runs {name} ship with the repository's benchmarks/results folder, which this "
             "installation does not have; clone the repository to see them.)")
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = read_json_lines(path)
     if preset is None:
         return rows
     mine = [row for row in rows if (row.get("preset"), row.get("model")) == (preset.name, preset.model)]
@@ -284,8 +286,28 @@ def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | Non
     line = json.dumps(row)
     print(line, flush=True)
     if out:
-        with open(out, "a") as f:
-            f.write(line + "\n")
+        durable.append_line(out, line)  # flushed; a line cut by a kill is dropped, never run into the next
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """The rows of a record written by :func:`record_run`. A last line without its newline is one
+    whose writer was killed: skipped, with a warning. Damage anywhere else is an error naming the line."""
+    text = path.read_text()
+    lines = text.splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not text.endswith("\n"):
+                warnings.warn(f"{path}: its last line was cut short (a writer killed mid-line); it is skipped",
+                              RuntimeWarning, stacklevel=2)
+                break
+            raise ValueError(f"{path}, line {number}, is not a JSON record ({error}): restore the file "
+                             "(git checkout) or delete that line") from error
+    return rows
 
 
 def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3, unit: str = "iteration") -> str:

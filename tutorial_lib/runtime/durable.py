@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from glob import escape as glob_escape
 from pathlib import Path
@@ -90,6 +91,24 @@ def _alive(pid: int) -> bool:
 def write_text(path: str | Path, text: str) -> Path:
     """:func:`write_bytes` for text (UTF-8)."""
     return write_bytes(path, text.encode("utf-8"))
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line to a log that grows a line at a time (a study's record), flushed to the disk.
+    A writer killed mid-line leaves a last line without its newline: it is cut off first, so that
+    it never runs into the line appended after it."""
+    path = Path(path)
+    with open(path, "a+b") as file:
+        file.seek(0)
+        text = file.read()  # a study's record: kilobytes
+        if text and not text.endswith(b"\n"):
+            keep = text.rfind(b"\n") + 1
+            warnings.warn(f"{path}: its last line was cut short (a writer killed mid-line); it is dropped",
+                          RuntimeWarning, stacklevel=2)
+            file.truncate(keep)
+        file.write(line.encode("utf-8") + b"\n")
+        file.flush()
+        os.fsync(file.fileno())
 
 
 def _files(folder: Path) -> dict[str, int]:
