@@ -34,6 +34,18 @@ def tiny_policy(tiny_cache):
 
 
 @pytest.fixture(scope="session")
+def small_policy_dir(tiny_cache, tmp_path_factory):
+    """The SMALL tiny model saved as a folder: what ``--init`` and ``--policy`` take on the command line."""
+    folder = tmp_path_factory.mktemp("policy")
+    from tutorial_lib.lm.models import load_policy
+
+    policy = load_policy("tiny", tiny_config=SMALL)
+    policy.model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def sharp_model(tiny_policy):
     """The tiny model with peaked next-token distributions and a likely end of sequence.
 

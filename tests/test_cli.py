@@ -5,18 +5,6 @@ import json
 import pytest
 
 from tutorial_lib.__main__ import main
-from tutorial_lib.lm.models import load_policy
-
-from .conftest import SMALL
-
-
-@pytest.fixture(scope="module")
-def small_policy_dir(tiny_cache, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("policy")
-    policy = load_policy("tiny", tiny_config=SMALL)
-    policy.model.save_pretrained(folder)
-    policy.tokenizer.save_pretrained(folder)
-    return folder
 
 
 def run(capsys, *argv):

@@ -23,7 +23,6 @@ import json
 import math
 import statistics
 import textwrap
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,24 +289,10 @@ def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | Non
 
 
 def read_json_lines(path: Path) -> list[dict]:
-    """The rows of a record written by :func:`record_run`. A last line without its newline is one
-    whose writer was killed: skipped, with a warning. Damage anywhere else is an error naming the line."""
-    text = path.read_text()
-    lines = text.splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if number == len(lines) and not text.endswith("\n"):
-                warnings.warn(f"{path}: its last line was cut short (a writer killed mid-line); it is skipped",
-                              RuntimeWarning, stacklevel=2)
-                break
-            raise ValueError(f"{path}, line {number}, is not a JSON record ({error}): restore the file "
-                             "(git checkout) or delete that line") from error
-    return rows
+    """The rows of a record written by :func:`record_run`; a last line cut by a killed writer is
+    skipped with a warning, damage elsewhere is an error naming the line."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return durable.parse_lines(path, lines, json.loads, fix="restore the file (git checkout) or delete that line")
 
 
 def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3, unit: str = "iteration") -> str:

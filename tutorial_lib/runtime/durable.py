@@ -111,6 +111,24 @@ def append_line(path: str | Path, line: str) -> None:
         os.fsync(file.fileno())
 
 
+def parse_lines(path: str | Path, lines: list, parse: Callable, *, first: int = 1, fix: str) -> list:
+    """``parse(line)`` for each of a log's ``lines`` (line numbers from ``first``). A log grows a line at
+    a time, so a last line that does not parse is one a killed writer cut short: it is dropped with a
+    warning. Any other line that does not parse raises a ``ValueError`` naming the file, the line and
+    ``fix``, what to do about it."""
+    rows = []
+    for number, line in enumerate(lines, start=first):
+        try:
+            rows.append(parse(line))
+        except ValueError as error:  # json.JSONDecodeError included
+            if number == first + len(lines) - 1:
+                warnings.warn(f"{path}: its last line (line {number}) was cut short ({error}); it is dropped",
+                              RuntimeWarning, stacklevel=3)
+                break
+            raise ValueError(f"{path}, line {number}, is damaged ({error}): {fix}") from error
+    return rows
+
+
 def _files(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}

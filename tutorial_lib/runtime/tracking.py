@@ -24,7 +24,6 @@ import csv
 import io
 import json
 import random
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -96,20 +95,15 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         lines = list(csv.reader(f))
     if not lines or "step" not in lines[0]:
         raise ValueError(f"{path} is not a metrics log (no 'step' column): delete it, or start without --resume")
-    header, rows = lines[0], []
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            if len(line) != len(header):
-                raise ValueError(f"{len(line)} fields, the header has {len(header)}")
-            rows.append(_numbers(dict(zip(header, line))))
-        except ValueError as error:
-            if number == len(lines):
-                warnings.warn(f"{path}: the last row (line {number}) is cut short ({error}); it is dropped",
-                              RuntimeWarning, stacklevel=2)
-                break
-            raise ValueError(f"{path}, line {number}, is damaged ({error}): delete the file (the run's curves "
-                             "start again) or start without --resume") from error
-    return rows
+    header = lines[0]
+
+    def parse(line: list[str]) -> dict[str, Any]:
+        if len(line) != len(header):
+            raise ValueError(f"{len(line)} fields, the header has {len(header)}")
+        return _numbers(dict(zip(header, line)))
+
+    return durable.parse_lines(path, lines[1:], parse, first=2,
+                               fix="delete the file (the run's curves start again) or start without --resume")
 
 
 def _numbers(row: dict[str, str]) -> dict[str, Any]:
