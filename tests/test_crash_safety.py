@@ -99,7 +99,7 @@ def test_a_checkpoint_killed_at_any_operation_of_its_replacement_resumes_and_wri
         assert step in (1, 2) and _same(model, by_step[step][0]), f"killed at operation {k}"
         save_checkpoint(folder, *by_step[3], step=3)  # ...and its next checkpoint is written
         assert load_checkpoint(folder, model, optimizer)[0] == 3 and _same(model, by_step[3][0])
-        leftovers = sorted(p.name for p in folder.parent.iterdir() if p.name != "checkpoint.lock")
+        leftovers = sorted(p.name for p in folder.parent.iterdir() if p.name != ".checkpoint.lock")
         assert leftovers == ["checkpoint"], f"killed at operation {k}: {leftovers}"
 
 
@@ -164,7 +164,7 @@ def test_a_folder_replaced_whole_is_the_old_one_or_the_new_one_wherever_its_writ
         text = json.loads((folder / "sub" / "config.json").read_text())["text"]
         assert text in ("old", "new") and (folder / "weights.bin").read_text() == text * 100
         write(folder, "newer")()
-        assert sorted(p.name for p in folder.parent.iterdir()) == ["cache", "cache.lock"], f"killed at operation {k}"
+        assert sorted(p.name for p in folder.parent.iterdir()) == [".cache.lock", "cache"], f"killed at operation {k}"
 
 
 def test_a_final_model_killed_while_replaced_loads_old_or_new_and_is_written_again(tmp_path, tiny_cache):

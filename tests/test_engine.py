@@ -63,7 +63,10 @@ def test_compact_engine_samples_what_generate_samples_greedily(tiny_policy, endi
     assert [s.action_ids for s in compact] == [s.action_ids for s in plain]
     assert len({len(s.action_ids) for s in compact}) > 1, "the rows should end at different steps"
     for a, b in zip(compact, plain):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        # float32 through two decode loops of other batch shapes, logits x10 (up to ~10, ulp 1e-6): a few
+        # ulps (seen: 7e-7); 1e-4, the bound of sampler vs trainer below, still tells apart log-probs of
+        # this peaked model (std > 0.5)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 def test_compact_engine_logprobs_are_the_trainers(tiny_policy, sharp_model):
@@ -107,7 +110,7 @@ def test_lora_is_sampled_through_a_merged_copy_that_follows_training(tiny_policy
     ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]])
     merged = weights.model()
     assert not any(name for name, _ in merged.named_modules() if "lora" in name)  # plain layers, no adapters
-    with torch.no_grad():
+    with torch.no_grad():  # float32, W + BA vs xW + xAB: rounding of 32-term dot products, ~1e-7 (seen)
         assert torch.allclose(merged(ids).logits, lora_model(ids).logits, atol=1e-5)
     assert weights.model() is merged and weights.merges == 1  # unchanged adapters: nothing rewritten
 
@@ -169,7 +172,8 @@ def test_static_engine_samples_what_generate_samples(tiny_policy, ending_model):
     static = LanguagePolicy(ending_model, tokenizer, engine="static").sample(PROMPTS[:5], max_new_tokens=12)
     assert [s.action_ids for s in static] == [s.action_ids for s in plain]
     for a, b in zip(static, plain):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        # float32, other cache and batch shapes, logits x10: a few ulps of ~10 (seen: 7e-7)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the static engine compiles its decode step for CUDA; no CUDA here")

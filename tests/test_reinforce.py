@@ -97,6 +97,8 @@ def test_the_default_moves_nothing_when_every_game_is_won_the_same_way(tiny_cach
                                  ReinforceSettings(microbatch_turns=64))
         norms[normalise] = metrics["grad_norm"]
     assert norms["rebn"] > 0, norms
+    # rebn_state's gradient is 0 in exact arithmetic; float32 leaves what cancelling ~600 token terms
+    # rounds to, ~1e-7..1e-5 of their size (seen: 4e-7 of rebn's norm)
     assert norms["rebn_state"] < 1e-4 * norms["rebn"], norms
 
 
@@ -129,9 +131,11 @@ def test_update_raises_the_log_prob_of_positive_advantage_actions(tiny_cache):
     change = after - before
     assert change[0] > 0 and change[2] > 0
     assert change[1] < 0 and change[3] < 0
-    # sampling and scoring used the same weights: the ratio is 1 and both KL estimates ~0
+    # sampling and scoring used the same weights: the ratio is 1 and both KL estimates ~0, up to float32
+    # (generate and the recompute differ by ~1e-6 in a log-prob). k3 >= 0 is the maths only: float32's
+    # exp(x) - 1 - x of an ulp-sized x rounds to +-6e-8, either sign
     assert metrics["mean_ratio"] == pytest.approx(1.0, abs=1e-4)
-    assert abs(metrics["kl_k1"]) < 1e-4 and 0 <= metrics["kl_k3"] < 1e-6
+    assert abs(metrics["kl_k1"]) < 1e-4 and abs(metrics["kl_k3"]) < 1e-6
     assert metrics["entropy"] > 0 and metrics["skipped_step"] == 0
 
 
