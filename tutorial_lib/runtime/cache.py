@@ -21,11 +21,11 @@ def cache_root() -> Path:
 
 
 def folder_lock(folder: str | Path):
-    """An inter-process lock for one cache folder (``<folder>.lock`` beside it), held while a process
+    """An inter-process lock for one cache folder (``.<folder>.lock`` beside it, hidden), held while a process
     writes the folder: two chapters executing at once (``make book``) must not train the same SFT
     checkpoint into one folder together. Re-entrant within a process."""
     from filelock import FileLock
 
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(folder.with_name(folder.name + ".lock"), is_singleton=True)
+    return FileLock(folder.with_name(f".{folder.name}.lock"), is_singleton=True)
