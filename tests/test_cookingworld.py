@@ -1,7 +1,7 @@
 """Tests of the CookingWorld game (TextWorld-Express) and its gold-path expert.
 
 One JVM is started for the module and shared by the envs below (``java_env=``), so the whole file
-pays the JVM's start-up cost about twice (once more in the test of an env's own JVM).
+pays the JVM's start-up cost a few times (once more in each test of an env's own JVM).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from textworld_express import TextWorldExpressEnv
 
 from tutorial_lib import envs
-from tutorial_lib.envs.cookingworld import GOLD_PATH_SLACK, STEP_LIMITS, CookingWorldEnv
+from tutorial_lib.envs.cookingworld import GOLD_PATH_SLACK, STEP_LIMITS, CookingWorldEnv, close_idle_jvms
 
 
 @pytest.fixture(scope="module")
@@ -210,18 +210,53 @@ def test_envs_sharing_a_jvm_may_interleave(java):
     assert second.reset(seed=2)[0]
 
 
-def test_own_jvm_starts_lazily_and_closes():
+def test_own_jvm_starts_lazily_and_a_closed_env_hands_it_to_the_next():
+    close_idle_jvms()  # whatever earlier tests left: this one counts its own
     with CookingWorldEnv(num_locations=1, num_ingredients=1) as env:
         assert env._java is None  # nothing started before reset
-        env.reset(seed=0)
+        first = env.reset(seed=0)[0]
         java = env._java
         env.reset(seed=1)
         assert env._java is java  # reused across resets
-        env.close()
-        # exited already: TWX's own __del__ would otherwise write to a closing JVM's stdin
-        assert java._gateway.java_process.poll() is not None
-        env.reset(seed=1)  # a closed env starts a new JVM
-        assert not env.step(env.expert_action())[4]["invalid_action"]
+    # closed: the JVM waits, running, for the next env of this process (no new start-up)
+    assert env._java is None and java._gateway.java_process.poll() is None
+    with CookingWorldEnv(num_locations=3, num_ingredients=2) as other:
+        other.reset(seed=5)
+        assert other._java is java  # taken, and loaded with this env's own world
+        assert not other.step(other.expert_action())[4]["invalid_action"]
+    with CookingWorldEnv(num_locations=1, num_ingredients=1) as again:
+        # the first world's game again: nothing of the other world's game survives a reset
+        assert again.reset(seed=0)[0] == first and again._java is java
+    env.reset(seed=1)  # a closed env takes a JVM again
+    assert env._java is java
+    env.close()
+    close_idle_jvms()
+    # exited already: TWX's own __del__ would otherwise write to a closing JVM's stdin
+    assert java._gateway.java_process.poll() is not None
+
+
+def test_a_forked_child_starts_its_own_jvm_and_leaves_the_parents():
+    import os
+
+    close_idle_jvms()
+    with CookingWorldEnv(num_locations=1, num_ingredients=1) as env:
+        env.reset(seed=0)
+        java = env._java
+    child = os.fork()
+    if child == 0:  # the child: the parent's idle JVM is bound to the parent's sockets
+        code = 1
+        try:
+            with CookingWorldEnv(num_locations=1, num_ingredients=1) as own:
+                own.reset(seed=0)
+                code = 0 if own._java is not java else 2
+            close_idle_jvms()
+        finally:
+            os._exit(code)
+    assert os.waitpid(child, 0)[1] == 0
+    with CookingWorldEnv(num_locations=1, num_ingredients=1) as env:
+        env.reset(seed=2)
+        assert env._java is java  # still the parent's, and still running
+    close_idle_jvms()
 
 
 def test_registry_builds_it():

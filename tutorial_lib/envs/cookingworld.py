@@ -60,7 +60,9 @@ ingredient eaten instead of the meal), and is truncated at the step limit.
 
 from __future__ import annotations
 
+import atexit
 import operator
+import os
 import random
 import re
 import subprocess
@@ -96,6 +98,76 @@ _TWX_NAMES = {
 # ``done`` flag that we do not read, so it is set out of the way.
 _TWX_STEP_LIMIT = 10**9
 _ACTIVE = "_tutorial_lib_active_env"  # attribute marking which env last reset a (shared) JVM
+
+
+class _IdleJVMs:
+    """The JVMs this process started whose envs have closed, kept for the next envs.
+
+    A JVM costs ~0.2 s to start and its first games run slower while Java compiles the engine; an
+    evaluation of 100 games on 16 envs used to start 16 of them and shut them down at its end, so
+    every evaluation in a chapter paid that again (plus ~0.2 s per env to read its fold's seeds).
+    A closed env hands its JVM back here instead; the next env takes it and ``load``s its own world
+    (TWX games are generated from the seed, so nothing of the earlier game survives a ``reset``).
+    At most ``CookingWorldEnv.max_parallel`` (~100 MB each) are kept; :func:`close_idle_jvms`, or
+    the process's exit, shuts them down. A forked child never takes its parent's: they are bound
+    to the parent's sockets.
+    """
+
+    def __init__(self) -> None:
+        self.pid, self.jvms = os.getpid(), []
+
+    def take(self) -> Any:
+        if self.pid != os.getpid():  # a fork: the parent's JVMs are not this process's to use
+            self.pid, self.jvms = os.getpid(), []
+        while self.jvms:
+            java = self.jvms.pop()
+            if _jvm_running(java):
+                return java
+        from textworld_express import TextWorldExpressEnv  # imported late: starts nothing
+
+        return TextWorldExpressEnv(envStepLimit=_TWX_STEP_LIMIT)
+
+    def give_back(self, java: Any, keep: int) -> None:
+        if self.pid == os.getpid() and len(self.jvms) < keep and _jvm_running(java):
+            setattr(java, _ACTIVE, None)
+            self.jvms.append(java)
+        else:
+            _shut_down(java)
+
+    def close_all(self) -> None:
+        if self.pid == os.getpid():
+            while self.jvms:
+                _shut_down(self.jvms.pop())
+
+
+_IDLE = _IdleJVMs()
+atexit.register(_IDLE.close_all)
+# TWX's valid game seeds of each fold (fixed lists of ~1,000 ints, ~0.2 s to read through py4j)
+_FOLD_SEEDS: dict[str, list[int]] = {}
+
+
+def close_idle_jvms() -> None:
+    """Shut down the JVMs that closed CookingWorld envs left for reuse (the process's exit does too)."""
+    _IDLE.close_all()
+
+
+def _jvm_running(java: Any) -> bool:
+    process = getattr(getattr(java, "_gateway", None), "java_process", None)
+    return process is None or process.poll() is None
+
+
+def _shut_down(java: Any) -> None:
+    java.close()
+    # TWX's own ``__del__`` closes again, and writes to the JVM's stdin if the process is still
+    # running: wait for it to exit, or that later write hits a closed pipe (BrokenPipeError,
+    # reported at some random garbage collection).
+    process = getattr(getattr(java, "_gateway", None), "java_process", None)
+    if process is not None:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def clean_text(text: str) -> str:
@@ -197,7 +269,6 @@ class CookingWorldEnv(TextEnv):
         self._game_params = ",".join(f"{_TWX_NAMES[k]}={v}" for k, v in self.world.items())
         self._java = java_env
         self._owns_java = java_env is None
-        self._fold_seeds: list[int] | None = None
         # per-episode state
         self.game_seed: int | None = None
         self._task = ""
@@ -210,38 +281,27 @@ class CookingWorldEnv(TextEnv):
     # -- the JVM ------------------------------------------------------------------------------
     def _java_env(self) -> Any:
         if self._java is None:
-            from textworld_express import TextWorldExpressEnv  # imported late: starts nothing
-
-            self._java = TextWorldExpressEnv(envStepLimit=_TWX_STEP_LIMIT)
+            self._java = _IDLE.take()
         return self._java
 
     def fold_seeds(self) -> list[int]:
         """TWX's valid game seeds of this env's fold (starts the JVM if needed)."""
-        if self._fold_seeds is None:
+        if self.fold not in _FOLD_SEEDS:
             java = self._java_env()
             getter = {
                 "train": java.getValidSeedsTrain,
                 "dev": java.getValidSeedsDev,
                 "test": java.getValidSeedsTest,
             }[self.fold]
-            self._fold_seeds = getter()
-        return self._fold_seeds
+            _FOLD_SEEDS[self.fold] = [int(seed) for seed in getter()]
+        return _FOLD_SEEDS[self.fold]
 
     def close(self) -> None:
-        """Shut down the JVM if this env started it; a later ``reset`` starts a new one."""
+        """Give back the JVM if this env started it (the next env reuses it: :class:`_IdleJVMs`);
+        a later ``reset`` takes one again. A shared JVM (``java_env=``) is left as it is."""
         if self._java is not None and self._owns_java:
             java, self._java = self._java, None
-            java.close()
-            # TWX's own ``__del__`` closes again, and writes to the JVM's stdin if the process is
-            # still running: wait for it to exit, or that later write hits a closed pipe
-            # (BrokenPipeError, reported at some random garbage collection).
-            process = getattr(getattr(java, "_gateway", None), "java_process", None)
-            if process is not None:
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            _IDLE.give_back(java, keep=self.max_parallel)
         self._done = True
 
     # -- the episode --------------------------------------------------------------------------
