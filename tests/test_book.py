@@ -71,8 +71,13 @@ def test_cell_times_are_logged_by_the_kernel_and_read_back_by_chapter(tmp_path, 
     assert f"over {book.CELL_BUDGET} s: cell 3" in printed and chapter.stem in printed
     assert "wall clock" not in printed  # no record of how the chapters ran: only their sum
     # `book execute` recorded the build: the book's time is its wall clock, over the budget here
-    (tmp_path / book.RECORD_NAME).write_text(json.dumps({"jobs": 2, "wall_seconds": book.BOOK_BUDGET + 1.0,
-                                                         "chapters": []}))
+    (tmp_path / book.RECORD_NAME).write_text(json.dumps({"jobs": 2, "wall_seconds": book.BOOK_BUDGET + 1.0, "chapters": [
+        {"name": "05_policy_gradients", "seconds": 600.0, "started": 900.0, "error": None},
+        {"name": "04_supervised_finetuning", "seconds": 900.0, "started": 0.0, "error": None}]}))
     book.print_cell_times(log)
-    wall_line = next(line for line in capsys.readouterr().out.splitlines() if "wall clock" in line)
+    printed = capsys.readouterr().out.splitlines()
+    wall_line = next(line for line in printed if "wall clock" in line)
     assert f"{book.BOOK_BUDGET + 1:.0f} *" in wall_line and "2 at a time" in wall_line
+    timeline = printed[printed.index("timeline (seconds from the start of the build):") + 1:][:2]
+    assert timeline[0].split() == ["0", "->", "900", "04_supervised_finetuning"]  # in the order they started
+    assert timeline[1].split() == ["900", "->", "1500", "05_policy_gradients"]
