@@ -92,7 +92,8 @@ use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune
 
 # %%
 pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games}).T[
-    ["epochs", "learning_rate", "lr_scheduler", "batch_size", "micro_batches", "gradient_accumulation_steps", "optim"]
+    ["epochs", "merge_duplicates", "learning_rate", "lr_scheduler", "batch_size", "micro_batches",
+     "gradient_accumulation_steps", "optim"]
 ]
 
 # %% [markdown]
@@ -228,13 +229,18 @@ def finetune(game, stage=(1, 1)):
                      f"loss {result.losses[-1][1]:.3f}")
     results[game].append(evaluate_policy(game, policy, preset=preset, **options))
     curves[game] = result.losses
-    timings[game] = {"examples": result.examples, "trained tokens": result.trained_tokens,
+    timings[game] = {"examples": result.examples, "distinct examples": result.distinct_examples,
+                     "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
     return pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T.round(3)
 
 
 # %% [markdown]
-# **GuessTheNumber** (easy): binary-search transcripts.
+# **GuessTheNumber** (easy): binary-search transcripts. Binary search on 1-10 passes through few
+# states: chapter 3's thousand games hold thousands of examples but only a handful of distinct ones
+# (the timings table below counts them). Training on each distinct example once, its loss weighted
+# by how often it occurs (`merge_duplicates`), is the same loss as the full data, so an "epoch"
+# here is one step over those few examples.
 
 # %%
 finetune("guess_the_number")

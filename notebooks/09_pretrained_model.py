@@ -238,6 +238,7 @@ print(f"SmolLM2 LoRA SFT: {smol_record['seconds']:.0f} s of training ({smol_reco
 tiny_settings = sft_settings(game, PRESETS["ci"])
 tiny_same = load_policy("tiny")
 tiny_settings.max_steps, tiny_settings.batch_size, tiny_settings.progress = steps, smol_settings.batch_size, False
+tiny_settings.merge_duplicates = False  # the same examples as SmolLM2's run, repeats included
 tiny_settings.gradient_accumulation_steps = smol_settings.gradient_accumulation_steps
 tiny_settings.logging_steps = smol_settings.logging_steps
 tiny_record = train_sft(tiny_same, examples, tiny_settings, output_dir=runs_dir / "tiny-same-budget")

@@ -138,14 +138,18 @@ def test_rl_on_two_processes_writes_one_set_of_outputs_and_resumes_exactly(polic
     assert "written by 2 process(es)" in capsys.readouterr().err
 
 
-def test_sft_on_two_processes_trains_one_global_batch_and_writes_one_model(policy_dir, tmp_path, capsys):
+# GuessTheNumber's recipe merges its repeated examples (weighted rows, padded to whole global
+# batches with rows of weight 0); math's trains every example as it is
+@pytest.mark.parametrize("game", ["guess_the_number", "math"])
+def test_sft_on_two_processes_trains_one_global_batch_and_writes_one_model(policy_dir, tmp_path, capsys, game):
     from tutorial_lib.data.expert_data import save_examples
-    from tutorial_lib.pipeline import make_expert_data
+    from tutorial_lib.pipeline import make_expert_data, sft_settings
     from tutorial_lib.presets import get_preset
 
     preset = get_preset("ci")
-    data = save_examples(make_expert_data("guess_the_number", preset)[:64], tmp_path / "gtn.jsonl")
-    sft = ["-m", "tutorial_lib", "sft", "--game", "guess_the_number", "--preset", "ci", "--data", str(data),
+    assert sft_settings(game, preset).merge_duplicates == (game == "guess_the_number")
+    data = save_examples(make_expert_data(game, preset)[:64], tmp_path / "data.jsonl")
+    sft = ["-m", "tutorial_lib", "sft", "--game", game, "--preset", "ci", "--data", str(data),
            "--max-steps", "2", "--quiet"]
     two = json.loads(launch(*sft, "--out", str(tmp_path / "two")).stdout.strip().splitlines()[-1])
     one = json.loads(launch(*sft, "--out", str(tmp_path / "one"), processes=1).stdout.strip().splitlines()[-1])

@@ -125,6 +125,49 @@ def test_micro_batches_give_the_same_update_with_less_padding(tiny_cache, gtn_ex
     assert results[4].padding_fraction < results[1].padding_fraction / 2
 
 
+def test_merged_duplicates_train_what_the_repeated_examples_train(tiny_cache, gtn_examples, tmp_path):
+    """GuessTheNumber's binary search repeats its examples: one SGD step over the distinct ones, each
+    weighted by its count, is the step over all of them (the loss is per completion token)."""
+    import torch
+
+    policy = load_policy("tiny", tiny_config=SMALL)
+    data = gtn_examples[:12]
+    merged = tokenize_examples(policy.tokenizer, data, merge_duplicates=True)
+    distinct = {(e["prompt"], e["completion"]) for e in data}
+    assert len(merged) == len(distinct) < len(data) and sum(merged["weight"]) == len(data)
+    assert merged[0]["input_ids"] == tokenize_examples(policy.tokenizer, data[:1])[0]["input_ids"]  # first seen first
+    # counts that differ: merged rows left unweighted would be another loss, which this test would see
+    assert len(set(merged["weight"])) > 1
+    start = _weights(policy)
+    weights, results = {}, {}
+    for merge in (False, True):
+        policy = load_policy("tiny", tiny_config=SMALL)
+        settings = SFTSettings(epochs=1, batch_size=16, merge_duplicates=merge, optim="sgd", learning_rate=1.0,
+                               warmup_ratio=0.0, lr_scheduler="constant", logging_steps=1, report_to="none",
+                               progress=False)
+        results[merge] = train_sft(policy, data, settings, output_dir=tmp_path / str(merge))
+        weights[merge] = _weights(policy)
+    assert len(results[True].losses) == len(results[False].losses) == 1  # one optimiser step each
+    assert results[True].distinct_examples == len(distinct) and results[False].distinct_examples == len(data)
+    assert results[True].examples == results[False].examples == len(data)
+    assert results[True].trained_tokens == results[False].trained_tokens
+    assert results[True].losses[0][1] == pytest.approx(results[False].losses[0][1], rel=1e-5)  # a mean of ~50 terms
+    assert any(not torch.equal(weights[False][n], start[n]) for n in start)  # a real update
+    # as for micro-batches: float32 gradients summed in other orders (rtol 1e-4 of each update)
+    for name in start:
+        torch.testing.assert_close(weights[True][name] - start[name], weights[False][name] - start[name],
+                                   rtol=1e-4, atol=1e-7)
+
+
+def test_merged_duplicates_need_one_micro_batch_per_step(tiny_cache, gtn_examples, tmp_path):
+    with pytest.raises(ValueError, match="merge_duplicates"):
+        SFTSettings(merge_duplicates=True, micro_batches=4)
+    settings = SFTSettings(merge_duplicates=True, report_to="none", progress=False)
+    settings.gradient_accumulation_steps = 8  # changed after it was made: checked again when it trains
+    with pytest.raises(ValueError, match="merge_duplicates"):
+        train_sft(load_policy("tiny", tiny_config=SMALL), gtn_examples[:8], settings, output_dir=tmp_path / "bad")
+
+
 def test_micro_batches_follow_the_data_order_seed(tiny_cache, gtn_examples, tmp_path):
     import torch
 

@@ -86,6 +86,11 @@ class SFTSettings:
     #: only the padding goes. ``transformers``' ``BatchRebalanceSampler`` does the cutting, sizing the
     #: micro-batches so that each costs about the same (more short examples, fewer long ones).
     micro_batches: int = 1
+    #: train on each distinct (prompt, completion) once, its loss weighted by how often it occurs: the
+    #: same loss as the repeated examples, for fewer tokens. GuessTheNumber's 2,901 examples at ``ci``
+    #: are 10 distinct ones (binary search on 1-10 visits 10 states), so an epoch is one step of 10.
+    #: Needs one micro-batch per optimiser step (the weights normalise within it)
+    merge_duplicates: bool = False
     #: optimiser name understood by ``transformers`` (``paged_adamw_8bit`` for QLoRA on CUDA)
     optim: str = "adamw_torch"
     #: log the loss every this many optimiser steps
@@ -107,6 +112,10 @@ class SFTSettings:
                              f"got {self.micro_batches}")
         if self.size_to_device and self.micro_batches > 1:
             raise ValueError("size_to_device chooses the micro-batch itself; leave micro_batches at 1")
+        if self.merge_duplicates and (self.micro_batches > 1 or self.gradient_accumulation_steps > 1
+                                      or self.size_to_device):
+            raise ValueError("merge_duplicates weights the examples within one micro-batch: leave micro_batches and "
+                             "gradient_accumulation_steps at 1 and size_to_device off")
         if self.micro_batches > 1 and self.group_by_length:
             raise ValueError("use group_by_length or micro_batches, not both: micro-batches already group "
                              "each batch's examples by length")
@@ -137,6 +146,8 @@ class SFTResult:
     #: of them (per-device batch x accumulation x processes)
     processes: int = 1
     global_batch_size: int = 0
+    #: distinct examples trained on (``SFTSettings.merge_duplicates``; otherwise ``examples``)
+    distinct_examples: int = 0
 
     @property
     def losses(self) -> list[tuple[int, float]]:
@@ -144,18 +155,26 @@ class SFTResult:
         return [(row["step"], row["loss"]) for row in self.log_history if "loss" in row]
 
 
-def tokenize_examples(tokenizer, examples: Sequence[dict[str, Any]], max_length: int = 1024):
-    """A ``datasets.Dataset`` of ``input_ids`` and ``labels`` (prompt masked) from prompt/completion rows."""
+def tokenize_examples(tokenizer, examples: Sequence[dict[str, Any]], max_length: int = 1024,
+                      merge_duplicates: bool = False):
+    """A ``datasets.Dataset`` of ``input_ids`` and ``labels`` (prompt masked) from prompt/completion rows.
+
+    ``merge_duplicates``: one row per distinct token sequence and labels, in order of first
+    appearance, with a ``weight`` column counting its copies.
+    """
     import datasets
 
-    rows = []
-    for example in examples:
+    rows: dict[tuple, dict[str, Any]] = {}
+    for number, example in enumerate(examples):
         prompt = render_chat(tokenizer, [{"role": "user", "content": example["prompt"]}])
         encoded = encode_prompt_completion(tokenizer, prompt, example["completion"], max_length=max_length)
-        rows.append({"input_ids": encoded["input_ids"], "labels": encoded["labels"]})
+        key = (tuple(encoded["input_ids"]), tuple(encoded["labels"])) if merge_duplicates else number
+        row = rows.setdefault(key, {"input_ids": encoded["input_ids"], "labels": encoded["labels"], "weight": 0})
+        row["weight"] += 1
     if not rows:
         raise ValueError("no examples to train on")
-    return datasets.Dataset.from_list(rows)
+    dataset = datasets.Dataset.from_list(list(rows.values()))
+    return dataset if merge_duplicates else dataset.remove_columns("weight")
 
 
 def completion_logits(model, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,12 +257,29 @@ def _completion_only_trainer():
             return LengthBatches([len(ids) for ids in dataset["input_ids"]], self.args.per_device_train_batch_size,
                                  self.group_by_length)
 
+        def _set_signature_columns_if_needed(self):
+            super()._set_signature_columns_if_needed()
+            if "weight" not in self._signature_columns:  # merge_duplicates' counts reach the collator
+                self._signature_columns = [*self._signature_columns, "weight"]
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            weight = inputs.pop("weight", None)
             logits, targets = completion_logits(model, inputs)
-            total = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
-            count = targets.numel() if num_items_in_batch is None else num_items_in_batch
-            loss = total / torch.as_tensor(count, device=total.device).clamp(min=1)
-            if num_items_in_batch is not None and self.args.average_tokens_across_devices and self.args.world_size > 1:
+            if weight is not None:
+                # each labelled token counts as many times as its example occurred in the data
+                token_weight = weight[:, None].expand_as(inputs["labels"][:, 1:])[inputs["labels"][:, 1:] != IGNORE_INDEX]
+                token_weight = token_weight.to(logits.dtype)
+                total = (torch.nn.functional.cross_entropy(logits, targets, reduction="none") * token_weight).sum()
+                count = token_weight.sum()
+                if self.args.world_size > 1:  # the weighted count of every process's micro-batch
+                    count = self.accelerator.reduce(count.detach(), reduction="sum")
+                loss = total / count.clamp(min=1) * self.args.world_size  # DDP averages the processes' gradients
+            else:
+                total = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+                count = targets.numel() if num_items_in_batch is None else num_items_in_batch
+                loss = total / torch.as_tensor(count, device=total.device).clamp(min=1)
+            if (weight is None and num_items_in_batch is not None and self.args.average_tokens_across_devices
+                    and self.args.world_size > 1):
                 # several processes: the count is all of theirs, and DDP averages their gradients, so N x
                 # (this process's sum / the global count) averages to the batch's (as the Trainer's own
                 # compute_loss does)
@@ -264,6 +300,33 @@ def _completion_only_trainer():
             return (loss, {"logits": logits}) if return_outputs else loss
 
     return CompletionOnlySFTTrainer
+
+
+def _whole_global_batches(dataset, global_batch: int):
+    """``dataset`` padded with rows of weight 0 to whole batches of every process together.
+
+    Under ``accelerate launch`` a short last batch is filled up with rows from the start of the
+    data (accelerate's ``even_batches``), which would count those rows twice; a row of weight 0
+    adds nothing to the loss or to its normaliser. One process needs none: its last batch is short.
+    """
+    short = -len(dataset) % global_batch if distributed.num_processes() > 1 else 0
+    if not short:
+        return dataset
+    filler = dataset.select([0] * short).map(lambda row: {"weight": 0})
+    import datasets
+
+    return datasets.concatenate_datasets([dataset, filler])
+
+
+def _weighted(collate):
+    """``collate`` for rows that carry a ``weight``: their weights come back as one tensor."""
+
+    def collate_weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        weights = torch.tensor([row["weight"] for row in rows], dtype=torch.float32)
+        batch = collate([{k: v for k, v in row.items() if k != "weight"} for row in rows])
+        return {**batch, "weight": weights}
+
+    return collate_weighted
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -374,6 +437,7 @@ def train_sft(
 
 def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], settings: SFTSettings, output_dir: Path,
                resume: bool, stage: tuple[int, int]) -> SFTResult:
+    settings = replace(settings)  # checked again: fields may have been set after it was made
     part, parts = stage
     if not 1 <= part <= parts:
         raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
@@ -389,10 +453,16 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         # the folder's files are rewritten in place from here on: until the new seal at the end, no
         # reader takes them for a finished model
         durable.unseal(output_dir)
-    dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length)
+    dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length, settings.merge_duplicates)
     if settings.size_to_device:
         settings = sized_to_device(settings, policy.model, dataset)
-    trained_tokens = sum(sum(label != IGNORE_INDEX for label in row) for row in dataset["labels"])
+    weights = dataset["weight"] if settings.merge_duplicates else [1] * len(dataset)
+    # an epoch's labelled tokens and examples, each distinct example counted as often as it occurs
+    trained_tokens = sum(w * sum(label != IGNORE_INDEX for label in row) for w, row in zip(weights, dataset["labels"]))
+    counts = {"distinct_examples": len(dataset)}
+    num_examples = sum(weights)
+    if settings.merge_duplicates:
+        dataset = _whole_global_batches(dataset, per_process_batch(settings) * distributed.num_processes())
     config = sft_config(settings, output_dir)
     # The Trainer's informational lines are not the chapter's point; its progress bars are shown
     # when settings.progress asks for them.
@@ -400,6 +470,8 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         trainer = _completion_only_trainer()(model=policy.model, args=config, train_dataset=dataset,
                                              processing_class=policy.tokenizer)
         trainer.padding_seen, trainer.group_by_length = [0, 0], settings.group_by_length
+        if settings.merge_duplicates:
+            trainer.data_collator = _weighted(trainer.data_collator)
         trainer.add_callback(threads_callback())
         trainer.add_callback(durable.sealing_callback())  # each checkpoint trusted once written whole
         if not settings.progress:
@@ -424,15 +496,17 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         if part < parts:
             if distributed.is_main():
                 durable.write_text(tally_file, json.dumps(tally))
-            return SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens),
-                             finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps)
+            return SFTResult(output_dir, list(trainer.state.log_history), seconds, num_examples, int(trained_tokens),
+                             finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps,
+                             **counts)
         trainer.save_model(str(output_dir))  # the main process writes it (the Trainer's should_save)
     args = trainer.args
     shape = {"processes": args.world_size,
-             "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size}
+             "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+             **counts}
     if not distributed.is_main():  # one process writes the outputs
         distributed.wait_for_everyone()
-        return SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens),
+        return SFTResult(output_dir, list(trainer.state.log_history), seconds, num_examples, int(trained_tokens),
                          step=trainer.state.global_step, total_steps=trainer.state.max_steps, **shape)
     policy.tokenizer.save_pretrained(output_dir)
     if parts > 1:  # the run is whole: its resumable stops are not needed
@@ -441,10 +515,10 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
     tally_file.unlink(missing_ok=True)
     real, positions = tally["padding"]
     padding = round(1 - real / positions, 4) if positions else 0.0
-    result = SFTResult(output_dir, list(trainer.state.log_history), seconds, len(dataset), int(trained_tokens), padding,
+    result = SFTResult(output_dir, list(trainer.state.log_history), seconds, num_examples, int(trained_tokens), padding,
                        step=trainer.state.global_step, total_steps=trainer.state.max_steps, **shape)
     durable.write_text(output_dir / "sft_result.json", json.dumps(
-        {"settings": asdict(settings), "seconds": seconds, "examples": len(dataset), "trained_tokens": int(trained_tokens),
+        {"settings": asdict(settings), "seconds": seconds, "examples": num_examples, "trained_tokens": int(trained_tokens),
          "padding_fraction": padding, "log_history": result.log_history, **shape},
         indent=1,
     ))
