@@ -267,8 +267,8 @@ def _completion_only_trainer():
             logits, targets = completion_logits(model, inputs)
             if weight is not None:
                 # each labelled token counts as many times as its example occurred in the data
-                token_weight = weight[:, None].expand_as(inputs["labels"][:, 1:])[inputs["labels"][:, 1:] != IGNORE_INDEX]
-                token_weight = token_weight.to(logits.dtype)
+                labelled = inputs["labels"][:, 1:] != IGNORE_INDEX  # the positions completion_logits kept
+                token_weight = weight[:, None].expand_as(labelled)[labelled].to(logits.dtype)
                 total = (torch.nn.functional.cross_entropy(logits, targets, reduction="none") * token_weight).sum()
                 count = token_weight.sum()
                 if self.args.world_size > 1:  # the weighted count of every process's micro-batch
@@ -309,12 +309,12 @@ def _whole_global_batches(dataset, global_batch: int):
     data (accelerate's ``even_batches``), which would count those rows twice; a row of weight 0
     adds nothing to the loss or to its normaliser. One process needs none: its last batch is short.
     """
+    import datasets
+
     short = -len(dataset) % global_batch if distributed.num_processes() > 1 else 0
     if not short:
         return dataset
     filler = dataset.select([0] * short).map(lambda row: {"weight": 0})
-    import datasets
-
     return datasets.concatenate_datasets([dataset, filler])
 
 

@@ -151,8 +151,12 @@ def close_idle_jvms() -> None:
     _IDLE.close_all()
 
 
+def _java_process(java: Any) -> subprocess.Popen | None:
+    return getattr(getattr(java, "_gateway", None), "java_process", None)
+
+
 def _jvm_running(java: Any) -> bool:
-    process = getattr(getattr(java, "_gateway", None), "java_process", None)
+    process = _java_process(java)
     return process is None or process.poll() is None
 
 
@@ -161,7 +165,7 @@ def _shut_down(java: Any) -> None:
     # TWX's own ``__del__`` closes again, and writes to the JVM's stdin if the process is still
     # running: wait for it to exit, or that later write hits a closed pipe (BrokenPipeError,
     # reported at some random garbage collection).
-    process = getattr(getattr(java, "_gateway", None), "java_process", None)
+    process = _java_process(java)
     if process is not None:
         try:
             process.wait(timeout=10)
