@@ -64,6 +64,7 @@ from tutorial_lib.report import (
     across_runs,
     compare_math,
     compare_summaries,
+    critic_reading,
     largest_fall,
     recorded_runs,
     say,
@@ -251,7 +252,8 @@ ttt_changes = [compare_summaries(f"against {opponent}, the {name}", before[f"tic
                                            ("minimax", "draw_rate", "draw rate"))]
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
     f"Sampled: {trend(ttt_run.history, 'mean_return', 'return')}; {largest_fall(ttt_run.history, 'mean_return', 'return')};",
-    f"{trend(ttt_run.history, 'explained_variance')}; {trend(ttt_run.history, 'clipfrac', 'clip fraction')}.")
+    f"{trend(ttt_run.history, 'explained_variance')}; {trend(ttt_run.history, 'clipfrac', 'clip fraction')}.",
+    critic_reading(ttt_run.history))
 
 # %%
 fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_rate", "explained_variance", "clipfrac"],
@@ -353,7 +355,7 @@ pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).T.round(3)
 say("This run:", "; ".join(str(c) for c in compare_math(before["math"], after["math"])) + ".",
     f"Sampled: {trend(math_run.history, 'accuracy', 'accuracy')}; {largest_fall(math_run.history, 'accuracy', 'accuracy')};",
     f"{trend(math_run.history, 'explained_variance')}; {trend(math_run.history, 'approx_kl', 'approx-KL', 4)};",
-    f"{trend(math_run.history, 'clipfrac', 'clip fraction')}.")
+    f"{trend(math_run.history, 'clipfrac', 'clip fraction')}.", critic_reading(math_run.history))
 
 # %%
 fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_variance", "approx_kl", "clipfrac"],
@@ -422,7 +424,8 @@ cw_changes = [compare_summaries(f"{fold}-fold {name}", before[f"cookingworld {fo
 say(f"This run: {episodes_per_batch:.1f} episodes per batch on average.",
     "; ".join(str(c) for c in cw_changes) + ".",
     f"Sampled: {trend(cw_run.history, 'mean_return', 'return')}; {largest_fall(cw_run.history, 'mean_return', 'return')};",
-    f"{trend(cw_run.history, 'explained_variance')}; {trend(cw_run.history, 'kl_ref', 'KL to the SFT policy', 4)}.")
+    f"{trend(cw_run.history, 'explained_variance')}; {trend(cw_run.history, 'kl_ref', 'KL to the SFT policy', 4)}.",
+    critic_reading(cw_run.history))
 
 # %%
 fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid_rate", "explained_variance", "kl_ref"],

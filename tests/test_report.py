@@ -286,3 +286,15 @@ def test_pretrained_rl_summary_counts_each_tasks_claim(capsys):
     assert "draws against minimax: better in 1 of 2 runs, within noise in 1 of 2 runs" in said
     assert "success rate: worse in all 1 runs" in said
     assert table.loc[("ttt-x", 0), "after"] == .70 and table.loc[("gtn-100", 0), "minutes"] == 2.0
+
+
+def test_critic_reading_follows_the_second_half_of_the_run():
+    def run(early, late):
+        return [{"step": i, "explained_variance": v} for i, v in enumerate([early] * 4 + [late] * 4)]
+
+    assert "0.020" in report.critic_reading(run(0.6, 0.02)) and "as in REINFORCE" in report.critic_reading(run(0.6, 0.02))
+    assert "part of it" in report.critic_reading(run(-0.5, 0.3))
+    assert "most of it" in report.critic_reading(run(0.0, 0.8))
+    assert "as in REINFORCE" in report.critic_reading(run(0.9, -0.4))  # a negative one is worse than the mean
+    with pytest.raises(ValueError, match="explained_variance"):
+        report.critic_reading([{"step": 1, "mean_return": 0.1}])

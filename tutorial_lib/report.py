@@ -347,6 +347,31 @@ def trend(history: Sequence[dict], key: str, label: str | None = None, digits: i
             f"{second:.{digits}f} over the second")
 
 
+#: explained variance below this: the critic predicts the returns little better than their mean
+CRITIC_NOISE = 0.1
+#: and above this it predicts most of their variance
+CRITIC_LEARNT = 0.5
+
+
+def critic_reading(history: Sequence[dict]) -> str:
+    """What a PPO run's critic was worth, read from its explained variance over the second half of
+    the run (chapter 6's rule): near or below 0, the advantages are the returns minus roughly their
+    mean, so PPO's update is close to REINFORCE with a baseline; above :data:`CRITIC_LEARNT` the
+    critic predicts most of the returns' variance and its advantages say which turns did better.
+
+        "The critic explained 0.042 of the returns' variance over the second half of the run: ..."
+    """
+    _, late = halves(history, "explained_variance")
+    if late < CRITIC_NOISE:
+        meaning = ("little better than their mean, so the advantages were mostly the returns minus a "
+                   "baseline and their noise, as in REINFORCE")
+    elif late < CRITIC_LEARNT:
+        meaning = "part of it: the advantages carried some of the critic's judgement of each turn, and much noise"
+    else:
+        meaning = "most of it: the advantages say which turns did better than the critic expected"
+    return f"The critic explained {late:.3f} of the returns' variance over the second half of the run: {meaning}."
+
+
 def source_text(obj) -> str:
     """``obj``'s source code (a function, a class or a method), dedented."""
     return textwrap.dedent(inspect.getsource(obj))
