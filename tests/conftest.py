@@ -5,6 +5,11 @@ import os
 # Set before transformers / huggingface_hub are imported: no test may reach the Hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (`make test` runs a worker per core) each worker computes on one thread, and so
+# do the processes its tests start: a worker that spins a thread on every core slows its neighbours
+# far more than it gains (benchmarks/results/threads_cpu.md). A setting the user made is kept.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("TUTORIAL_THREADS", "1")
 
 import pytest  # noqa: E402
 

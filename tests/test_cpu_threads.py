@@ -76,6 +76,7 @@ def skip_if_busy(background: float) -> None:
                     "neighbour this test starts from the load already there")
 
 
+@pytest.mark.alone
 def test_a_busy_neighbour_is_seen_and_our_own_work_is_not():
     background = background_load()
     skip_if_busy(background)
@@ -91,6 +92,7 @@ def test_a_busy_neighbour_is_seen_and_our_own_work_is_not():
     assert seen > background + 0.6
 
 
+@pytest.mark.alone
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: there is nothing to give up")
 def test_fit_threads_gives_a_core_to_a_busy_neighbour_and_takes_it_back(fresh_governor):
     most = cpu_threads._STARTING_THREADS  # the ceiling, whatever an earlier test left the count at
