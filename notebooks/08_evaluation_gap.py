@@ -86,10 +86,17 @@ print("the TextWorld tutorial's world:      ", TUTORIAL_WORLD)
 
 # %% [markdown]
 # At the `ci` preset the world is smaller than the tutorial's (fewer rooms, one ingredient), so the
-# tiny model can learn it in minutes; `full` plays the tutorial's world. Everything below runs
-# through two functions: greedy evaluation with the harness of chapter 1, and training-time
-# collection with chapter 5's `collect`, which samples with the `rl` preset (temperature 1, no
-# top-k or top-p: the sampler is the policy being trained).
+# tiny model can learn it in minutes; `full` plays the tutorial's world.
+#
+# A language-model policy writes its action one token (a word or a piece of a word) at a time, and
+# at each token the model gives a probability to every token of its vocabulary. *Decoding* is the
+# rule that turns those probabilities into the action. **Greedy** decoding takes the most probable
+# token every time, so the same prompt always gives the same action. **Sampled** decoding draws
+# each token at random from the probabilities; at *temperature 1* they are used as the model gives
+# them, with no top-k or top-p cut of the unlikely tokens, which makes the sampler exactly the
+# stochastic policy that a policy-gradient method trains. Everything below runs through two
+# functions: greedy evaluation with the harness of chapter 1, and training-time collection with
+# chapter 5's `collect`, which samples with the `rl` preset (temperature 1).
 
 # %%
 METRICS = ["success_rate", "mean_score", "mean_steps", "invalid_rate", "truncated_rate"]
@@ -112,8 +119,9 @@ def table(runs):
 # %% [markdown]
 # ## The question, in numbers
 #
-# Chapter 4's policy was fine-tuned on the gold paths of train-fold games with seeds
-# `0..expert_episodes-1`; it is loaded from the cache (trained now if the cache is empty). The
+# Chapter 4's policy was fine-tuned (supervised fine-tuning, SFT: trained to predict the expert's
+# action from the prompt) on the *gold paths*, the expert's winning action sequences, of train-fold
+# games with seeds `0..expert_episodes-1`; it is loaded from the cache (trained now if the cache is empty). The
 # training games below are the first of those, the very games of its data. The TextWorld
 # tutorial's two curves correspond to two cells of a 2x2 table: *training-time* returns are
 # sampled episodes on training games, *evaluation* returns are greedy episodes on test games.
@@ -143,7 +151,7 @@ gap = compare_rates("success from training time to evaluation", training_time, e
 say(f"In this run the {gap}: evaluation reaches {evaluation / max(training_time, 1e-9):.0%} of training-time "
     "success.", {"worse": "Evaluation lags training, as in the TextWorld tutorial's curves.",
                  "noise": "Here the two are within noise of each other: the lag the tutorial showed is not "
-                          "visible in this run, but its parts below still are.",
+                          "visible in this run; the sections below still measure what each change does.",
                  "better": "Here evaluation is ahead: the terms below show which change helped."}[gap.verdict])
 
 # %% [markdown]
@@ -174,7 +182,9 @@ pd.DataFrame({order: {term: first_draw[f"{term} ({order.split()[0]} first)"] for
     total=lambda d: d.sum(axis=1)).round(3)
 
 # %% [markdown]
-# Each cell is how much success the change costs (negative: the change helps). The sampled rows are
+# Each cell is how much success the change costs (negative: the change helps). Read each row
+# across: the two changes made in that order, and their total, which is the same in both rows
+# (training-time success minus evaluation success). The sampled rows are
 # one draw of the sampler over this preset's games, so each term carries that draw's noise. Two
 # more draws with other sampling seeds (greedy play does not change) show how far the terms move:
 
@@ -231,6 +241,44 @@ draw_terms.round(3)
 # the gap an evaluation on the test fold would report.
 
 # %%
+def fold_finding(memorisation, fold_shift, whole_gap):
+    """What the three greedy success rates show, each step judged against the noise of its own games
+    (its ``verdict``): every branch names only what its verdicts say."""
+    mem, shift, whole = memorisation.verdict, fold_shift.verdict, whole_gap.verdict
+    if mem == "worse" and whole == "worse":
+        return ("The policy did better on the games it was trained on than on new games of either fold, beyond "
+                "noise: that is memorisation. The change of fold " + {
+                    "worse": "lost more success again: fold shift on top of it.",
+                    "noise": "lost nothing beyond noise.",
+                    "better": "even gained success beyond noise: the two sets of new games are not equally hard, "
+                              "so the size of the memorisation term depends on which new games measure it."}[shift])
+    if mem == "worse":  # the test games held up against the training games: the unseen train-fold set is the odd one
+        return ("The unseen train-fold games scored below the training games beyond noise, but the test games did "
+                "not (they scored " + ("above" if whole == "better" else "within noise of") + " the training "
+                "games). So the drop is not shown to be memorisation, since new games of the other fold did not "
+                "suffer it: the unseen train-fold games may just be harder for this policy, and this run cannot "
+                "tell the two apart. The test games scored " + ("above" if shift == "better" else "within noise of")
+                + " the unseen train-fold games.")
+    if shift == "worse" and whole == "worse":
+        return ("The success lost beyond noise is fold shift, not memorisation: new games of the training fold "
+                f"did {'as well as' if mem == 'noise' else 'better than'} the training games, and the test fold "
+                "scored below both.")
+    if shift == "worse":  # below the unseen train-fold games, not below the training games
+        return ("The test games scored below the unseen train-fold games beyond noise, but not below the training "
+                "games: the unseen train-fold games may be an easier set, so this run shows neither memorisation "
+                "nor a fold shift it can tell from the difficulty of the games.")
+    if whole == "worse":
+        return ("Neither step alone loses success beyond the noise of its games, but the two together do: the test "
+                "games scored below the training games, and this run cannot say whether memorisation or fold "
+                "shift costs it.")
+    if "better" in (mem, shift, whole):
+        return ("No step loses success beyond noise, and one set of games even scored above another beyond noise: "
+                "the sets are not equally hard for this policy, and this run shows no memorisation and no fold "
+                "shift.")
+    return ("No step differs beyond the noise of its games: this run shows no memorisation and no fold shift "
+            "it can tell from noise.")
+
+
 unseen_train = [s for s in range(1000) if s not in set(data_seeds)][:n]  # the train fold has 1000 games
 runs["greedy, unseen train-fold games"] = greedy(policy, unseen_train, "train")
 folds = table({k: runs[k] for k in ["greedy, training games", "greedy, unseen train-fold games", "greedy, test games"]})
@@ -239,29 +287,16 @@ memorisation = compare_rates("going from training games to unseen train-fold gam
                              F.iloc[0], F.iloc[1], n)
 fold_shift = compare_rates("from unseen train-fold games to test games (fold shift), success", F.iloc[1], F.iloc[2], n)
 whole_gap = compare_rates("from training games to test games (the two together), success", F.iloc[0], F.iloc[2], n)
-lost = {"memorisation": memorisation.verdict == "worse", "fold shift": fold_shift.verdict == "worse"}
-if all(lost.values()):
-    memorisation_finding = ("Both cost success beyond noise: the policy did better on the games it was trained on "
-                            "than on new games of the same fold, and worse again on the other fold.")
-elif lost["memorisation"]:
-    memorisation_finding = ("The success lost beyond noise is memorisation: the policy did better on the games it "
-                            "was trained on than on new games of the same fold; the change of fold lost nothing "
-                            "beyond noise.")
-elif lost["fold shift"]:
-    memorisation_finding = ("The success lost beyond noise is fold shift, not memorisation: new games of the "
-                            "training fold lost nothing beyond noise against the training games, and the test "
-                            "fold scored lower.")
-else:
-    memorisation_finding = (f"Neither step loses success beyond the noise of {n} games a side: this run shows no "
-                            "memorisation and no fold shift it can tell from noise.")
-if "better" in (memorisation.verdict, fold_shift.verdict):
-    memorisation_finding += (" One step even gains success beyond noise: the sets of games are not equally hard, so "
-                             "the difference between two of them is partly the difficulty of their games.")
+memorisation_finding = fold_finding(memorisation, fold_shift, whole_gap)
 say(f"In this run: {memorisation}; {fold_shift}; {whole_gap}.", memorisation_finding)
 folds.round(3)
 
-
 # %% [markdown]
+# Read the `success_rate` column down: training games, unseen train-fold games, test games. The
+# sentence above the table judges each step between them against the noise of its games; the
+# other columns (steps, invalid actions, episodes cut at the step limit) show how the failures
+# differ.
+#
 # What the possible outcomes imply. If the training games score well above the unseen train-fold
 # games, the policy has learnt those particular games beyond what carries over to new ones: its
 # success on training games measures memory, and a curve of training-time returns on the same few
@@ -270,10 +305,12 @@ folds.round(3)
 # test fold asks for something the training fold never showed. The two call for different data:
 # more, and more varied, games of the kind already in the data for the first; data that covers
 # what the test fold varies for the second (chapter 3's counterfactual recipes permute the cut and
-# cook verbs for that reason). If no step exceeds the noise, the run cannot tell, and more games
-# per condition would be needed. Either way, the honest number is the held-out fold's. (Sets of
-# games are not equally hard for a given policy: unseen train-fold games can even score below the
-# test games, so a held-out number is worth checking on more than one set of games.)
+# cook verbs for that reason). If the unseen train-fold games score below the training games but
+# the test games do not, the drop cannot be memorisation alone (new games of the other fold did not
+# suffer it): sets of games are not equally hard for a given policy, which is why a held-out number
+# is worth checking on more than one set of games. If no step exceeds the noise, the run cannot
+# tell, and more games per condition would be needed. Either way, the honest number is the
+# held-out fold's.
 #
 # This chapter measures the gap; it does not test a remedy. The record of chapter 4's recipe,
 # `benchmarks/results/sft_recipe.md`, is where data changes were tried: there, twice the games at
@@ -286,20 +323,53 @@ folds.round(3)
 # it trains on, and those are sampled at temperature 1; evaluation decodes greedily.
 
 # %%
+def looped(record, last=4):
+    """Whether an episode ran to the step limit repeating itself: its last ``last`` actions hold at
+    most two distinct commands (one action again and again, or two in turn)."""
+    actions = [s.text.strip() for s in record.samples[-last:]]
+    return record.truncated and len(actions) == last and len(set(actions)) <= 2
+
+
 decoding = pd.DataFrame({
-    fold: {"sampled (T=1)": results.loc[f"sampled, {fold}", "success_rate"],
-           "greedy": results.loc[f"greedy, {fold}", "success_rate"]}
+    fold: {"success, sampled (T=1)": results.loc[f"sampled, {fold}", "success_rate"],
+           "success, greedy": results.loc[f"greedy, {fold}", "success_rate"],
+           "ended in a loop, sampled (T=1)": statistics.fmean(looped(r) for r in runs[f"sampled, {fold}"]),
+           "ended in a loop, greedy": statistics.fmean(looped(r) for r in runs[f"greedy, {fold}"])}
     for fold in ["training games", "test games"]
 }).T
+for fold, row in decoding.iterrows():
+    to_greedy = compare_rates("success from sampled to greedy", row["success, sampled (T=1)"],
+                              row["success, greedy"], n)
+    loops = compare_rates("the share of episodes that ended in a loop", row["ended in a loop, sampled (T=1)"],
+                          row["ended in a loop, greedy"], n, higher_is_better=False)
+    if to_greedy.verdict != "worse":
+        reading = "Greedy did not lose success beyond noise here, so there is no greedy loss to explain."
+    elif loops.verdict == "worse":
+        reading = "Greedy lost success and ended in loops more often: what the stuck-greedy hypothesis predicts."
+    else:
+        reading = ("Greedy lost success without ending in loops more often beyond noise: loops do not explain "
+                   "the loss on these games.")
+    say(f"On {fold}: {to_greedy}; {loops}.", reading)
 decoding.round(3)
 
 # %% [markdown]
-# Why they differ: at temperature 1 every turn draws from the whole distribution, so an action the
-# model finds unlikely is still played now and then, and an episode is a chain of such draws, one
-# per step.
-# From the sampled runs: the probability of each sampled action (the product of its tokens'
-# probabilities, recorded by the sampler), and the success of episodes that drew at least one
-# unlikely action (probability < 0.5) against those that drew none:
+# Each row is one set of games played under the two decoding rules. Read the two success columns
+# for which rule did better, and the two loop columns for how often an episode ran to the step
+# limit repeating one or two commands in its last four turns; the sentences above say which
+# differences exceed the noise of the games. Two hypotheses explain a difference either way:
+#
+# - *Sampling steps off the path.* At temperature 1 every turn draws from the whole distribution,
+#   so an action the model finds unlikely is still played now and then, and an episode is a chain
+#   of such draws, one per step. This costs a sharp, correct policy success.
+# - *Greedy gets stuck.* Greedy decoding is deterministic: after an action that changes nothing
+#   (an invalid command), the prompt barely changes, the policy writes the same action again, and
+#   the episode loops until the step limit. Sampling's noise can break such a loop. This costs the
+#   greedy policy success, and it predicts what the loop columns test: more greedy episodes than
+#   sampled ones ending in a loop.
+#
+# For the first, from the sampled runs: the probability of each sampled action (the product of its
+# tokens' probabilities, recorded by the sampler), and the success of episodes that drew at least
+# one unlikely action (probability < 0.5) against those that drew none:
 
 # %%
 def action_probability(sample):
@@ -319,13 +389,19 @@ print(f"sampled actions with probability < 0.5: {statistics.fmean(p < 0.5 for p 
 draws.groupby(["run", "drew an unlikely action"])["success"].agg(episodes="count", success_rate="mean").round(3)
 
 # %% [markdown]
-# Whether sampling is worse or better than greedy depends on the policy: a sharp, correct policy
-# loses a little to sampling (every draw is a chance to step off the path); a policy that gets
-# stuck greedily (repeating an action that changes nothing) can be rescued by the noise. Either way
-# the two numbers describe different policies, and the fix is to **compare like with like**:
-# report training-time returns as what they are (sampled, on training games), and track
-# evaluation the way it will be reported, greedy on held-out games, every few iterations during
-# training.
+# Within each run, compare the success of the episodes that drew an unlikely action with those that
+# drew none, and see in the `episodes` column how many there are of each. The comparison favours
+# the hypothesis more than it should: a long episode makes more draws, so it is more likely to
+# contain an unlikely one, and failed episodes are the long ones (they run to the step limit). It
+# shows how often unlikely actions are drawn, not that each one costs success. A cleaner test
+# plays the same games sampling at lower temperatures (exercise 1): if stepping off the path is
+# what sampling costs, success moves towards greedy's as the temperature falls.
+#
+# Whichever hypothesis holds for a given policy, the two numbers describe different policies (the
+# stochastic one that training samples from, and the deterministic one that always takes the most
+# probable token), so the fix is to **compare like with like**: report training-time returns as
+# what they are (sampled, on training games), and track evaluation the way it will be reported,
+# greedy on held-out games, every few iterations during training.
 #
 # ## c. A prompt built differently from the data's
 #
@@ -354,7 +430,7 @@ for name, layout in layouts.items():
 
 # %% [markdown]
 # Each layout plays the first test games, at most 32 (a policy that cannot act plays every game
-# to the step limit, writing 16 tokens a turn, so these are the chapter's slowest games):
+# to the step limit, writing up to 16 tokens a turn, so these can be the chapter's slowest games):
 
 # %%
 m = min(n, 32)
@@ -373,7 +449,8 @@ prompt_table.round(3)
 
 
 # %% [markdown]
-# The invalid-action rate, over every action played, says how much of the model's skill was tied
+# Each row is one layout over the same test games; compare it with the first row, the data's own
+# layout. The invalid-action rate, over every action played, says how much of the model's skill was tied
 # to the layout it was trained on. What to look for in the sentences above: an invalid rate that
 # rises beyond noise under a layout the model never read means it no longer writes commands the
 # game accepts, and a success rate that falls with it is what an evaluation script with its own
@@ -410,25 +487,34 @@ def prompt_parity(policy, seeds):
 with_mistakes = {e["seed"] for e in examples if e.get("mistakes_before")}
 clean_games = [seed for seed in data_seeds if seed not in with_mistakes][:5]
 parity = {name: prompt_parity(layout, clean_games) for name, layout in layouts.items()}
+say("Share of the prompts of the SFT data's first games without mistakes rebuilt exactly: "
+    + "; ".join(f"{name}: {share:.1%}" for name, share in parity.items()) + "."
+    + ("" if parity["as in the data"] == 1 else " The data's own layout should rebuild all of them: a bug."))
 pd.Series(parity, name="prompts identical to the SFT data's").round(3)
 
 # %% [markdown]
-# A layout reproduces the SFT data's prompts only where it is the data's own (a share of 1); the
-# others match at most the turns their differences do not touch, such as the first turn of a game,
-# before any past turn exists.
+# Each row is the share of the data's prompts that a layout rebuilt token for token. Only the
+# data's own layout should reach 1; the others can match at most the turns their differences do
+# not touch, such as a game's first turn for a layout whose only change is a window of past turns
+# (there are none yet).
 
 # %% [markdown]
 # ## d. Tokens sampled against text tokenised again
 #
 # An RL trainer needs the log-probability of each action under the current weights, and chapter 5
 # computes it on the token ids the sampler drew. A simpler-looking trainer keeps only the action
-# *text* and tokenises it again. But BPE can spell most strings in several ways, and tokenising
-# text always gives one canonical spelling (its merges apply in a fixed order), while the model
-# writes one token at a time and may choose another, greedy decoding included. A generated action
-# may also stop without an end-of-turn token (it ran out of its 16 tokens), contain special tokens
-# that decoding drops, or bytes that are not valid UTF-8 (decoded as "\ufffd"). How often does the
-# text, tokenised again, differ from what was generated, over every turn of the runs above, and
-# was the action one the game accepted?
+# *text* and tokenises it again (*re-tokenisation*: decode the sampled ids to text, encode the
+# text back to ids). The model's tokenizer is a BPE (byte-pair encoding) tokenizer: its vocabulary
+# holds single characters and merged pieces (`move`, `Ġknife`, where `Ġ` marks a leading space),
+# and it encodes text by applying its learnt merges in a fixed order. So most strings can be spelled
+# in tokens in several ways, encoding always gives one canonical spelling, and the model, writing
+# one token at a time, may choose another, greedy decoding included. That is a *re-spelling*: the
+# same text, other ids. Re-tokenisation can also differ for reasons that are not BPE's: a generated
+# action may stop without an end-of-turn token because it was cut at the token limit (16 tokens
+# per action), and the trainer's re-encoding appends an end-of-turn the sampler never drew; it
+# may contain special tokens that decoding drops, or bytes that are not valid UTF-8 (decoded as
+# "\ufffd"). The cell below sorts every turn of the runs above by why its re-tokenised ids
+# differ, if they do, and counts the actions the game rejected:
 
 # %%
 eos = tokenizer.eos_token_id
@@ -440,15 +526,19 @@ def retokenised(sample):
 
 
 def why_different(sample):
-    if sample.action_ids == retokenised(sample):
+    """Why re-tokenising a turn's text does not give back its sampled ids (``"same tokens"`` if it does)."""
+    again = retokenised(sample)
+    if sample.action_ids == again:
         return "same tokens"
-    if sample.action_ids[-1] != eos:
-        return "no end-of-turn (ran out of tokens)"
+    if sample.action_ids[-1] != eos:  # the re-encoding ends with end-of-turn; the cut action did not
+        if sample.action_ids == again[:-1]:
+            return "cut at the token limit, only end-of-turn added"
+        return "cut at the token limit, and re-spelled"
     if any(i in tokenizer.all_special_ids for i in sample.action_ids[:-1]):
         return "special token inside the action"
     if "\ufffd" in sample.text:
         return "bytes that are not UTF-8"
-    return "same text, other tokens"
+    return "re-spelled: same text, other tokens"
 
 
 def turns_of(names):
@@ -467,6 +557,12 @@ reasons
 
 
 # %% [markdown]
+# Each row is one reason, for the sampled and the greedy turns. `same tokens` are the turns a
+# re-tokenising trainer would still score correctly; every other row is turns it would score on
+# ids the model did not write: BPE re-spellings, actions cut at the token limit (no BPE effect:
+# only the added end-of-turn differs, unless the cut text is also re-spelled), and special tokens
+# or broken bytes. `rejected_by_the_game` counts how many of each the game did not accept.
+#
 # What a trainer makes of those turns: each action's total log-probability as the sampler
 # recorded it, as the trainer recomputes it on the sampled ids, and as it computes it on the text
 # tokenised again. Their difference is the log of the importance ratio the trainer would use at
@@ -476,53 +572,79 @@ reasons
 sampled_turns = [s for s, _ in turn_samples["sampled (T=1)"]]
 differ = [s for s in sampled_turns if s.action_ids != retokenised(s)]
 agree = [s for s in sampled_turns if s.action_ids == retokenised(s)][:200]
-token_rows = {}
-for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
-    if not group:
-        continue
+
+
+def log_ratios(group):
+    """Per turn, |log ratio| at unchanged weights against the sampler's record: scored on the sampled
+    ids, and on the text tokenised again (with the signed difference of the latter)."""
     sampler = [sum(s.logprobs) for s in group]
     on_sampled = turn_logprobs(policy.model, group, tokenizer.pad_token_id)
     on_text = turn_logprobs(policy.model, [Sample(s.text, s.prompt_ids, ids, [0.0] * len(ids))
                                            for s in group for ids in [retokenised(s)]], tokenizer.pad_token_id)
-    token_rows[name] = {
-        "turns": len(group),
-        "mean |log ratio|, sampled ids": statistics.fmean(abs(a - b) for a, b in zip(on_sampled, sampler)),
-        "mean |log ratio|, text tokenised again": statistics.fmean(abs(a - b) for a, b in zip(on_text, sampler)),
-        "max |log ratio|, text tokenised again": max(abs(a - b) for a, b in zip(on_text, sampler)),
-        "share where the text tokenised again is less likely": statistics.fmean(
-            a < b - 1e-4 for a, b in zip(on_text, sampler)),
-    }
+    return [(abs(a - c), abs(b - c), b - c) for a, b, c in zip(on_sampled, on_text, sampler)]
+
+
+def ratio_row(ratios):
+    return {"turns": len(ratios),
+            "mean |log ratio|, sampled ids": statistics.fmean(r[0] for r in ratios),
+            "mean |log ratio|, text tokenised again": statistics.fmean(r[1] for r in ratios),
+            "max |log ratio|, text tokenised again": max(r[1] for r in ratios),
+            "share where the text tokenised again is less likely": statistics.fmean(r[2] < -1e-4 for r in ratios)}
+
+
+token_rows = {}
+by_turn = {}  # id of a turn whose tokens differ -> its log ratios
+for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
+    if not group:
+        continue
+    ratios = log_ratios(group)
+    token_rows[name if name == "tokens agree" else "tokens differ (all kinds)"] = ratio_row(ratios)
+    if name == "tokens differ":
+        by_turn = dict(zip(map(id, group), ratios))
+kinds = pd.Series([why_different(s) for s in differ], dtype=object)
+for kind in dict.fromkeys(kinds):  # the differing turns again, one row per kind
+    token_rows[f"differ: {kind}"] = ratio_row([by_turn[id(s)] for s, k in zip(differ, kinds) if k == kind])
 rejected = sum(bad for s, bad in turn_samples["sampled (T=1)"] if s.action_ids != retokenised(s))
 if differ:
-    say(f"{len(differ)} of {len(sampled_turns)} sampled turns give other tokens when their text is tokenised "
-        f"again; the game rejected {rejected} of them.")
+    say(f"{len(differ)} of {len(sampled_turns)} sampled turns give other ids when their text is tokenised "
+        "again: " + "; ".join(f"{count} {kind}" for kind, count in kinds.value_counts().items())
+        + f". The game rejected {rejected} of the {len(differ)}.")
 else:
-    say(f"In this run none of the {len(sampled_turns)} sampled turns gives other tokens when its text is "
+    say(f"In this run none of the {len(sampled_turns)} sampled turns gives other ids when its text is "
         "tokenised again, so the table has no row for them. An action cut at its token limit would: "
         "`retokenised` ends every action with end-of-turn.")
+if "tokens agree" in token_rows:
+    say("On the turns whose tokens agree, the trainer's log-probabilities differ from the sampler's by "
+        f"{token_rows['tokens agree']['mean |log ratio|, sampled ids']:.2g} on average (float rounding).")
 pd.DataFrame(token_rows).T.map(lambda value: f"{value:.3g}")  # 3 significant digits, not 1.538277e-07
+
+# %% [markdown]
+# Each row of the table is a group of sampled turns: those whose tokens agree (up to 200), all
+# those whose tokens differ, and the latter again by kind. Compare the two `mean |log ratio|`
+# columns: on the sampled ids the trainer should recover the sampler's log-probabilities up to float
+# rounding, whatever the group, while on the text tokenised again it scores, on the differing
+# turns, a token sequence the
+# sampler never drew. The last column says how often that sequence is less likely to the model
+# than what it wrote. Then the importance ratio no longer measures a change of weights, and the
+# update pushes on tokens that were not sampled; one ratio of that size is enough to wreck a
+# batch's gradient unless it is clipped away. The sentence above the table says how many such turns
+# this run had, of which kind, and how many the game rejected (a rejected action is one whose
+# negative advantage the update should push down, on the tokens that produced it). The examples
+# below show what a differing turn looks like. The fix is the library's: every turn keeps the
+# sampler's `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly
+# those.
 
 # %%
 for s in differ[:4]:
-    print(f"{s.text!r}\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
+    print(f"{s.text!r} ({why_different(s)})\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
           f"\n  tokenised again: {tokenizer.convert_ids_to_tokens(retokenised(s))}")
 
 # %% [markdown]
-# On the turns where the tokens agree, the trainer recovers the sampler's log-probabilities to
-# float precision, whichever ids it scores. On the turns where they differ (the sentence above
-# counts them) it scores a token sequence the sampler never drew, which the model may find far
-# less likely (the last column): the ratio no longer measures a change of weights, and the update
-# pushes on tokens that were not sampled. Such turns are rare, and the game may reject them (the
-# sentence above counts how many it did): each rejected one is exactly a turn whose negative advantage RL must apply to the tokens that produced it, and one
-# ratio of that size is enough to wreck a batch's gradient unless it is clipped away. The fix is
-# the library's: every turn keeps the
-# sampler's `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly
-# those.
-#
 # The second tokenisation trap of chapter 2 is at the prompt/completion boundary: tokenising
 # `prompt + completion` as one string can merge characters across the boundary, so the completion
 # is scored as tokens generation never produces. How often does that happen over the SFT data,
-# with the chat template this book uses, and with a template-free prompt that ends in "> " (the
+# with the chat template this book uses (the model's fixed wrapper of role markers around each
+# message, ending in the marker after which the answer starts), and with a template-free prompt that ends in "> " (the
 # way our history window writes past actions)?
 
 # %%
@@ -541,11 +663,15 @@ boundary = {name: statistics.fmean(boundary_mismatch(tokenizer, render(e["prompt
                                    for e in examples[::5])
             for name, render in renderings.items()}
 print(boundary_mismatch(tokenizer, renderings["template-free, ends in '> '"]("..."), "take knife"))
+say("Share of examples whose completion tokens differ when tokenised with the prompt instead of apart: "
+    + "; ".join(f"{name}: {share:.1%}" for name, share in boundary.items()) + ".")
 pd.Series(boundary, name=f"examples whose tokens differ together vs apart ({len(examples[::5])} examples)").round(3)
 
 # %% [markdown]
-# With the chat template the generation prompt ends in a newline, which the completion's first
-# token does not merge with; without one, the space before every action would be merged into the
+# Each row is one way to render the prompt, and the share of a sample of the SFT data whose
+# tokens change at the boundary. The printed example shows the mechanism: with the chat template
+# the generation prompt ends in a newline, which the completion's first token does not merge with
+# in this book's tokenizer; without one, the space before every action would be merged into the
 # action's first token by joint tokenisation (`Ġtake`) while generation, which continues the
 # prompt's own tokens, starts after a lone `Ġ`. The library tokenises the prompt alone and appends
 # the completion's ids (`encode_prompt_completion`), so both cases train on the sequence that
@@ -572,12 +698,16 @@ def gold_lengths(options, fold, seeds):
 gold_worlds = {"this preset's world": world, "the tutorial's world": TUTORIAL_WORLD}
 lengths = {(name, fold): gold_lengths(options, fold, range(200))
            for name, options in gold_worlds.items() for fold in ["train", "test"]}
-pd.DataFrame({
+length_table = pd.DataFrame({
     key: {"games": len(ls), "min": min(ls), "median": statistics.median(ls), "max": max(ls),
           **{f"fits in {limit} steps": statistics.fmean(x <= limit for x in ls)
              for limit in sorted(STEP_LIMITS.values())}}
     for key, ls in lengths.items()
 }).T.round(3)
+fits = {key: statistics.fmean(x <= STEP_LIMITS["tutorial"] for x in ls) for key, ls in lengths.items()}
+say(f"Gold paths that fit in the tutorial's {STEP_LIMITS['tutorial']} steps: "
+    + "; ".join(f"{name}, {fold} fold: {share:.1%}" for (name, fold), share in fits.items()) + ".")
+length_table
 
 # %%
 ax = plotting.length_histogram({name: lengths[(name, "train")] for name in gold_worlds},
@@ -601,13 +731,18 @@ for name, limit in STEP_LIMITS.items():
                          "SFT policy, this preset's world": summarize(sft_run)["success_rate"],
                          "SFT policy, truncated": summarize(sft_run)["truncated_rate"]}
 limits_table = pd.DataFrame(limit_rows).T
+short, default = (limits_table.loc[f"{name} limit ({STEP_LIMITS[name]})"] for name in ("tutorial", "default"))
+for who in ["gold path, tutorial's world", "SFT policy, this preset's world"]:
+    say(f"{who}: {compare_rates('success from the default limit to the tutorial limit', default[who], short[who], n)}.")
 limits_table.round(3)
 
 # %% [markdown]
-# In the tutorial's world the short limit takes a large share of the games away from the expert
-# itself, more on the train fold than on the test fold (the length table above); the step
-# limit of this book's CookingWorld is 32, which fits every gold path with room for a wrong turn
-# (`step_limit="tutorial"` keeps 16 available). At `ci` the world is smaller and its gold paths
+# Each row is one step limit; read each column down. The gold-path column is a ceiling: the share
+# of games that any policy imitating the expert could win in time (the sentences above say whether
+# the short limit lowered it beyond noise, and the length table how many gold paths fit in it, per
+# fold). The step limit of this book's CookingWorld is at least 32, and at least 7 more than the
+# game's gold path, so every gold path fits with room for a wrong turn (`step_limit="tutorial"`
+# keeps 16 available). At `ci` the world is smaller and its gold paths
 # short (the first rows of the length table), so there the limit only matters for a policy that
 # wanders; at `full` the preset's world is the tutorial's. The fix: choose the limit from the
 # distribution of expert path lengths, never below its maximum.
@@ -621,7 +756,7 @@ limits_table.round(3)
 success = {**S, **folds["success_rate"], **{f"layout: {k}": v for k, v in prompt_table["success_rate"].items()},
            **{f"{k}: {c}": v for c in limits_table for k, v in limits_table[c].items()}}
 on_other_tokens = len(differ) / len(sampled_turns)
-log_ratio = token_rows.get("tokens differ", {})
+log_ratio = token_rows.get("tokens differ (all kinds)", {})
 FIX = {"a": "report the test fold; train on more, more varied games",
        "b": "compare like with like; greedy held-out evaluation during training",
        "c": "one prompt function and spec everywhere; a parity test",
@@ -652,6 +787,10 @@ summary = pd.DataFrame(rows, columns=["effect", "metric", "mismatched", "value (
 summary["fix"] = summary["effect"].str[0].map(FIX)
 with pd.option_context("display.max_colwidth", None):  # the fixes are sentences: show them whole
     display(summary.round(3))
+
+# %% [markdown]
+# Each row is one effect's metric under the mismatched condition and under the matched (fixed)
+# one, with the fix; the sections above say which differences exceed the noise of their games.
 
 # %%
 def label(r):
@@ -709,7 +848,8 @@ averaged_noise = {"games (a)": (term_noise["games (games first)"] + term_noise["
                   "decoding (b)": (term_noise["decoding (games first)"] + term_noise["decoding (decoding first)"]) / 2}
 if larger.nunique() == 1:
     term = larger.iloc[0]
-    verdict = (f"The larger term is {term} in every draw, and its mean is beyond the noise of {n} games a side."
+    verdict = (f"The larger term is {term} in every draw, and its mean is beyond the noise of {n} games a side "
+               f"(it {'costs' if per_draw[term].mean() > 0 else 'adds'} success on average)."
                if abs(per_draw[term].mean()) > averaged_noise[term] else
                f"The larger term is {term} in every draw, but its mean is within the noise of {n} games a side "
                f"(two standard errors: {averaged_noise[term]:.3f}): more games would be needed to settle it.")

@@ -133,6 +133,11 @@ pd.DataFrame({name: {"characters": len(text), "tokens": len(policy.tokenizer(tex
               for (name, text), policy in zip(rendered.items(), [tiny, base])}).T
 
 # %% [markdown]
+# Read the `tokens` column against `characters`: the template's system message makes SmolLM2's
+# prompt longer, and its vocabulary, made for web text rather than for these games, spends its
+# tokens differently from the tiny model's. Every turn of every game pays for that prompt length.
+
+# %% [markdown]
 # ## Zero-shot: knowing language is not following the format
 #
 # Before any training, the pretrained model plays each game from the prompt alone (greedy decoding,
@@ -160,6 +165,11 @@ for game, options in zero_shot_options.items():
     zero_shot[game] = row
 zero_shot_table = pd.DataFrame(zero_shot).T
 zero_shot_table
+
+# %% [markdown]
+# Read each row's `invalid rate` columns first (the share of actions the game could not parse),
+# then the metric beside the random policy's; `format accuracy` is math's share of answers in the
+# `#### N` format. The first output of each game, as the model wrote it:
 
 # %%
 for game, text in examples_of_output.items():
@@ -270,16 +280,23 @@ sft_rows = {key: {k: metrics[k] for k in ("success_rate", "invalid_rate", "mean_
 sft_table = pd.DataFrame(sft_rows).T
 sft_table.round(3)
 
+# %% [markdown]
+# Read `success_rate` down each level: the first two rows of a level had the same examples and
+# steps, the third chapter 4's larger budget; `invalid_rate` says how much of a failure is the
+# answer format rather than the strategy. Each rate is over the evaluation games the first cell's
+# settings name, few at `ci`, so a small difference can be noise. The cell below compares them:
+
 # %%
 smol_name, tiny_name, own_name = (f"{real.model}, {steps} steps", f"tiny, {steps} steps", "tiny, chapter 4's budget")
 success = {key: row["success_rate"] for key, row in sft_rows.items()}
 say(f"Easy game after {steps} steps: {real.model} {success[(smol_name, 'easy')]:.2f}, "
       f"the tiny model {success[(tiny_name, 'easy')]:.2f} "
-      + ("(the pretrained model learns the format and the strategy from far fewer examples)."
+      + ("(in this run the pretrained model learnt far more from the same few examples)."
          if success[(smol_name, "easy")] > success[(tiny_name, "easy")] + 0.2 else "."))
 say(f"Hard game (numbers never seen in training): {real.model} {success[(smol_name, 'hard')]:.2f}, "
       f"the tiny model with chapter 4's budget {success[(own_name, 'hard')]:.2f} "
-      + ("-- pretraining carries the idea of halving a range to numbers the fine-tuning data never held."
+      + ("-- in this run pretraining carried the idea of halving a range to numbers the fine-tuning data "
+         "never held."
          if success[(smol_name, "hard")] > success[(own_name, "hard")] + 0.1
          else "-- in this run pretraining did not carry the strategy to the unseen range better than the tiny model."))
 
@@ -303,7 +320,14 @@ costs = pd.DataFrame({
              / (sft_rows[(tiny_name, "easy")]["mean_turns"] * real.game(game).eval_episodes)},
 }).T
 print(f"peak resident memory of this chapter's process: {peak_gb:.1f} GB")
+say(f"On this machine an SFT step of {real.model} took {costs.loc[real.model, 'seconds per SFT step'] / costs.loc['tiny', 'seconds per SFT step']:.0f}x "
+    f"the tiny model's, and 100 evaluation turns {costs.loc[real.model, 'seconds per 100 evaluation turns (easy)'] / costs.loc['tiny', 'seconds per 100 evaluation turns (easy)']:.0f}x.")
 costs.round(3)
+
+# %% [markdown]
+# Read the table by column: the ratio of its two rows in each column (printed above for the two
+# timings) is what the pretrained model costs on this machine, for the parameters it brings and the
+# share of them LoRA trains.
 
 # %% [markdown]
 # ## RL on the unseen range: what an iteration costs
@@ -315,6 +339,10 @@ costs.round(3)
 # enough to show the path works (sampled log-probs, advantages, a LoRA update, a checkpoint) and to
 # measure what an iteration costs, not enough to learn anything, so no before/after is read there.
 # At `small` and `full` it runs the preset's iterations and then plays the hard games again.
+# In the table of iterations below, `success_rate` and `invalid_rate` are the sampled hard games of
+# each iteration, and `kl_k3` is chapter 5's estimate of how far the trainer's distribution is from
+# the sampler's (near 0 when the sampler is the policy being trained); with one iteration they
+# describe one batch, not a trend.
 
 # %%
 settings = rl_settings(game, real)
@@ -365,7 +393,9 @@ else:
 # (`benchmarks/results/gpu_full_path.md`: one session, one run of each). The cell below reads that
 # record, which this chapter did not make: SFT steps of 8 GuessTheNumber examples, SmolLM2 with LoRA
 # adapters on every linear layer, and a REINFORCE run from the LoRA SFT policy. When this chapter runs
-# SmolLM2 on a CPU, the cell sets this machine's SFT step beside the record's.
+# SmolLM2 on a CPU, the cell sets this machine's SFT step beside the record's. In the table, read
+# each row's seconds per step and peak memory against LoRA's row; the sentences under it do the
+# division.
 
 # %%
 gpu_record = recorded_runs("gpu_full_path.jsonl")
@@ -434,7 +464,10 @@ say(f"This chapter's RL policy samples with the {rl_policy.engine!r} engine"
 # What each change is worth was measured by `benchmarks/rollout_engine.py`, which samples the same
 # prompts with the same weights under each setting and divides by plain `generate` (`baseline`:
 # dynamic cache, LoRA unmerged) in the same run. `decode` is one sampling call over N first-turn
-# prompts of a game; `games` plays N games to their ends. The cell reads the record:
+# prompts of a game; `games` plays N games to their ends. The cell reads the record. Each number in
+# its table is a speed relative to `baseline` in the same row (above 1 is faster); `merged` and
+# `compact-unmerged` are one change each, `engine` merged weights with the device's engine (`compact`
+# on a CPU, a static cache on a GPU):
 
 # %%
 engine_rows = recorded_runs(ENGINE_RECORD)
@@ -449,8 +482,10 @@ if engine_rows:
 # %% [markdown]
 # ## Does RL improve SmolLM2? The record over seeds
 #
-# The book's claim is that RL makes a language-model policy better. For the tiny model chapters 5-7
-# show it over seeds. For SmolLM2 the runs that could show it, many iterations from the model's own
+# The book's claim is that RL makes a language-model policy better. For the tiny model, the
+# recorded runs of chapters 5-7 show it over seeds for two results only: tic-tac-toe's draws against
+# minimax (REINFORCE in chapter 5, PPO in chapter 6), and PPO's greedy accuracy on the math problems
+# it trained on (chapter 6). For SmolLM2 the runs that could show it, many iterations from the model's own
 # SFT checkpoints on tasks with room to improve, take a GPU: `benchmarks/pretrained_rl.py` runs them
 # (tic-tac-toe against the perfect player as x and as o, math problems never trained on,
 # GuessTheNumber on a range the SFT data never had) and records each. The cell below reads what has

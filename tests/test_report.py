@@ -298,3 +298,14 @@ def test_critic_reading_follows_the_second_half_of_the_run():
     assert "as in REINFORCE" in report.critic_reading(run(0.9, -0.4))  # a negative one is worse than the mean
     with pytest.raises(ValueError, match="explained_variance"):
         report.critic_reading([{"step": 1, "mean_return": 0.1}])
+
+
+def test_compare_halves_judges_a_curve_against_its_own_batch_to_batch_spread():
+    steady_rise = [{"x": v} for v in (0.10, 0.12, 0.11, 0.13, 0.50, 0.52, 0.51, 0.53)]
+    change = report.compare_halves(steady_rise, "x", "accuracy")
+    assert change.verdict == "better" and change.before == pytest.approx(0.115) and change.after == pytest.approx(0.515)
+    wandering = [{"x": v} for v in (0.0, 1.0, 0.0, 1.0, 0.2, 0.9, 0.1, 1.0)]  # same means within its spread
+    assert report.compare_halves(wandering, "x", "accuracy").verdict == "noise"
+    assert report.compare_halves(steady_rise, "x", "loss", higher_is_better=False).verdict == "worse"
+    with pytest.raises(ValueError, match="at least 4"):
+        report.compare_halves(steady_rise[:3], "x", "accuracy")

@@ -340,6 +340,19 @@ def halves(history: Sequence[dict], key: str) -> tuple[float, float]:
     return statistics.fmean(values[:half]), statistics.fmean(values[half:])
 
 
+def compare_halves(history: Sequence[dict], key: str, label: str, higher_is_better: bool = True) -> Change:
+    """``key``'s mean over the first and the second half of a run, as a :class:`Change` whose noise is
+    two standard errors of their difference, estimated from how much the logged values vary from
+    one update to the next (so a curve that wanders by a batch's luck reads as ``"noise"``)."""
+    values = [float(row[key]) for row in history if key in row]
+    half = len(values) // 2
+    first, second = values[:half], values[half:]
+    if len(first) < 2:
+        raise ValueError(f"need at least 4 iterations with {key!r} (2 per half); got {len(values)}")
+    noise = 2 * math.sqrt(statistics.variance(first) / len(first) + statistics.variance(second) / len(second))
+    return Change(label, statistics.fmean(first), statistics.fmean(second), noise, higher_is_better)
+
+
 def trend(history: Sequence[dict], key: str, label: str | None = None, digits: int = 3) -> str:
     """``"explained variance 0.120 over the first half of the run, 0.310 over the second"``."""
     first, second = halves(history, key)
