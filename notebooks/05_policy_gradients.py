@@ -124,7 +124,8 @@ EPISODES = 200  # greedy games per evaluation, on seeds 0..199 (training uses se
 # %%
 gtn = sft_policy("guess_the_number", preset)
 gtn_options = rl_settings("guess_the_number", preset).env_options
-# A pretrained model's turn costs ~100x the tiny model's on a CPU (chapter 2): with one, the speed
+# A pretrained model's turn costs tens to hundreds of times the tiny model's on a CPU (chapter 9
+# prints the ratio it measured): with one, the speed
 # measurement of this section plays a quarter of the games
 speed_games = 128 if preset.model == "tiny" else 32
 
@@ -619,7 +620,8 @@ if grid:
 # %%
 variants = {"baseline per state": dict(), "GEM's ReBN": dict(normalise="rebn"), "raw returns": dict(normalise="none")}
 # each iteration writes ~41-token actions (chapter 4's worked lines): keep the chapter short; a pretrained
-# model's iteration costs ~100x the tiny model's on a CPU (~110 s at small), so with one, 3 iterations
+# model's iteration costs tens to hundreds of times the tiny model's on a CPU (chapter 9 measures it),
+# so with one, 3 iterations
 short = 10 if preset.model == "tiny" else 3
 ablation, ablation_eval = {}, {}
 for name, change in variants.items():
