@@ -2,6 +2,8 @@
 
     python benchmarks/pretrained_rl.py --preset gpu --tasks ttt-x ttt-o math gtn-100 --seeds 0 1 2 \
         --out benchmarks/results/pretrained_rl_gpu.jsonl --time-limit 540     # on a GPU
+    python benchmarks/pretrained_rl.py --preset small --tasks gtn-50 --seeds 0 1 2 --iterations 16 \
+        --learning-rate 1e-4 --out benchmarks/results/pretrained_rl_cpu.jsonl  # SmolLM2 on a 2-core CPU
     python benchmarks/pretrained_rl.py --preset ci --tasks ttt-x gtn-100 --seeds 0 --iterations 1 \
         --episodes 10 --out /tmp/try.jsonl                                     # the tiny model: a quick try
 
@@ -14,38 +16,52 @@ those the book's claim rests on (a pretrained model that RL makes better):
   mixture of random and minimax (chapter 5's rule); draws against minimax, and losses to random.
 * ``math``: chapter 6's PPO on the training split; accuracy on problems never trained on (the test
   split) and on training problems.
-* ``gtn-100``: GuessTheNumber on 1-100 in 8 turns, a range and turn limit the SFT data (1-10 in 4
-  at ``small``/``gpu``) never had; REINFORCE on it; success rate.
+* ``gtn-50``, ``gtn-100``: GuessTheNumber on 1-50 in 7 turns or 1-100 in 8, ranges and turn limits
+  the SFT data (1-10 in 4 at ``small``/``gpu``) never had; REINFORCE on it; success rate.
 
-A run is skipped when less than ``--time-limit`` minus the time used is left for its estimated
-cost (its own previous duration, else ``--run-estimate``), so that a device call of limited length
-ends with whole records. Each line: command, device, versions, preset, model, task, game, algo,
-seed, iterations, before/after metrics, the RL curves (return, invalid rate, entropy, KL to the
-sampler) and the seconds of each stage.
+Every run lives in its own folder under ``--runs`` (named by preset, task, seed and settings), and
+a run killed at any point continues where it stopped when the same command is given again: the
+evaluation before RL is kept in ``before.json``, RL resumes from its last checkpoint (one per
+iteration), and a finished run's line is kept in ``record.json`` and not run twice. On a 2-core CPU
+an iteration of SmolLM2 takes minutes, so a run spans sessions if it has to.
+
+The same command with more ``--iterations`` extends a finished REINFORCE run (its learning rate
+is constant; PPO's schedule spans the run's iterations, so a longer PPO run is a new one): a line is
+recorded for each length. A run is skipped when less than ``--time-limit`` minus the time used is
+left for its estimated cost (its own previous duration, else ``--run-estimate``), so that a device call of limited length
+ends with whole records. Each line: command, device (the CPU's name and its bfloat16 flags, or
+the GPU's), threads, dtype, versions, preset, model, task, game, algo, seed, iterations, turns,
+before/after metrics with their standard errors, the RL curves (return, success, invalid rate,
+entropy, KL to the sampler, seconds) and the seconds of each stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import math
 import platform
 import sys
-import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 TASKS = {
     "ttt-x": dict(game="tictactoe", algo="reinforce", train={"agent_mark": "x"}, eval={"agent_mark": "x"}),
     "ttt-o": dict(game="tictactoe", algo="reinforce", train={"agent_mark": "o"}, eval={"agent_mark": "o"}),
     "math": dict(game="math", algo="ppo", train={}, eval={}),
+    "gtn-50": dict(game="guess_the_number", algo="reinforce",
+                   train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
+                   eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
     "gtn-100": dict(game="guess_the_number", algo="reinforce",
                     train={"preset": None, "low": 1, "high": 100, "max_turns": 8},
                     eval={"preset": None, "low": 1, "high": 100, "max_turns": 8}),
 }
 #: what each task's before/after compares (the first is the claim's metric)
 HEADLINE = {"ttt-x": "minimax_draw_rate", "ttt-o": "minimax_draw_rate", "math": "accuracy (new problems)",
-            "gtn-100": "success_rate"}
-CURVES = ("mean_return", "invalid_rate", "entropy", "kl_k3")
+            "gtn-50": "success_rate", "gtn-100": "success_rate"}
+CURVES = ("mean_return", "success_rate", "invalid_rate", "entropy", "kl_k3", "turns", "sample_seconds", "train_seconds")
 
 
 def evaluate(task: str, policy, preset, episodes: int) -> dict[str, float]:
@@ -62,41 +78,143 @@ def evaluate(task: str, policy, preset, episodes: int) -> dict[str, float]:
                                       env_options={**spec["eval"], "opponent": opponent})
             results.update({f"{opponent}_{k}": summary[k] for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")})
         return results
-    summary = evaluate_policy(spec["game"], policy, preset=preset, episodes=episodes, env_options=spec["eval"])
-    return {k: summary[k] for k in ("success_rate", "mean_turns", "invalid_rate", "truncated_rate")}
+    # one wave: every game side by side from its first turn, the fastest way through a fixed set
+    summary = evaluate_policy(spec["game"], policy, preset=preset, episodes=episodes, env_options=spec["eval"],
+                              batch_size=episodes)
+    return {k: summary[k] for k in ("success_rate", "mean_return", "mean_turns", "invalid_rate", "truncated_rate")}
 
 
-def run(task: str, seed: int, preset, episodes: int, iterations: int | None) -> dict:
-    import torch
+#: greedy games a GuessTheNumber record keeps before and after RL, so that a reader sees what changed
+EXAMPLE_GAMES = 8
 
-    from tutorial_lib.pipeline import rl_settings, sft_policy
-    from tutorial_lib.rl.ppo import train_ppo
-    from tutorial_lib.rl.reinforce import train_reinforce
-    from tutorial_lib.runtime.cache import cache_root
+
+def example_games(task: str, policy, games: int = EXAMPLE_GAMES) -> list[dict]:
+    """The first ``games`` evaluation games of a GuessTheNumber task, greedy (the same games the
+    evaluation played): the secret, the guesses and whether the last one found it."""
+    from tutorial_lib import envs
+    from tutorial_lib.envs.parsing import parse_boxed_integer
+    from tutorial_lib.evaluation.episodes import run_episodes
 
     spec = TASKS[task]
-    game, algo = spec["game"], spec["algo"]
-    start = time.perf_counter()
-    policy = sft_policy(game, preset, data_seed=seed)
-    sft_seconds = time.perf_counter() - start
-    before = evaluate(task, policy, preset, episodes)
-    settings = rl_settings(game, preset, algo)
+    records = run_episodes(spec["game"], policy, range(games), env_options=spec["eval"], batch_size=games)
+    env = envs.make(spec["game"], **spec["eval"])  # the secret of each seed (a game cut short never says it)
+    shown = []
+    for record in records:
+        env.reset(seed=record.seed)
+        shown.append({"seed": record.seed, "secret": env.target,
+                      "guesses": [parse_boxed_integer(turn.action or "").value for turn in record.turns[:-1]],
+                      "success": record.success})
+    env.close()
+    return shown
+
+
+def standard_errors(metrics: dict[str, float], episodes: int) -> dict[str, float]:
+    """The standard error of each rate: over ``episodes`` games, the invalid rate over the turns
+    played (it is a rate per turn); mean turns, a mean, has none here."""
+    turns = episodes * metrics.get("mean_turns", 1.0)
+    return {f"{k}_se": round(math.sqrt(max(v * (1 - v), 0.0) / (turns if k.endswith("invalid_rate") else episodes)), 4)
+            for k, v in metrics.items() if k.endswith("_rate") and 0 <= v <= 1}
+
+
+def rl_run_settings(task: str, seed: int, preset, args):
+    """The preset's RL settings for the task's game, on the task's training options, with the
+    command line's changes."""
+    from tutorial_lib.pipeline import rl_settings
+
+    spec = TASKS[task]
+    settings = rl_settings(spec["game"], preset, spec["algo"])
     options = {**settings.env_options, **spec["train"]}  # GuessTheNumber: preset=None and its own range
-    settings = replace(settings, seed=seed, env_options=options,
-                       **({"iterations": iterations} if iterations else {}))
+    changes = {"iterations": args.iterations, "learning_rate": args.learning_rate, "num_envs": args.num_envs,
+               "turns_per_iteration": args.turns, "temperature": args.temperature}
+    return replace(settings, seed=seed, env_options=options, save_every=1,
+                   **{k: v for k, v in changes.items() if v is not None})
+
+
+def run_folder(root: Path, preset, task: str, seed: int, settings, episodes: int) -> Path:
+    """Where a run keeps its state: the same command finds the same folder (and resumes there).
+    REINFORCE's number of iterations is not part of the name: the same command with more
+    ``--iterations`` extends a finished run from its last checkpoint (its learning rate is constant,
+    so 12 iterations and then 12 more are the run of 24). PPO's learning-rate schedule spans the
+    iterations, so there they are part of it."""
+    named = replace(settings, iterations=1) if TASKS[task]["algo"] == "reinforce" else settings
+    described = json.dumps({"settings": asdict(named), "episodes": episodes, "model": preset.model},
+                           sort_keys=True, default=str)
+    digest = hashlib.sha256(described.encode()).hexdigest()[:10]
+    return root / f"{preset.name}-{task}-seed{seed}-{digest}"
+
+
+def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
+    """One run, or the rest of one an earlier call began; returns its line and whether it is new
+    (not yet recorded)."""
+    import torch
+
+    from tutorial_lib.pipeline import sft_policy
+    from tutorial_lib.rl.ppo import train_ppo
+    from tutorial_lib.rl.reinforce import train_reinforce
+    from tutorial_lib.runtime.tracking import has_checkpoint
+
+    spec = TASKS[task]
+    game, algo, episodes = spec["game"], spec["algo"], args.episodes
+    settings = rl_run_settings(task, seed, preset, args)
+    folder = run_folder(args.runs, preset, task, seed, settings, episodes)
+    folder.mkdir(parents=True, exist_ok=True)
+    recorded = json.loads((folder / "record.json").read_text()) if (folder / "record.json").exists() else None
+    if recorded and recorded["iterations"] >= settings.iterations:  # finished in an earlier call
+        print(f"# {task} seed {seed}: finished earlier ({folder})", file=sys.stderr, flush=True)
+        row = recorded
+        if game != "guess_the_number" or "after_games" in row:
+            return row, False
+        # recorded before the records kept games: play them with the SFT and the trained model
+        from tutorial_lib.lm.models import load_policy
+
+        row["before_games"] = example_games(task, sft_policy(game, preset, data_seed=seed))
+        row["after_games"] = example_games(task, load_policy(str(folder / "model")))
+        return row, True
+    stages = json.loads((folder / "seconds.json").read_text()) if (folder / "seconds.json").exists() else {}
+
+    def note(stage: str, began: float, *, add: bool = True) -> None:  # seconds per stage, over the calls that ran it
+        stages[stage] = round((stages.get(stage, 0.0) if add else 0.0) + time.perf_counter() - began, 1)
+        (folder / "seconds.json").write_text(json.dumps(stages))
+
+    began = time.perf_counter()
+    policy = sft_policy(game, preset, data_seed=seed)
+    note("sft", began)
+    if (folder / "before.json").exists():
+        before = json.loads((folder / "before.json").read_text())
+    else:
+        began = time.perf_counter()
+        before = evaluate(task, policy, preset, episodes)
+        (folder / "before.json").write_text(json.dumps(before))
+        note("evaluate_before", began)
+    resume = has_checkpoint(folder / "checkpoint")
+    doing = f"extending to {settings.iterations} iterations" if recorded else "resuming" if resume else "starting"
+    print(f"# {task} seed {seed}: {doing} RL in {folder}", file=sys.stderr, flush=True)
     torch.manual_seed(seed)
-    out_dir = Path(tempfile.mkdtemp(prefix=f"pretrained-rl-{task}-{seed}-", dir=cache_root()))
     train = train_ppo if algo == "ppo" else train_reinforce
-    trained = train(policy, game, settings, out_dir=out_dir, progress=False)
+    began = time.perf_counter()
+    trained = train(policy, game, settings, out_dir=folder, resume=resume, progress=True)
+    note("rl", began)
+    began = time.perf_counter()
     after = evaluate(task, policy, preset, episodes)
-    return {"task": task, "game": game, "algo": algo, "seed": seed, "iterations": settings.iterations,
-            "turns_per_iteration": settings.turns_per_iteration, "learning_rate": settings.learning_rate,
-            "train_options": options, "eval_episodes": episodes,
-            "headline": HEADLINE[task],
-            **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
-            "curves": {key: [round(row[key], 4) for row in trained.history if key in row] for key in CURVES},
-            "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(trained.seconds, 1),
-            "seconds": round(time.perf_counter() - start, 1), "run_dir": str(out_dir)}
+    note("evaluate_after", began, add=False)  # an extended run's earlier evaluation is not part of it
+    if game == "guess_the_number":
+        games = {"before_games": example_games(task, sft_policy(game, preset, data_seed=seed)),
+                 "after_games": example_games(task, policy)}
+    else:
+        games = {}
+    history = trained.history
+    row = {"task": task, "game": game, "algo": algo, "seed": seed, "iterations": settings.iterations,
+           "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
+           "learning_rate": settings.learning_rate, "temperature": settings.temperature,
+           "train_options": settings.env_options, "eval_episodes": episodes, "headline": HEADLINE[task],
+           "turns": int(sum(r.get("turns", 0) for r in history)),
+           **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
+           **{f"before_{k}": v for k, v in standard_errors(before, episodes).items()},
+           **{f"after_{k}": v for k, v in standard_errors(after, episodes).items()},
+           "curves": {key: [round(r[key], 4) for r in history if key in r] for key in CURVES},
+           "stage_seconds": stages, "rl_seconds": round(sum(r["sample_seconds"] + r["train_seconds"] for r in history), 1),
+           "seconds": round(sum(stages.values()), 1), "run_dir": str(folder), **games}
+    return row, True
 
 
 def machine() -> dict:
@@ -106,8 +224,14 @@ def machine() -> dict:
 
     from tutorial_lib.runtime.device import cpu_name
 
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{cpu_name()}, {torch.get_num_threads()} threads"
-    return {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+    if torch.cuda.is_available():
+        device, dtype = torch.cuda.get_device_name(0), "bfloat16"
+    else:
+        flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+        native = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags]
+        device = f"{cpu_name()} ({'bfloat16 in hardware: ' + ', '.join(native) if native else 'no bfloat16 in hardware'})"
+        dtype = "float32"
+    return {"device": device, "threads": torch.get_num_threads(), "dtype": dtype, "torch": torch.__version__, "transformers": transformers.__version__,
             "peft": peft.__version__, "python": platform.python_version()}
 
 
@@ -118,6 +242,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--episodes", type=int, default=200, help="evaluation games (math: new problems)")
     parser.add_argument("--iterations", type=int, default=None, help="RL iterations (default: the preset's)")
+    parser.add_argument("--learning-rate", type=float, default=None, help="RL learning rate (default: the preset's)")
+    parser.add_argument("--num-envs", type=int, default=None, help="games side by side while collecting")
+    parser.add_argument("--turns", type=int, default=None, help="turns collected per iteration (running games finish)")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the preset's)")
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="folder of the runs' own folders (default: the cache's pretrained-rl folder)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds this call may take")
     parser.add_argument("--run-estimate", type=float, default=240.0, help="seconds a run takes, until one has")
     parser.add_argument("--out", type=Path, default=None, help="append each run's JSON line here as it ends")
@@ -125,8 +255,10 @@ def main() -> None:
 
     from tutorial_lib.presets import get_preset
     from tutorial_lib.report import record_run
+    from tutorial_lib.runtime.cache import cache_root
 
     preset = get_preset(args.preset)
+    args.runs = args.runs or cache_root() / "pretrained-rl"
     command = "python " + " ".join(sys.argv)
     started, took = time.perf_counter(), {}
     for seed in args.seeds:
@@ -136,9 +268,12 @@ def main() -> None:
                 print(f"skipped {task} seed {seed}: ~{estimate:.0f} s would pass the {args.time_limit:.0f} s limit",
                       file=sys.stderr, flush=True)
                 continue
-            row = run(task, seed, preset, args.episodes, args.iterations)
+            row, new = run(task, seed, preset, args)
             took[task] = row["seconds"]
-            record_run({"command": command, **machine(), **row}, args.out, preset=preset)
+            if new:  # recorded once, by the call that finished it (or completed its games)
+                row = {"command": command, **machine(), **row} if "command" not in row else row
+                record_run(row, args.out, preset=preset)
+                (Path(row["run_dir"]) / "record.json").write_text(json.dumps(row))
             before, after = row[f"before_{HEADLINE[task]}"], row[f"after_{HEADLINE[task]}"]
             print(f"# {task} seed {seed}: {HEADLINE[task]} {before:.3f} -> {after:.3f} ({row['seconds']:.0f} s)",
                   file=sys.stderr, flush=True)

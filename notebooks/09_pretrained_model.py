@@ -32,7 +32,8 @@
 # - what LoRA trains: rank, alpha, target modules, the trainable-parameter count, merging;
 # - what pretraining buys over the tiny model on the same data and steps (sample efficiency, numbers
 #   it never saw in training) and what it costs (time per step, memory);
-# - what an RL step costs at this size on a CPU, and so what RL can and cannot show at `ci`.
+# - what an RL step costs at this size on a CPU, and so what RL can and cannot show at `ci`;
+# - what REINFORCE did to SmolLM2 in recorded runs of about half an hour each on a CPU, seed by seed.
 #
 # At `ci` this chapter runs SmolLM2 with settings made for it, the counts cut to fit a CPU build of
 # the book (the first cell prints them); `TUTORIAL_SCALE=small` runs the full `small` counts, and `full`
@@ -67,16 +68,24 @@ from tutorial_lib.lm.models import OFFLINE_MODELS, load_policy
 from tutorial_lib.lm.policies import RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
+from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
 from tutorial_lib.report import (
     ENGINE_RECORD,
+    PRETRAINED_RL_COST_RECORD,
+    PRETRAINED_RL_CPU_RECORD,
     PRETRAINED_RL_RECORD,
     RESULTS_DIR,
+    compare_rates,
     compare_summaries,
     engine_speedups,
+    guessing_games,
+    longest_runs,
+    pretrained_rl_histories,
     pretrained_rl_summary,
     recorded_runs,
     say,
+    spread,
 )
 from tutorial_lib.rl.reinforce import train_reinforce
 from tutorial_lib.runtime.cache import cache_root
@@ -485,21 +494,100 @@ if engine_rows:
 # The book's claim is that RL makes a language-model policy better. For the tiny model, the
 # recorded runs of chapters 5-7 show it over seeds for two results only: tic-tac-toe's draws against
 # minimax (REINFORCE in chapter 5, PPO in chapter 6), and PPO's greedy accuracy on the math problems
-# it trained on (chapter 6). For SmolLM2 the runs that could show it, many iterations from the model's own
-# SFT checkpoints on tasks with room to improve, take a GPU: `benchmarks/pretrained_rl.py` runs them
-# (tic-tac-toe against the perfect player as x and as o, math problems never trained on,
-# GuessTheNumber on a range the SFT data never had) and records each. The cell below reads what has
-# been recorded on a GPU:
+# it trained on (chapter 6). For SmolLM2 it takes many iterations from the model's own SFT
+# checkpoint on a task with room to improve: more than a chapter's budget on a CPU.
+# `benchmarks/pretrained_rl.py` runs them and records each run with its command. A run keeps its
+# state in its own folder, so one that is stopped continues where it stopped when the same command is
+# given again.
+#
+# On a CPU the task is GuessTheNumber on 1-50 in 7 turns, the hard game above: this chapter's `small`
+# SFT recipe (1-10 in 4 turns) with the run's seed as the order of its examples, evaluated greedily on
+# 200 held-out games (seeds 0-199), then REINFORCE with chapter 5's baseline per state on games from
+# seeds 100,000 up, then the same 200 games again. The runs sample at a temperature above 1: at 1
+# the SFT policy samples its own greedy answer almost every time, and an action whose probability
+# is close to 1 has almost no gradient of its log-probability, so REINFORCE has little to push (a
+# first run at temperature 1, stopped after five iterations, is described in
+# `benchmarks/results/pretrained_rl_cpu.md`). The trainer scores at the sampler's temperature
+# (chapter 6), so the policy trained is the tempered one; greedy evaluation takes the most likely
+# token, which a temperature does not change. The cell reads every recorded run, on a CPU and on a
+# GPU, and prints the recipe; each run's verdict is the book's two-standard-error rule over its 200 games:
 
 # %%
-# a clone holds benchmarks/results; the record itself appears once a GPU run has been made
-pretrained_runs = recorded_runs(PRETRAINED_RL_RECORD) if (RESULTS_DIR / PRETRAINED_RL_RECORD).exists() else []
-if pretrained_runs:
-    display(pretrained_rl_summary(pretrained_runs))
-else:
-    say("No GPU run of benchmarks/pretrained_rl.py is recorded yet, so the book makes no claim about RL on "
-        "SmolLM2: the RL section above shows what an iteration of this chapter costs, not what many "
-        "iterations would do.")
+# a clone holds benchmarks/results; a pip install does not, and recorded_runs says so
+pretrained_records = {where: recorded_runs(name) if (RESULTS_DIR / name).exists() else []
+                      for where, name in (("CPU", PRETRAINED_RL_CPU_RECORD), ("GPU", PRETRAINED_RL_RECORD))}
+for where, rows in pretrained_records.items():
+    if rows:
+        display(pretrained_rl_summary(rows))
+    else:
+        say(f"No {where} run of benchmarks/pretrained_rl.py is recorded yet.")
+cpu_runs = longest_runs(pretrained_records["CPU"])  # a run recorded at several lengths: its longest
+for recipe in dict.fromkeys((row["iterations"], row["num_envs"], row["learning_rate"], row["temperature"]) for row in cpu_runs):
+    seeds = [row["seed"] for row in cpu_runs if (row["iterations"], row["num_envs"], row["learning_rate"], row["temperature"]) == recipe]
+    say(f"CPU recipe of seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {recipe[0]} iterations, each "
+        f"{recipe[1]} games from their first turn to their last, learning rate {recipe[2]:g}, sampling temperature "
+        f"{recipe[3]:g}.")
+
+# %% [markdown]
+# Each recorded run's iterations, one line per seed: the success rate and mean return of the games
+# the policy *sampled* in each iteration (16 games, so each point is noisy; the running mean over
+# three iterations is the solid line), the share of invalid guesses, and the entropy of the action
+# tokens, which says how much the sampler still explores:
+
+# %%
+if cpu_runs:
+    learning_curves(pretrained_rl_histories(cpu_runs), ["success_rate", "mean_return", "invalid_rate", "entropy"],
+                    title="SmolLM2 + REINFORCE, GuessTheNumber 1-50 (sampled games)")
+    plt.show()
+    minutes = [row["seconds"] / 60 for row in cpu_runs]
+    sampling = sum(sum(row["curves"]["sample_seconds"]) for row in cpu_runs)
+    updating = sum(sum(row["curves"]["train_seconds"]) for row in cpu_runs)
+    iterations_run = sum(len(row["curves"]["train_seconds"]) for row in cpu_runs)
+    turns_run = sum(row["turns"] for row in cpu_runs)
+    say(f"Minutes per run: {spread(minutes)}, on {cpu_runs[0]['device']} with {cpu_runs[0]['threads']} threads "
+        f"({cpu_runs[0]['dtype']}): SFT if not cached, two evaluations and the RL iterations. An iteration "
+        f"averaged {(sampling + updating) / iterations_run:.0f} s for {turns_run / iterations_run:.0f} turns, "
+        f"{updating / (sampling + updating):.0%} of it the update (a forward and backward pass over every turn's "
+        "prompt and action), the rest sampling.")
+
+# %% [markdown]
+# What does the policy do differently? The record keeps the first eight evaluation games, greedy,
+# before and after RL; the table shows those whose guesses changed (`+`: the last guess found the
+# secret). The SFT data never held a number above 10, so the SFT policy's way up from 10 is the
+# question:
+
+# %%
+if cpu_runs:
+    changed = guessing_games(cpu_runs, limit=8)
+    display(changed) if len(changed) else say("In the recorded example games RL changed no guess.")
+    for row in cpu_runs:
+        highest = {when: max((g for game in row[f"{when}_games"] for g in game["guesses"] if g is not None), default=0)
+                   for when in ("before", "after")}
+        sure = compare_rates("the success rate", row["before_success_rate"], row["after_success_rate"],
+                             row["eval_episodes"])
+        say(f"Seed {row['seed']}, {row['iterations']} iterations: in its example games the highest guess was "
+            f"{highest['before']} before RL and {highest['after']} after; over the 200 games {sure}.")
+
+# %% [markdown]
+# Read the rows as a search: a guess that is too low should be followed by a higher one, a guess
+# that is too high by one between the last too-low guess and it. The policy learns from the
+# reward it gets, and GuessTheNumber pays for a close last guess as well as for the secret: a
+# policy that moves further up reaches closer last guesses, and the mean return of the sampled
+# games (the curves above) can rise while the success rate does not, until the policy also narrows
+# in after a guess that was too high.
+
+# %% [markdown]
+# What an iteration costs, and what the library does about it, was measured by
+# `benchmarks/pretrained_rl_cost.py`: one iteration's turns, updated under each setting in one
+# process (`benchmarks/results/pretrained_rl_cost.md` holds its runs). The update grouped a batch's
+# turns into micro-batches in game order before; a game's first turn then shares a forward pass with
+# its last, padded to the whole history. The library now groups turns of like length:
+
+# %%
+cost_rows = recorded_runs(PRETRAINED_RL_COST_RECORD) if (RESULTS_DIR / PRETRAINED_RL_COST_RECORD).exists() else []
+if cost_rows:
+    display(pd.DataFrame(cost_rows).set_index(["cpu", "setting"])[
+        ["update_seconds", "tokens_per_second", "padding_share", "speed_vs_game_order"]])
 
 # %% [markdown]
 # ## Summary
@@ -514,11 +602,15 @@ else:
 # - It costs more per step on a CPU, by the ratio of the cost table's two rows, and that is what bounds RL
 #   here: the estimate printed after the RL iteration (how long chapter 5's number of turns would
 #   take at this speed) says how far.
-# - Sampling is most of that cost. The rollout engine samples a LoRA model through merged weights,
-#   drops finished rows on a CPU and compiles a static-cache step on a GPU, with the log-probabilities
-#   of the policy being trained; the engine table gives each change's factor where it was measured.
-# - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, on a GPU:
-#   the last cell reads that record, and says so when there is none.
+# - Where an iteration's time goes depends on the machine: the GPU record's sentence and the CPU
+#   record's give each split. The rollout engine samples a LoRA model through merged weights, drops
+#   finished rows on a CPU and compiles a static-cache step on a GPU, with the log-probabilities of
+#   the policy being trained; the update groups turns of like length so that little of it is padding.
+#   The engine and cost tables give each change's factor where it was measured.
+# - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, longer
+#   than a chapter: the record section reads the recorded runs (on a CPU, and on a GPU once there are
+#   some) and says in how many seeds the success rate rose beyond noise; its curves and example
+#   games show what changed.
 #
 # ## Exercises
 #

@@ -284,8 +284,32 @@ def test_pretrained_rl_summary_counts_each_tasks_claim(capsys):
     said = capsys.readouterr().out.replace("\n", " ")
     assert "ttt-x (reinforce, smollm2-135m on GPU B" in said
     assert "draws against minimax: better in 1 of 2 runs, within noise in 1 of 2 runs" in said
-    assert "success rate: worse in all 1 runs" in said
+    assert "success rate: worse in 1 of 1 run (" in said
     assert table.loc[("ttt-x", 0), "after"] == .70 and table.loc[("gtn-100", 0), "minutes"] == 2.0
+
+
+def test_pretrained_rl_records_read_one_line_per_run_with_curves_verdicts_and_changed_games():
+    game = {"seed": 0, "secret": 30, "guesses": [5, 8, 9, 10, 11, 12, 13], "success": False}
+    first = {"preset": "small", "task": "gtn-50", "seed": 0, "device": "CPU A", "run_dir": "/runs/a", "algo": "reinforce",
+             "model": "smollm2-135m", "eval_episodes": 200, "iterations": 3, "headline": "success_rate",
+             "before_success_rate": .275, "after_success_rate": .5, "seconds": 600.0,
+             "curves": {"success_rate": [.2, .3, .4], "mean_return": [.7, .8]}}
+    # the same run recorded again with its example games: the later line counts
+    again = {**first, "before_games": [game, {**game, "seed": 1, "secret": 9, "guesses": [5, 8, 9], "success": True}],
+             "after_games": [{**game, "guesses": [5, 25, 37, 31, 30], "success": True},
+                             {**game, "seed": 1, "secret": 9, "guesses": [5, 8, 9], "success": True}]}
+    other = {**first, "seed": 1, "run_dir": "/runs/b", "after_success_rate": .29}
+    assert report.latest_runs([first, again, other]) == [again, other]
+    table = report.pretrained_rl_summary([first, again, other])
+    assert list(table["verdict"]) == ["better", "noise"] and len(table) == 2
+    longer = {**again, "iterations": 6, "run_dir": "/runs/a2", "after_success_rate": .6}
+    assert report.longest_runs([first, again, other, longer]) == [longer, other]
+    histories = report.pretrained_rl_histories([again])
+    assert histories["gtn-50 seed 0"] == [{"step": 1, "success_rate": .2, "mean_return": .7},
+                                          {"step": 2, "success_rate": .3, "mean_return": .8}, {"step": 3, "success_rate": .4}]
+    games = report.guessing_games([again, other])
+    assert games.to_dict("records") == [{"run": "gtn-50 seed 0, 3 iterations", "secret": 30, "SFT's guesses": "5 8 9 10 11 12 13",
+                                         "after RL": "5 25 37 31 30 +"}]
 
 
 def test_critic_reading_follows_the_second_half_of_the_run():

@@ -248,9 +248,22 @@ def test_a_turn_batch_selects_rows_laid_out_as_collating_them_would():
     assert torch.equal(picked.sampler_logprobs, alone["sampler_logprobs"])
     assert picked.advantages.tolist() == [3.0, 2.0] and picked.old_values is None
     assert torch.equal(picked.model_inputs()["input_ids"], alone["input_ids"])
-    pieces = list(batch.split(2))
-    assert [len(p) for p in pieces] == [2, 1] and pieces[1].turns == [turns[2]]
+    pieces = list(batch.split(2))  # by length: turns of 2 and 4 tokens together, the 6-token one alone
+    assert [p.turns for p in pieces] == [[turns[1], turns[2]], [turns[0]]]
     assert sum(p.action_tokens for p in pieces) == batch.action_tokens
+    assert [p.advantages.tolist() for p in pieces] == [[2.0, 3.0], [1.0]]
+
+
+def test_micro_batches_group_turns_of_like_length_so_little_is_padding():
+    # a game's turns in order: each prompt holds the history before it, so they grow
+    games = [[Sample("", [1] * (10 * t), [2, 3], [-0.1, -0.2]) for t in range(1, 5)] for _ in range(2)]
+    batch = TurnBatch.of([turn for game in games for turn in game], 0)
+    padded = sum(p.model_inputs()["input_ids"].numel() for p in batch.split(2))
+    real = sum(len(t.prompt_ids) + len(t.action_ids) for t in batch.turns)
+    assert padded == real  # equal lengths side by side: no padding at all
+    in_game_order = sum(collate_turns(batch.turns[i : i + 2], 0)["input_ids"].numel() for i in range(0, 8, 2))
+    assert in_game_order > real
+    assert sorted(int(i) for rows in batch.microbatch_rows(3) for i in rows) == list(range(8))
 
 
 # -- prefix sharing ---------------------------------------------------------------------------

@@ -133,7 +133,9 @@ def spread(values: Sequence[float]) -> str:
 
 
 def count_phrase(count: int, of: int, what: str) -> str:
-    """``"2 of 3 seeds"``, ``"all 3 seeds"``, ``"none of the 3 seeds"``."""
+    """``"2 of 3 seeds"``, ``"all 3 seeds"``, ``"none of the 3 seeds"``, ``"1 of 1 seed"``."""
+    if of == 1:
+        return f"{count} of 1 {what.removesuffix('s')}"
     if count == of:
         return f"all {of} {what}"
     if count == 0:
@@ -427,30 +429,93 @@ def engine_speedups(rows: Sequence[dict]):
     return frame.round(2)
 
 
-#: the record of ``benchmarks/pretrained_rl.py`` on a GPU, and each task's claim: (name, higher is better)
+#: the records of ``benchmarks/pretrained_rl.py`` on a GPU and on a CPU, and each task's claim:
+#: (name, higher is better)
 PRETRAINED_RL_RECORD = "pretrained_rl_gpu.jsonl"
+PRETRAINED_RL_CPU_RECORD = "pretrained_rl_cpu.jsonl"
+#: ``benchmarks/pretrained_rl_cost.py``'s record: one RL update of SmolLM2 under each setting
+PRETRAINED_RL_COST_RECORD = "pretrained_rl_cost.jsonl"
 PRETRAINED_RL_CLAIMS = {"minimax_draw_rate": ("draws against minimax", True),
                         "accuracy (new problems)": ("accuracy on new problems", True),
                         "success_rate": ("success rate", True)}
 
 
+def latest_runs(rows: Sequence[dict]) -> list[dict]:
+    """One line per run of a :data:`PRETRAINED_RL_RECORD` and length: a run completed by a later
+    call (its example games added) is recorded again, and its last line is the one that counts; a
+    run extended by more iterations keeps a line for each length."""
+    return list({(row.get("preset"), row["task"], row["seed"], row.get("device"), row.get("run_dir"),
+                  row.get("iterations")): row for row in rows}.values())
+
+
+def longest_runs(rows: Sequence[dict]) -> list[dict]:
+    """One line per seed and recipe: of a run recorded at several lengths, its longest."""
+    longest: dict[tuple, dict] = {}
+    for row in latest_runs(rows):
+        recipe = (row.get("preset"), row["task"], row["seed"], row.get("device"), row.get("learning_rate"),
+                  row.get("temperature"), row.get("num_envs"), row.get("turns_per_iteration"))
+        if recipe not in longest or row["iterations"] > longest[recipe]["iterations"]:
+            longest[recipe] = row
+    return list(longest.values())
+
+
 def pretrained_rl_summary(rows: Sequence[dict]):
     """Says, per task of a :data:`PRETRAINED_RL_RECORD`, how its claimed metric fared over the
-    recorded seeds (:func:`across_runs`, with the device and model), and returns one row per run."""
+    recorded seeds (:func:`across_runs` over each seed's longest run, with the device and model),
+    and returns one row per run and length with its verdict (two standard errors, :func:`compare_rates`)."""
     import pandas as pd
 
+    rows = latest_runs(rows)
     if not rows:
         raise ValueError("no recorded runs")
     for task in dict.fromkeys(row["task"] for row in rows):
-        runs = [row for row in rows if row["task"] == task]
+        runs = [row for row in longest_runs(rows) if row["task"] == task]  # a seed counts once
         key = runs[0]["headline"]
         name, better = PRETRAINED_RL_CLAIMS[key]
         devices = " and ".join(sorted({row["device"] for row in runs}))
         say(f"{task} ({runs[0]['algo']}, {runs[0]['model']} on {devices}, {runs[0]['eval_episodes']} games or "
             "problems each):", across_runs(runs, name, f"before_{key}", f"after_{key}", runs[0]["eval_episodes"],
                                            higher_is_better=better) + ".")
+
+    def verdict(row: dict) -> str:
+        key = row["headline"]
+        return compare_rates("", row[f"before_{key}"], row[f"after_{key}"], row["eval_episodes"],
+                             higher_is_better=PRETRAINED_RL_CLAIMS[key][1]).verdict
+
     table = pd.DataFrame([{"task": row["task"], "seed": row["seed"], "iterations": row["iterations"],
                            "before": row[f"before_{row['headline']}"], "after": row[f"after_{row['headline']}"],
-                           "metric": PRETRAINED_RL_CLAIMS[row["headline"]][0], "minutes": row["seconds"] / 60}
+                           "verdict": verdict(row), "metric": PRETRAINED_RL_CLAIMS[row["headline"]][0],
+                           "minutes": row["seconds"] / 60}
                           for row in rows]).set_index(["task", "seed"])
     return table.round(3)
+
+
+def pretrained_rl_histories(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    """Each recorded run's per-iteration curves as the histories :func:`~tutorial_lib.plotting.learning_curves`
+    plots, named by task and seed."""
+    histories = {}
+    for row in sorted(latest_runs(rows), key=lambda row: row["iterations"]):  # an extended run's longest curves
+        curves = row.get("curves", {})
+        steps = max((len(values) for values in curves.values()), default=0)
+        histories[f"{row['task']} seed {row['seed']}"] = [
+            {"step": i + 1, **{key: values[i] for key, values in curves.items() if i < len(values)}} for i in range(steps)]
+    return histories
+
+
+def guessing_games(rows: Sequence[dict], limit: int = 6):
+    """The example GuessTheNumber games of recorded runs whose guesses changed, before and after RL:
+    a table of the secret and each policy's guesses (``+`` marks a game won)."""
+    import pandas as pd
+
+    def shown(game: dict) -> str:
+        guesses = " ".join("?" if guess is None else str(guess) for guess in game["guesses"])
+        return guesses + (" +" if game["success"] else "")
+
+    table = []
+    for row in latest_runs(rows):
+        for before, after in zip(row.get("before_games", []), row.get("after_games", [])):
+            if before["guesses"] != after["guesses"]:
+                table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations",
+                              "secret": before["secret"],
+                              "SFT's guesses": shown(before), "after RL": shown(after)})
+    return pd.DataFrame(table[:limit])

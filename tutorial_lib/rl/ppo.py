@@ -274,8 +274,8 @@ class PPO:
         ref_kl = torch.zeros(len(batch))
         k1 = k3 = 0.0
         self.policy.model.eval()
-        start = 0
-        for micro in batch.split(microbatch_size(self.settings, self.policy.model, batch)):
+        for rows in batch.microbatch_rows(microbatch_size(self.settings, self.policy.model, batch)):
+            micro = batch.select(rows)
             inputs = micro.model_inputs()
             scores, micro_values = self.logprobs_and_values(inputs)
             micro = micro.to(scores.logprobs.device)
@@ -283,13 +283,11 @@ class PPO:
             log_ratio = (scores.logprobs - micro.sampler_logprobs).masked_fill(~mask, 0.0)
             chunk_k1, chunk_k3 = sampler_kl_sums(log_ratio, mask)
             k1, k3 = k1 + chunk_k1, k3 + chunk_k3
-            rows = slice(start, start + len(micro))
             logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
             values[rows] = micro_values.float().cpu()
             if self.reference is not None:
                 ref = action_logprobs(self.reference, inputs, temperature=self.settings.temperature).logprobs
                 ref_kl[rows] = ((scores.logprobs - ref) * mask).sum(1).cpu()
-            start += len(micro)
         tokens = batch.action_tokens
         return OldScores(logprobs, values, ref_kl, k1 / tokens, k3 / tokens)
 

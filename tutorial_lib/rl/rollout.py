@@ -302,10 +302,21 @@ class TurnBatch:
         return TurnBatch([self.turns[i] for i in rows.tolist()], self.pad_token_id,
                          **{f.name: take(getattr(self, f.name)) for f in fields(self) if f.name not in ("turns", "pad_token_id")})
 
+    def microbatch_rows(self, size: int) -> list[torch.Tensor]:
+        """The rows of each micro-batch of at most ``size`` turns, turns of like length together.
+
+        Each micro-batch is padded to its own longest turn. In game order a game's first turn (a
+        short prompt) sits beside its last (the whole history), so much of every forward pass would
+        be padding; sorted by length, almost none is. The gradients add up to the same step however
+        the turns are grouped (micro-batches are memory, not maths).
+        """
+        lengths = torch.tensor([len(t.prompt_ids) + len(t.action_ids) for t in self.turns])
+        return list(torch.sort(lengths, stable=True).indices.split(size))
+
     def split(self, size: int) -> Iterator[TurnBatch]:
-        """Consecutive pieces of at most ``size`` turns (micro-batches: memory, not maths)."""
-        for start in range(0, len(self), size):
-            yield self.select(range(start, min(start + size, len(self))))
+        """Micro-batches of at most ``size`` turns, in :meth:`microbatch_rows`' groups."""
+        for rows in self.microbatch_rows(size):
+            yield self.select(rows)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """``input_ids``, ``attention_mask``, ``position_ids`` and ``action_mask`` for a forward pass."""

@@ -1,0 +1,148 @@
+"""Where the seconds of one RL iteration of SmolLM2 go on this machine, and what each change saves.
+
+    python benchmarks/pretrained_rl_cost.py                  # small preset, GuessTheNumber 1-50 in 7
+    python benchmarks/pretrained_rl_cost.py --out benchmarks/results/pretrained_rl_cost.jsonl
+
+One iteration of ``benchmarks/pretrained_rl.py``'s GuessTheNumber runs, taken apart: the policy (the
+``small`` preset's SFT checkpoint) collects one batch of turns as the run does (``--envs`` games side
+by side until ``--turns`` turns, the games in play finishing), then the same batch goes through
+REINFORCE's update (:func:`~tutorial_lib.rl.reinforce.reinforce_step`) under each setting, in one
+process, one after the other, so every ratio compares like with like:
+
+* ``game order``: micro-batches of consecutive turns, as the update grouped them before; a game's
+  first turn (a short prompt) shares a micro-batch with its last (the whole history);
+* ``by length``: the library's grouping now (:meth:`~tutorial_lib.rl.rollout.TurnBatch.microbatch_rows`);
+* ``by length, micro-batch 16``: twice as many turns per forward pass;
+* ``by length, bfloat16 autocast``: the update under ``torch.autocast("cpu", torch.bfloat16)``,
+  weights and optimiser in float32. CPUs with bfloat16 in hardware (AVX512-BF16, AMX) compute it
+  natively; others emulate it, which the row measures;
+* ``by length, top-half adapters``: only the LoRA adapters of the upper half of the layers train,
+  so the backward pass stops halfway down. What it costs the policy is not measured here.
+
+The optimiser is SGD with learning rate 0, so every setting updates the same weights. Each
+setting runs ``--repeats`` times and keeps its fastest. Prints seconds, trained tokens per second
+(prompt and action tokens through the forward and backward), the share of padding, and each
+setting's speed relative to ``game order``; one JSON line per setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.presets import get_preset
+from tutorial_lib.rl.reinforce import reinforce_step
+from tutorial_lib.rl.rollout import TurnBatch, collect
+from tutorial_lib.runtime.device import cpu_name
+
+
+def game_order_rows(batch: TurnBatch, size: int) -> list[torch.Tensor]:
+    """Consecutive turns, as the update grouped them before it grouped them by length."""
+    return list(torch.arange(len(batch)).split(size))
+
+
+def lower_half_adapters(model) -> list[torch.nn.Parameter]:
+    """The trainable LoRA parameters of the lower half of the layers."""
+    layers = model.config.num_hidden_layers
+    lower = []
+    for name, parameter in model.named_parameters():
+        found = re.search(r"layers\.(\d+)\.", name)
+        if parameter.requires_grad and "lora_" in name and found and int(found.group(1)) < layers // 2:
+            lower.append(parameter)
+    return lower
+
+
+def bfloat16_flags() -> list[str]:
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+    return [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--envs", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="append one JSON line per setting here, as measured")
+    parser.add_argument("--emulated-bfloat16", action="store_true",
+                        help="time the autocast row on a CPU without bfloat16 in hardware too (many minutes)")
+    args = parser.parse_args()
+
+    preset = get_preset(args.preset)
+    game = "guess_the_number"
+    options = {"preset": None, "low": 1, "high": 50, "max_turns": 7}
+    policy = sft_policy(game, preset)
+    settings = replace(rl_settings(game, preset, "reinforce"), env_options=options)
+    started = time.perf_counter()
+    rollout = collect(policy, game, range(100_000, 100_000 + args.turns), env_options=options,
+                      num_envs=args.envs, turn_budget=args.turns)
+    sample_seconds = time.perf_counter() - started
+    turns = rollout.turns
+    generator = torch.Generator().manual_seed(0)
+    batch = TurnBatch.of(turns, policy.tokenizer.pad_token_id, advantages=torch.randn(len(turns), generator=generator))
+    tokens = sum(len(t.prompt_ids) + len(t.action_ids) for t in turns)
+    action_tokens = batch.action_tokens
+    print(f"collected {len(turns)} turns of {len(rollout.records)} games in {sample_seconds:.1f} s "
+          f"({tokens} prompt and action tokens, {action_tokens} of them actions)", flush=True)
+
+    optimizer = torch.optim.SGD([p for p in policy.model.parameters() if p.requires_grad], lr=0.0)
+    native = bfloat16_flags()
+    cases = [("game order", 8, game_order_rows, None), ("by length", 8, None, None),
+             ("by length, micro-batch 16", 16, None, None), ("by length, bfloat16 autocast", 8, None, torch.bfloat16),
+             ("by length, top-half adapters", 8, None, None)]
+    if not native and not args.emulated_bfloat16:  # emulated, the row took more than 10 minutes on 2 cores
+        cases = [case for case in cases if case[3] is None]
+    import peft
+    import transformers
+
+    machine = {"cpu": cpu_name(), "bfloat16_in_hardware": native, "threads": torch.get_num_threads(),
+               "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+               "python": platform.python_version(), "model": preset.model, "preset": preset.name,
+               "turns": len(turns), "tokens": tokens, "action_tokens": action_tokens,
+               "sample_seconds": round(sample_seconds, 1)}
+    original = TurnBatch.microbatch_rows
+    rows, base = [], None
+    for name, micro, grouping, dtype in cases:
+        padded = sum(collate.numel() for collate in (
+            TurnBatch.select(batch, r).model_inputs()["input_ids"] for r in (grouping or original)(batch, micro)))
+        best = float("inf")
+        frozen = lower_half_adapters(policy.model) if "top-half" in name else []
+        for parameter in frozen:
+            parameter.requires_grad_(False)
+        for _ in range(args.repeats):
+            TurnBatch.microbatch_rows = grouping or original
+            try:
+                context = torch.autocast("cpu", dtype=dtype) if dtype is not None else nullcontext()
+                began = time.perf_counter()
+                with context:
+                    reinforce_step(policy.model, optimizer, batch, replace(settings, microbatch_turns=micro))
+                best = min(best, time.perf_counter() - began)
+            finally:
+                TurnBatch.microbatch_rows = original
+        for parameter in frozen:
+            parameter.requires_grad_(True)
+        base = base or best
+        row = {"setting": name, "microbatch_turns": micro, "update_seconds": round(best, 2),
+               "tokens_per_second": round(tokens / best, 1), "padding_share": round(1 - tokens / padded, 3),
+               "speed_vs_game_order": round(base / best, 2)}
+        print(f"{name:32s} {best:7.1f} s  {row['tokens_per_second']:7.1f} tokens/s  "
+              f"padding {row['padding_share']:.0%}  {row['speed_vs_game_order']:.2f}x", flush=True)
+        rows.append(row)
+        if args.out:  # at once: a run cut off keeps what it measured
+            with open(args.out, "a") as handle:
+                handle.write(json.dumps({**machine, **row}) + "\n")
+    print(f"sampling {sample_seconds:.1f} s against the update's {rows[1]['update_seconds']:.1f} s (by length): "
+          f"the update is {rows[1]['update_seconds'] / (sample_seconds + rows[1]['update_seconds']):.0%} of an iteration")
+
+
+if __name__ == "__main__":
+    main()

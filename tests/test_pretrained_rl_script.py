@@ -1,0 +1,74 @@
+"""``benchmarks/pretrained_rl.py``: a run stopped at any point continues where it stopped, and each
+finished run is recorded once (its runs last an hour on a CPU, so they span sessions)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SMALL
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "pretrained_rl.py"
+
+
+@pytest.fixture
+def script(tiny_cache, monkeypatch):
+    """The script as a module, with the tiny model standing in for the preset's SFT checkpoint."""
+    from tutorial_lib import pipeline
+    from tutorial_lib.lm.models import load_policy
+
+    monkeypatch.setattr(pipeline, "sft_policy", lambda game, preset, **_: load_policy("tiny", tiny_config=SMALL))
+    spec = importlib.util.spec_from_file_location("pretrained_rl_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def call(script, monkeypatch, runs: Path, out: Path, iterations: int = 2) -> None:
+    monkeypatch.setattr(sys, "argv", ["pretrained_rl.py", "--preset", "ci", "--tasks", "gtn-50", "--seeds", "3",
+                                      "--iterations", str(iterations), "--turns", "6", "--num-envs", "3", "--episodes", "4",
+                                      "--runs", str(runs), "--out", str(out)])
+    script.main()
+
+
+def test_a_run_killed_after_training_resumes_without_redoing_its_stages_and_is_recorded_once(
+        script, monkeypatch, tmp_path):
+    evaluations = []
+    evaluate = script.evaluate
+    monkeypatch.setattr(script, "evaluate", lambda *a, **k: evaluations.append(1) or evaluate(*a, **k))
+    runs, out = tmp_path / "runs", tmp_path / "record.jsonl"
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    games = script.example_games
+    monkeypatch.setattr(script, "example_games", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        call(script, monkeypatch, runs, out)
+    (folder,) = runs.iterdir()
+    assert (folder / "before.json").exists() and (folder / "checkpoint").exists()
+    assert not out.exists() and not (folder / "record.json").exists() and len(evaluations) == 2
+
+    monkeypatch.setattr(script, "example_games", games)
+    call(script, monkeypatch, runs, out)
+    assert len(evaluations) == 3  # the evaluation before RL was kept, not played again
+    (line,) = out.read_text().splitlines()
+    row = json.loads(line)
+    assert row["task"] == "gtn-50" and row["seed"] == 3 and row["iterations"] == 2
+    assert len(row["curves"]["success_rate"]) == 2  # the two iterations of the first call, none again
+    assert row["before_success_rate"] == json.loads((folder / "before.json").read_text())["success_rate"]
+    assert {"sft", "evaluate_before", "rl", "evaluate_after"} <= set(row["stage_seconds"])
+    assert len(row["after_games"]) == script.EXAMPLE_GAMES
+    assert all(1 <= game["secret"] <= 50 for game in row["after_games"])
+
+    call(script, monkeypatch, runs, out)  # finished: nothing runs, nothing is recorded twice
+    assert len(out.read_text().splitlines()) == 1 and len(evaluations) == 3
+
+    call(script, monkeypatch, runs, out, iterations=3)  # more iterations: the same run, extended
+    assert [path.name for path in runs.iterdir()] == [folder.name] and len(evaluations) == 4
+    longer = json.loads(out.read_text().splitlines()[-1])
+    assert longer["iterations"] == 3 and len(longer["curves"]["success_rate"]) == 3
+    assert longer["curves"]["success_rate"][:2] == row["curves"]["success_rate"]
+    assert len(script_lines := out.read_text().splitlines()) == 2 and json.loads(script_lines[0]) == row
