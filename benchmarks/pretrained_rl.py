@@ -89,8 +89,9 @@ EXAMPLE_GAMES = 8
 
 
 def example_games(task: str, policy, games: int = EXAMPLE_GAMES) -> list[dict]:
-    """The first ``games`` evaluation games of a GuessTheNumber task, greedy (the same games the
-    evaluation played): the secret, the guesses and whether the last one found it."""
+    """The first ``games`` evaluation games of a GuessTheNumber task, greedy, on the evaluation's
+    first seeds (played in a batch of their own, so padding may round a near tie otherwise than
+    the evaluation did): the secret, the guesses and whether the last one found it."""
     from tutorial_lib import envs
     from tutorial_lib.envs.parsing import parse_boxed_integer
     from tutorial_lib.evaluation.episodes import run_episodes
@@ -109,11 +110,12 @@ def example_games(task: str, policy, games: int = EXAMPLE_GAMES) -> list[dict]:
 
 
 def standard_errors(metrics: dict[str, float], episodes: int) -> dict[str, float]:
-    """The standard error of each rate: over ``episodes`` games, the invalid rate over the turns
-    played (it is a rate per turn); mean turns, a mean, has none here."""
+    """The standard error of each rate and accuracy: over ``episodes`` games or problems, the invalid
+    rate over the turns played where the metrics say how many (a rate per turn; tic-tac-toe's do
+    not, so theirs is over games, an upper bound); means have none here."""
     turns = episodes * metrics.get("mean_turns", 1.0)
     return {f"{k}_se": round(math.sqrt(max(v * (1 - v), 0.0) / (turns if k.endswith("invalid_rate") else episodes)), 4)
-            for k, v in metrics.items() if k.endswith("_rate") and 0 <= v <= 1}
+            for k, v in metrics.items() if (k.endswith("_rate") or k.startswith("accuracy")) and 0 <= v <= 1}
 
 
 def rl_run_settings(task: str, seed: int, preset, args):
@@ -160,7 +162,11 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     folder.mkdir(parents=True, exist_ok=True)
     recorded = json.loads((folder / "record.json").read_text()) if (folder / "record.json").exists() else None
     if recorded and recorded["iterations"] >= settings.iterations:  # finished in an earlier call
-        print(f"# {task} seed {seed}: finished earlier ({folder})", file=sys.stderr, flush=True)
+        longer = recorded["iterations"] > settings.iterations
+        print(f"# {task} seed {seed}: finished earlier ({folder})" +
+              (f"; its last line is of {recorded['iterations']} iterations, more than the {settings.iterations} asked "
+               "(the shorter run's line, if it was recorded, is in the record file)" if longer else ""),
+              file=sys.stderr, flush=True)
         row = recorded
         if game != "guess_the_number" or "after_games" in row:
             return row, False
@@ -178,7 +184,8 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
 
     began = time.perf_counter()
     policy = sft_policy(game, preset, data_seed=seed)
-    note("sft", began)
+    if "sft" not in stages:  # a later call only loads the checkpoint the first one trained
+        note("sft", began)
     if (folder / "before.json").exists():
         before = json.loads((folder / "before.json").read_text())
     else:
@@ -191,9 +198,9 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     print(f"# {task} seed {seed}: {doing} RL in {folder}", file=sys.stderr, flush=True)
     torch.manual_seed(seed)
     train = train_ppo if algo == "ppo" else train_reinforce
-    began = time.perf_counter()
     trained = train(policy, game, settings, out_dir=folder, resume=resume, progress=True)
-    note("rl", began)
+    # from the log, which holds every iteration: a call killed in the middle of RL never noted its part
+    stages["rl"] = round(sum(r["sample_seconds"] + r["train_seconds"] for r in trained.history), 1)
     began = time.perf_counter()
     after = evaluate(task, policy, preset, episodes)
     note("evaluate_after", began, add=False)  # an extended run's earlier evaluation is not part of it
@@ -214,6 +221,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
            "curves": {key: [round(r[key], 4) for r in history if key in r] for key in CURVES},
            "stage_seconds": stages, "rl_seconds": round(sum(r["sample_seconds"] + r["train_seconds"] for r in history), 1),
            "seconds": round(sum(stages.values()), 1), "run_dir": str(folder), **games}
+    (folder / "seconds.json").write_text(json.dumps(stages))
     return row, True
 
 

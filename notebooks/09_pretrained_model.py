@@ -33,7 +33,7 @@
 # - what pretraining buys over the tiny model on the same data and steps (sample efficiency, numbers
 #   it never saw in training) and what it costs (time per step, memory);
 # - what an RL step costs at this size on a CPU, and so what RL can and cannot show at `ci`;
-# - what REINFORCE did to SmolLM2 in recorded runs of about half an hour each on a CPU, seed by seed.
+# - what REINFORCE did to SmolLM2 in runs recorded on a CPU, seed by seed, and what it did not do.
 #
 # At `ci` this chapter runs SmolLM2 with settings made for it, the counts cut to fit a CPU build of
 # the book (the first cell prints them); `TUTORIAL_SCALE=small` runs the full `small` counts, and `full`
@@ -521,7 +521,9 @@ for where, rows in pretrained_records.items():
         display(pretrained_rl_summary(rows))
     else:
         say(f"No {where} run of benchmarks/pretrained_rl.py is recorded yet.")
-cpu_runs = longest_runs(pretrained_records["CPU"])  # a run recorded at several lengths: its longest
+# the GuessTheNumber runs this section describes; a run recorded at several lengths: its longest
+cpu_runs = [row for row in longest_runs(pretrained_records["CPU"])
+            if row["game"] == "guess_the_number" and "after_games" in row]
 for recipe in dict.fromkeys((row["iterations"], row["num_envs"], row["learning_rate"], row["temperature"]) for row in cpu_runs):
     seeds = [row["seed"] for row in cpu_runs if (row["iterations"], row["num_envs"], row["learning_rate"], row["temperature"]) == recipe]
     say(f"CPU recipe of seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {recipe[0]} iterations, each "
@@ -579,7 +581,7 @@ if cpu_runs:
 # %% [markdown]
 # What an iteration costs, and what the library does about it, was measured by
 # `benchmarks/pretrained_rl_cost.py`: one iteration's turns, updated under each setting in one
-# process (`benchmarks/results/pretrained_rl_cost.md` holds its runs). The update grouped a batch's
+# process (`benchmarks/results/pretrained_rl_cpu.md` describes its runs). The update grouped a batch's
 # turns into micro-batches in game order before; a game's first turn then shares a forward pass with
 # its last, padded to the whole history. The library now groups turns of like length:
 

@@ -469,7 +469,7 @@ def pretrained_rl_summary(rows: Sequence[dict]):
     if not rows:
         raise ValueError("no recorded runs")
     for task in dict.fromkeys(row["task"] for row in rows):
-        runs = [row for row in longest_runs(rows) if row["task"] == task]  # a seed counts once
+        runs = [row for row in longest_runs(rows) if row["task"] == task]  # a seed counts once per recipe
         key = runs[0]["headline"]
         name, better = PRETRAINED_RL_CLAIMS[key]
         devices = " and ".join(sorted({row["device"] for row in runs}))
@@ -492,12 +492,16 @@ def pretrained_rl_summary(rows: Sequence[dict]):
 
 def pretrained_rl_histories(rows: Sequence[dict]) -> dict[str, list[dict]]:
     """Each recorded run's per-iteration curves as the histories :func:`~tutorial_lib.plotting.learning_curves`
-    plots, named by task and seed."""
+    plots, named by task and seed (and the recipe, where the rows hold several); a run recorded at
+    several lengths is plotted once, at its longest."""
+    rows = longest_runs(rows)
+    recipes = {(row.get("learning_rate"), row.get("temperature")) for row in rows}
     histories = {}
-    for row in sorted(latest_runs(rows), key=lambda row: row["iterations"]):  # an extended run's longest curves
+    for row in rows:
         curves = row.get("curves", {})
         steps = max((len(values) for values in curves.values()), default=0)
-        histories[f"{row['task']} seed {row['seed']}"] = [
+        recipe = f", lr {row.get('learning_rate'):g}, T {row.get('temperature'):g}" if len(recipes) > 1 else ""
+        histories[f"{row['task']} seed {row['seed']}{recipe}"] = [
             {"step": i + 1, **{key: values[i] for key, values in curves.items() if i < len(values)}} for i in range(steps)]
     return histories
 
