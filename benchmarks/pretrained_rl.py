@@ -230,13 +230,12 @@ def machine() -> dict:
     import torch
     import transformers
 
-    from tutorial_lib.runtime.device import cpu_name
+    from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
 
     if torch.cuda.is_available():
         device, dtype = torch.cuda.get_device_name(0), "bfloat16"
     else:
-        flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
-        native = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags]
+        native = cpu_bfloat16_flags()
         device = f"{cpu_name()} ({'bfloat16 in hardware: ' + ', '.join(native) if native else 'no bfloat16 in hardware'})"
         dtype = "float32"
     return {"device": device, "threads": torch.get_num_threads(), "dtype": dtype, "torch": torch.__version__, "transformers": transformers.__version__,

@@ -42,7 +42,7 @@ from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.presets import get_preset
 from tutorial_lib.rl.reinforce import reinforce_step
 from tutorial_lib.rl.rollout import TurnBatch, collect
-from tutorial_lib.runtime.device import cpu_name
+from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
 
 
 def game_order_rows(batch: TurnBatch, size: int) -> list[torch.Tensor]:
@@ -59,11 +59,6 @@ def lower_half_adapters(model) -> list[torch.nn.Parameter]:
         if parameter.requires_grad and "lora_" in name and found and int(found.group(1)) < layers // 2:
             lower.append(parameter)
     return lower
-
-
-def bfloat16_flags() -> list[str]:
-    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
-    return [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags]
 
 
 def main() -> None:
@@ -95,7 +90,7 @@ def main() -> None:
           f"({tokens} prompt and action tokens, {action_tokens} of them actions)", flush=True)
 
     optimizer = torch.optim.SGD([p for p in policy.model.parameters() if p.requires_grad], lr=0.0)
-    native = bfloat16_flags()
+    native = cpu_bfloat16_flags()
     cases = [("game order", 8, game_order_rows, None), ("by length", 8, None, None),
              ("by length, micro-batch 16", 16, None, None), ("by length, bfloat16 autocast", 8, None, torch.bfloat16),
              ("by length, top-half adapters", 8, None, None)]

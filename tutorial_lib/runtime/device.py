@@ -66,6 +66,17 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def cpu_bfloat16_flags() -> list[str]:
+    """This CPU's flags for bfloat16 arithmetic in hardware (``avx512_bf16``, ``amx_bf16``); empty
+    where it is emulated (then autocast to bfloat16 is much slower than float32) or unknown."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = set(info.read().split())
+    except OSError:
+        return []
+    return [flag for flag in ("avx512_bf16", "amx_bf16") if flag in flags]
+
+
 def has_accelerator() -> bool:
     return device_kind() != "cpu"
 
