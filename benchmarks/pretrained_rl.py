@@ -19,6 +19,10 @@ those the book's claim rests on (a pretrained model that RL makes better):
 * ``gtn-50``, ``gtn-100``: GuessTheNumber on 1-50 in 7 turns or 1-100 in 8, ranges and turn limits
   the SFT data (1-10 in 4 at ``small``/``gpu``) never had; REINFORCE on it; success rate.
 
+``--reward find`` trains GuessTheNumber on a reward for finding the number only (GEM's rules pay a
+wrong last guess by how close it is: 0.94 for one 3 away on 1-50, nearly a win); the evaluation
+keeps the game's own rules, so its success rate compares with runs on the game's reward.
+
 Every run lives in its own folder under ``--runs`` (named by preset, task, seed and settings), and
 a run killed at any point continues where it stopped when the same command is given again: the
 evaluation before RL is kept in ``before.json``, RL resumes from its last checkpoint (one per
@@ -126,6 +130,10 @@ def rl_run_settings(task: str, seed: int, preset, args):
     spec = TASKS[task]
     settings = rl_settings(spec["game"], preset, spec["algo"])
     options = {**settings.env_options, **spec["train"]}  # GuessTheNumber: preset=None and its own range
+    if getattr(args, "reward", "game") == "find":
+        if spec["game"] != "guess_the_number":
+            raise SystemExit(f"--reward find is GuessTheNumber's (no closeness payment); task {task} plays {spec['game']}")
+        options["closeness_reward"] = False  # training only: evaluation keeps the game's own rules
     changes = {"iterations": args.iterations, "learning_rate": args.learning_rate, "num_envs": args.num_envs,
                "turns_per_iteration": args.turns, "temperature": args.temperature}
     return replace(settings, seed=seed, env_options=options, save_every=1,
@@ -213,6 +221,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     row = {"task": task, "game": game, "algo": algo, "seed": seed, "iterations": settings.iterations,
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
            "learning_rate": settings.learning_rate, "temperature": settings.temperature,
+           "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
            "train_options": settings.env_options, "eval_episodes": episodes, "headline": HEADLINE[task],
            "turns": int(sum(r.get("turns", 0) for r in history)),
            **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
@@ -253,6 +262,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=None, help="games side by side while collecting")
     parser.add_argument("--turns", type=int, default=None, help="turns collected per iteration (running games finish)")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the preset's)")
+    parser.add_argument("--reward", choices=("game", "find"), default="game",
+                        help="RL's training reward: the game's own (GEM's), or for GuessTheNumber 'find': a win "
+                             "pays, a near miss on the last turn does not (evaluation always keeps the game's)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="folder of the runs' own folders (default: the cache's pretrained-rl folder)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds this call may take")

@@ -61,6 +61,19 @@ def test_running_out_of_turns_gives_partial_reward_and_ends_with_both_flags():
     assert reward == pytest.approx(1 - abs(4 - env.target) / (10 - 1))
 
 
+def test_without_closeness_reward_only_a_find_pays():
+    env = envs.make("guess_the_number", preset="easy", closeness_reward=False)
+    seed = next(s for s in range(50) if env.reset(seed=s) and env.target not in (1, 2, 3, 4))
+    env.reset(seed=seed)
+    results = play(env, [f"\\boxed{{{g}}}" for g in (1, 2, 3, 4)])
+    _, reward, terminated, truncated, info = results[-1]
+    assert (reward, terminated, truncated, info["success"]) == (0.0, True, True, False)
+    env.reset(seed=seed)  # a find still earns the win; format errors keep their penalty
+    assert env.step(f"\\boxed{{{env.target}}}")[1] == 1.0
+    env.reset(seed=seed)
+    assert env.step("no guess")[1] == FORMAT_ERROR_REWARD
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_binary_search_expert_always_wins(preset):
     env = envs.make("guess_the_number", preset=preset)

@@ -26,10 +26,10 @@ def script(tiny_cache, monkeypatch):
     return module
 
 
-def call(script, monkeypatch, runs: Path, out: Path, iterations: int = 2) -> None:
+def call(script, monkeypatch, runs: Path, out: Path, iterations: int = 2, *extra: str) -> None:
     monkeypatch.setattr(sys, "argv", ["pretrained_rl.py", "--preset", "ci", "--tasks", "gtn-50", "--seeds", "3",
                                       "--iterations", str(iterations), "--turns", "6", "--num-envs", "3", "--episodes", "4",
-                                      "--runs", str(runs), "--out", str(out)])
+                                      "--runs", str(runs), "--out", str(out), *extra])
     script.main()
 
 
@@ -72,3 +72,16 @@ def test_a_run_killed_after_training_resumes_without_redoing_its_stages_and_is_r
     assert longer["iterations"] == 3 and len(longer["curves"]["success_rate"]) == 3
     assert longer["curves"]["success_rate"][:2] == row["curves"]["success_rate"]
     assert len(script_lines := out.read_text().splitlines()) == 2 and json.loads(script_lines[0]) == row
+
+
+def test_the_find_reward_trains_without_the_closeness_payment_in_a_run_of_its_own(script, monkeypatch, tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "record.jsonl"
+    call(script, monkeypatch, runs, out, 1)
+    call(script, monkeypatch, runs, out, 1, "--reward", "find")
+    game, find = (json.loads(line) for line in out.read_text().splitlines())
+    assert (game["reward"], find["reward"]) == ("game", "find") and len(list(runs.iterdir())) == 2
+    assert find["train_options"]["closeness_reward"] is False and "closeness_reward" not in game["train_options"]
+    monkeypatch.setattr(sys, "argv", ["pretrained_rl.py", "--preset", "ci", "--tasks", "ttt-x", "--reward", "find",
+                                      "--runs", str(runs)])
+    with pytest.raises(SystemExit, match="GuessTheNumber"):
+        script.main()

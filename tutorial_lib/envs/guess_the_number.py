@@ -15,7 +15,9 @@ Implemented here so the book does not depend on GEM:
   (0, GEM's ``invalid_action_reward``), the turn is used up, the game goes on;
 * on the last turn the game ends whatever the guess: a wrong guess inside the range earns the
   partial reward ``1 - |guess - target| / (high - low)``, a repeated one included (GEM pays it),
-  one outside the range ``invalid_guess_reward``.
+  one outside the range ``invalid_guess_reward``. ``closeness_reward=False`` pays 0 there instead:
+  a reward for finding the number and nothing else (GEM's partial reward pays a last guess 3 away
+  on 1-50 0.94, nearly what a win earns, so it barely tells a near miss from a find).
 
 When the turns run out the step returns ``terminated=True`` *and* ``truncated=True``, as GEM does:
 the game is over (its last reward says how close the guess was; nothing follows to bootstrap
@@ -56,6 +58,7 @@ class GuessTheNumberEnv(TextEnv):
         high: int | None = None,
         max_turns: int | None = None,
         invalid_guess_reward: float = 0.0,
+        closeness_reward: bool = True,
     ) -> None:
         super().__init__()
         if preset is not None and preset not in PRESETS:
@@ -73,6 +76,7 @@ class GuessTheNumberEnv(TextEnv):
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         self.invalid_guess_reward = float(invalid_guess_reward)
+        self.closeness_reward = bool(closeness_reward)
         self.target = self.low
         self.guesses: list[int] = []
         # What the player has learnt so far: the target lies in [known_low, known_high].
@@ -126,7 +130,7 @@ class GuessTheNumberEnv(TextEnv):
                 feedback = f"Your guess {guess} is too high: the number is lower."
         if last_turn:
             info["success"] = False
-            if in_range:  # a repeated guess too: GEM pays how close it is
+            if in_range and self.closeness_reward:  # a repeated guess too: GEM pays how close it is
                 reward = 1.0 - abs(guess - self.target) / (self.high - self.low)
             return f"{feedback} No turns left; the number was {self.target}.", reward, True, True, info
         return f"{feedback} Turn {turn + 1} of {self.max_turns}.", reward, False, False, info
