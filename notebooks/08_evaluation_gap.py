@@ -51,7 +51,6 @@ if "google.colab" in sys.modules:
 # %%
 import math
 import statistics
-import textwrap
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -64,6 +63,17 @@ from tutorial_lib.data.expert_data import recipe_permutations, rewrite_recipe
 from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.evaluation.generalisation_gap import (
+    Effect,
+    averaged_over_orders,
+    fold_finding,
+    gap_decomposition,
+    gap_terms,
+    larger_term_finding,
+    sign_across_draws,
+    success_bars,
+    summary_table,
+)
 from tutorial_lib.lm.policies import ExpertPolicy, LanguagePolicy, Sample
 from tutorial_lib.lm.prompts import prompt_spec, render_chat
 from tutorial_lib.lm.tokenization import boundary_mismatch, encode_prompt_completion
@@ -160,23 +170,10 @@ say(f"In this run the {gap}: evaluation reaches {evaluation / max(training_time,
 
 # %%
 S = results["success_rate"]
-
-
-def term_rates(sampled_train, sampled_test):
-    """The two success rates each change compares (before it, after it), in both orders, given one
-    draw's two sampled success rates (the greedy rows do not depend on the sampling seed)."""
-    return {"games (games first)": (sampled_train, sampled_test),
-            "decoding (games first)": (sampled_test, S["greedy, test games"]),
-            "decoding (decoding first)": (sampled_train, S["greedy, training games"]),
-            "games (decoding first)": (S["greedy, training games"], S["greedy, test games"])}
-
-
-def decomposition(sampled_train, sampled_test):
-    """Success each change costs: the rate before it minus the rate after it."""
-    return {term: before - after for term, (before, after) in term_rates(sampled_train, sampled_test).items()}
-
-
-first_draw = decomposition(S["sampled, training games"], S["sampled, test games"])
+# the greedy corners of the table; they do not depend on the sampling seed
+greedy_rates = (S["greedy, training games"], S["greedy, test games"])
+# each change's cost, in either order: the rate before it minus the rate after it (gap_terms says which two)
+first_draw = gap_decomposition(S["sampled, training games"], S["sampled, test games"], *greedy_rates)
 pd.DataFrame({order: {term: first_draw[f"{term} ({order.split()[0]} first)"] for term in ("games", "decoding")}
               for order in ("games changed first", "decoding changed first")}).T.assign(
     total=lambda d: d.sum(axis=1)).round(3)
@@ -196,17 +193,16 @@ for draw in (1, 2):
     sampled_rates[draw] = (summarize(sampled(policy, trained_games, "train"))["success_rate"],
                            summarize(sampled(policy, range(n), "test"))["success_rate"])
 policy.seed = first_seed
-draw_terms = pd.DataFrame({d: decomposition(*rates) for d, rates in sampled_rates.items()}).T.rename_axis("sampling draw")
+draw_terms = pd.DataFrame({d: gap_decomposition(*rates, *greedy_rates)
+                           for d, rates in sampled_rates.items()}).T.rename_axis("sampling draw")
 # two standard errors of each term: a difference of two success rates over n games each, averaged over the draws
-term_noise = {term: statistics.fmean(rate_noise(*term_rates(*rates)[term], n) for rates in sampled_rates.values())
+term_noise = {term: statistics.fmean(rate_noise(*gap_terms(*rates, *greedy_rates)[term], n)
+                                     for rates in sampled_rates.values())
               for term in draw_terms}
 for term in draw_terms:
     values = draw_terms[term]
-    sign = ("costs success in every draw" if (values > 0).all() else "helps in every draw" if (values < 0).all()
-            else "costs success or nothing in every draw" if (values >= 0).all()
-            else "helps or changes nothing in every draw" if (values <= 0).all() else "changes sign between draws")
     size = "beyond" if abs(values.mean()) > term_noise[term] else "within"
-    say(f"{term}: {spread(values)}; it {sign}; its mean is {size} the noise of {n} games a side "
+    say(f"{term}: {spread(values)}; it {sign_across_draws(values)}; its mean is {size} the noise of {n} games a side "
         f"(two standard errors: {term_noise[term]:.3f}).")
 draw_terms.round(3)
 
@@ -241,44 +237,8 @@ draw_terms.round(3)
 # the gap an evaluation on the test fold would report.
 
 # %%
-def fold_finding(memorisation, fold_shift, whole_gap):
-    """What the three greedy success rates show, each step judged against the noise of its own games
-    (its ``verdict``): every branch names only what its verdicts say."""
-    mem, shift, whole = memorisation.verdict, fold_shift.verdict, whole_gap.verdict
-    if mem == "worse" and whole == "worse":
-        return ("The policy did better on the games it was trained on than on new games of either fold, beyond "
-                "noise: that is memorisation. The change of fold " + {
-                    "worse": "lost more success again: fold shift on top of it.",
-                    "noise": "lost nothing beyond noise.",
-                    "better": "even gained success beyond noise: the two sets of new games are not equally hard, "
-                              "so the size of the memorisation term depends on which new games measure it."}[shift])
-    if mem == "worse":  # the test games held up against the training games: the unseen train-fold set is the odd one
-        return ("The unseen train-fold games scored below the training games beyond noise, but the test games did "
-                "not (they scored " + ("above" if whole == "better" else "within noise of") + " the training "
-                "games). So the drop is not shown to be memorisation, since new games of the other fold did not "
-                "suffer it: the unseen train-fold games may just be harder for this policy, and this run cannot "
-                "tell the two apart. The test games scored " + ("above" if shift == "better" else "within noise of")
-                + " the unseen train-fold games.")
-    if shift == "worse" and whole == "worse":
-        return ("The success lost beyond noise is fold shift, not memorisation: new games of the training fold "
-                f"did {'as well as' if mem == 'noise' else 'better than'} the training games, and the test fold "
-                "scored below both.")
-    if shift == "worse":  # below the unseen train-fold games, not below the training games
-        return ("The test games scored below the unseen train-fold games beyond noise, but not below the training "
-                "games: the unseen train-fold games may be an easier set, so this run shows neither memorisation "
-                "nor a fold shift it can tell from the difficulty of the games.")
-    if whole == "worse":
-        return ("Neither step alone loses success beyond the noise of its games, but the two together do: the test "
-                "games scored below the training games, and this run cannot say whether memorisation or fold "
-                "shift costs it.")
-    if "better" in (mem, shift, whole):
-        return ("No step loses success beyond noise, and one set of games even scored above another beyond noise: "
-                "the sets are not equally hard for this policy, and this run shows no memorisation and no fold "
-                "shift.")
-    return ("No step differs beyond the noise of its games: this run shows no memorisation and no fold shift "
-            "it can tell from noise.")
-
-
+# fold_finding (tutorial_lib.evaluation.generalisation_gap) turns the three verdicts into a sentence
+# that claims only what they show
 unseen_train = [s for s in range(1000) if s not in set(data_seeds)][:n]  # the train fold has 1000 games
 runs["greedy, unseen train-fold games"] = greedy(policy, unseen_train, "train")
 folds = table({k: runs[k] for k in ["greedy, training games", "greedy, unseen train-fold games", "greedy, test games"]})
@@ -762,29 +722,29 @@ FIX = {"a": "report the test fold; train on more, more varied games",
        "c": "one prompt function and spec everywhere; a parity test",
        "d": "score the sampler's action_ids",
        "e": "a limit above the longest gold path"}
-rows = [
-    ("a. memorisation", "success, greedy", "training games", success["greedy, training games"],
-     "held-out test games", success["greedy, test games"]),
-    ("a. memorisation", "success, greedy", "training games", success["greedy, training games"],
-     "unseen train-fold games", success["greedy, unseen train-fold games"]),
-    ("b. decoding", "success, training games", "sampled (T=1)", success["sampled, training games"],
-     "greedy", success["greedy, training games"]),
-    ("b. decoding", "success, test games", "sampled (T=1)", success["sampled, test games"],
-     "greedy", success["greedy, test games"]),
-    *[("c. prompt layout", f"success, {m} test games", name, success[f"layout: {name}"],
-       "the data's layout", success["layout: as in the data"]) for name in list(layouts)[1:]],
-    ("d. tokenisation", "sampled turns scored on other tokens", "text tokenised again", on_other_tokens,
-     "sampled ids kept", 0.0),
-    ("d. tokenisation", "mean |log ratio| on those turns", "text tokenised again",
-     log_ratio.get("mean |log ratio|, text tokenised again", 0.0),
-     "sampled ids kept", log_ratio.get("mean |log ratio|, sampled ids", 0.0)),
-    *[("e. step limit", f"success, {who}", "16 steps", success[f"tutorial limit (16): {who}"],
-       "32 steps", success[f"default limit (32): {who}"])
+short_limit, long_limit = STEP_LIMITS["tutorial"], STEP_LIMITS["default"]
+effects = [
+    Effect("a. memorisation", "success, greedy", "training games", success["greedy, training games"],
+           "held-out test games", success["greedy, test games"]),
+    Effect("a. memorisation", "success, greedy", "training games", success["greedy, training games"],
+           "unseen train-fold games", success["greedy, unseen train-fold games"]),
+    Effect("b. decoding", "success, training games", "sampled (T=1)", success["sampled, training games"],
+           "greedy", success["greedy, training games"]),
+    Effect("b. decoding", "success, test games", "sampled (T=1)", success["sampled, test games"],
+           "greedy", success["greedy, test games"]),
+    *[Effect("c. prompt layout", f"success, {m} test games", name, success[f"layout: {name}"],
+             "the data's layout", success["layout: as in the data"]) for name in list(layouts)[1:]],
+    Effect("d. tokenisation", "sampled turns scored on other tokens", "text tokenised again", on_other_tokens,
+           "sampled ids kept", 0.0),
+    Effect("d. tokenisation", "mean |log ratio| on those turns", "text tokenised again",
+           log_ratio.get("mean |log ratio|, text tokenised again", 0.0),
+           "sampled ids kept", log_ratio.get("mean |log ratio|, sampled ids", 0.0)),
+    *[Effect("e. step limit", f"success, {who}", f"{short_limit} steps",
+             success[f"tutorial limit ({short_limit}): {who}"],
+             f"{long_limit} steps", success[f"default limit ({long_limit}): {who}"])
       for who in ["gold path, tutorial's world", "SFT policy, this preset's world"]],
 ]
-summary = pd.DataFrame(rows, columns=["effect", "metric", "mismatched", "value (mismatched)",
-                                      "matched / fixed", "value (matched)"])
-summary["fix"] = summary["effect"].str[0].map(FIX)
+summary = summary_table(effects, FIX)
 with pd.option_context("display.max_colwidth", None):  # the fixes are sentences: show them whole
     display(summary.round(3))
 
@@ -793,29 +753,16 @@ with pd.option_context("display.max_colwidth", None):  # the fixes are sentences
 # one, with the fix; the sections above say which differences exceed the noise of their games.
 
 # %%
-def label(r):
-    """A bar pair's name within its effect's panel: the two conditions, and where they differ."""
-    if r.effect.startswith("a."):
-        text = f"training games vs {r['matched / fixed']}"
-    else:
-        text = f"{r.mismatched.split(' (')[0]} vs {r['matched / fixed']}, {r.metric.removeprefix('success, ')}"
-    return textwrap.fill(text, 21, break_on_hyphens=False)
-
-
-success_rows = summary[summary.metric.str.startswith("success")]
-effects = list(dict.fromkeys(success_rows.effect))
-fig, axes = plt.subplots(-(-len(effects) // 2), 2, figsize=(8, 3.2 * -(-len(effects) // 2)), sharey=True,
+panels = success_bars(effects)  # the success rows as bar pairs, one panel per effect
+fig, axes = plt.subplots(-(-len(panels) // 2), 2, figsize=(8, 3.2 * -(-len(panels) // 2)), sharey=True,
                          squeeze=False)
-for ax, effect in zip(axes.flat, effects):
-    rows_of_effect = success_rows[success_rows.effect == effect]
-    bars = {label(r): {"mismatched": r["value (mismatched)"], "matched / fixed": r["value (matched)"]}
-            for _, r in rows_of_effect.iterrows()}
+for ax, (effect, bars) in zip(axes.flat, panels.items()):
     plotting.bar_compare(bars, title=effect, ylabel="success rate", ax=ax, ylim=(0, 1.15))
     ax.tick_params(axis="x", labelsize=9)
     ax.get_legend().remove()
 for ax in axes[:, 1]:
     ax.set_ylabel("")
-for ax in list(axes.flat)[len(effects):]:
+for ax in list(axes.flat)[len(panels):]:
     ax.set_visible(False)
 fig.suptitle("Success under the mismatched condition and the matched one")
 fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.95), ncol=2,
@@ -840,21 +787,11 @@ plt.show()
 # laid out differently from the data's, and a trainer that scores re-tokenised text.
 
 # %%
-per_draw = pd.DataFrame({
-    "games (a)": (draw_terms["games (games first)"] + draw_terms["games (decoding first)"]) / 2,
-    "decoding (b)": (draw_terms["decoding (games first)"] + draw_terms["decoding (decoding first)"]) / 2})
-larger = per_draw.abs().idxmax(axis=1)  # the larger term in each sampling draw
-averaged_noise = {"games (a)": (term_noise["games (games first)"] + term_noise["games (decoding first)"]) / 2,
-                  "decoding (b)": (term_noise["decoding (games first)"] + term_noise["decoding (decoding first)"]) / 2}
-if larger.nunique() == 1:
-    term = larger.iloc[0]
-    verdict = (f"The larger term is {term} in every draw, and its mean is beyond the noise of {n} games a side "
-               f"(it {'costs' if per_draw[term].mean() > 0 else 'adds'} success on average)."
-               if abs(per_draw[term].mean()) > averaged_noise[term] else
-               f"The larger term is {term} in every draw, but its mean is within the noise of {n} games a side "
-               f"(two standard errors: {averaged_noise[term]:.3f}): more games would be needed to settle it.")
-else:
-    verdict = "Which term is larger changes between draws: in this run neither dominates beyond the noise."
+section = {"games": "games (a)", "decoding": "decoding (b)"}  # each term, and the section that splits it
+per_draw = pd.DataFrame({draw: averaged_over_orders(terms) for draw, terms in draw_terms.iterrows()}).T.rename(
+    columns=section).rename_axis("sampling draw")
+averaged_noise = {section[change]: noise for change, noise in averaged_over_orders(term_noise).items()}
+verdict = larger_term_finding(per_draw, averaged_noise, n)
 say(f"Training-time success {training_time:.2f}, evaluation success {evaluation:.2f}. Success lost to each term, "
     "averaged over both orders: " + "; ".join(f"{k} {spread(v)}" for k, v in per_draw.items()) + ".", verdict,
     f"Section a splits the games term. {memorisation_finding}")

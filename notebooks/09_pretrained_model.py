@@ -82,6 +82,7 @@ from tutorial_lib.report import (
     guessing_games,
     longest_runs,
     pretrained_rl_histories,
+    pretrained_rl_recipe,
     pretrained_rl_summary,
     recorded_runs,
     say,
@@ -524,11 +525,11 @@ for where, rows in pretrained_records.items():
 # the GuessTheNumber runs this section describes; a run recorded at several lengths: its longest
 cpu_runs = [row for row in longest_runs(pretrained_records["CPU"])
             if row["game"] == "guess_the_number" and "after_games" in row]
-for recipe in dict.fromkeys((row["iterations"], row["num_envs"], row["learning_rate"], row["temperature"]) for row in cpu_runs):
-    seeds = [row["seed"] for row in cpu_runs if (row["iterations"], row["num_envs"], row["learning_rate"], row["temperature"]) == recipe]
-    say(f"CPU recipe of seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {recipe[0]} iterations, each "
-        f"{recipe[1]} games from their first turn to their last, learning rate {recipe[2]:g}, sampling temperature "
-        f"{recipe[3]:g}.")
+for recipe in dict.fromkeys((row["iterations"], pretrained_rl_recipe(row)) for row in cpu_runs):
+    seeds = [row["seed"] for row in cpu_runs if (row["iterations"], pretrained_rl_recipe(row)) == recipe]
+    say(f"CPU runs of seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {recipe[0]} iterations, "
+        f"{recipe[1]} (games played from their first turn to their last in each iteration; lr: learning rate, "
+        "T: sampling temperature).")
 
 # %% [markdown]
 # Each recorded run's iterations, one line per seed: the success rate and mean return of the games

@@ -285,7 +285,7 @@ def test_pretrained_rl_summary_counts_each_tasks_claim(capsys):
     assert "ttt-x (reinforce, smollm2-135m on GPU B" in said
     assert "draws against minimax: better in 1 of 2 runs, within noise in 1 of 2 runs" in said
     assert "success rate: worse in 1 of 1 run (" in said
-    assert table.loc[("ttt-x", 0), "after"] == .70 and table.loc[("gtn-100", 0), "minutes"] == 2.0
+    assert table.loc[("ttt-x", "", 0), "after"] == .70 and table.loc[("gtn-100", "", 0), "minutes"] == 2.0
 
 
 def test_pretrained_rl_records_read_one_line_per_run_with_curves_verdicts_and_changed_games():
@@ -310,6 +310,24 @@ def test_pretrained_rl_records_read_one_line_per_run_with_curves_verdicts_and_ch
     games = report.guessing_games([again, other])
     assert games.to_dict("records") == [{"run": "gtn-50 seed 0, 3 iterations", "secret": 30, "SFT's guesses": "5 8 9 10 11 12 13",
                                          "after RL": "5 25 37 31 30 +"}]
+
+
+def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
+    base = {"preset": "small", "task": "gtn-50", "seed": 0, "device": "CPU A", "algo": "reinforce", "model": "smollm2-135m",
+            "eval_episodes": 200, "iterations": 12, "headline": "success_rate", "before_success_rate": .275,
+            "after_success_rate": .30, "seconds": 1500.0, "learning_rate": 1e-4, "temperature": 1.5, "num_envs": 16,
+            "run_dir": "/runs/game", "curves": {"success_rate": [.3, .4]}}
+    find = {**base, "reward": "find", "run_dir": "/runs/find", "after_success_rate": .60}
+    assert report.pretrained_rl_recipe(base) == "lr 0.0001, T 1.5, 16 games"
+    assert report.pretrained_rl_recipe(find) == "lr 0.0001, T 1.5, 16 games, reward: the find only"
+    assert report.longest_runs([base, find]) == [base, find]  # the same seed under two recipes: two runs
+    table = report.pretrained_rl_summary([base, find])
+    said = capsys.readouterr().out.replace("\n", " ")
+    assert "gtn-50, lr 0.0001, T 1.5, 16 games (reinforce" in said and "within noise in 1 of 1 run" in said
+    assert "reward: the find only (reinforce" in said and "better in 1 of 1 run" in said
+    assert list(table["verdict"]) == ["noise", "better"]
+    assert set(report.pretrained_rl_histories([base, find])) == {"gtn-50 seed 0, lr 0.0001, T 1.5, 16 games",
+                                                                  "gtn-50 seed 0, lr 0.0001, T 1.5, 16 games, reward: the find only"}
 
 
 def test_critic_reading_follows_the_second_half_of_the_run():

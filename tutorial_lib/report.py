@@ -448,12 +448,29 @@ def latest_runs(rows: Sequence[dict]) -> list[dict]:
                   row.get("iterations")): row for row in rows}.values())
 
 
+def pretrained_rl_recipe(row: dict) -> str:
+    """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, and the
+    training reward where it is not the game's own), as far as its line records it; iterations are
+    left out, so that the lengths of one run share a recipe."""
+    parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
+             if row.get(key) is not None]
+    if row.get("num_envs") is not None:
+        parts.append(f"{row['num_envs']} games")
+    if row.get("reward", "game") != "game":
+        parts.append(f"reward: {PRETRAINED_RL_REWARDS.get(row['reward'], row['reward'])}")
+    return ", ".join(parts)
+
+
+#: what each training reward of ``benchmarks/pretrained_rl.py --reward`` pays, in words
+PRETRAINED_RL_REWARDS = {"find": "the find only"}
+
+
 def longest_runs(rows: Sequence[dict]) -> list[dict]:
     """One line per seed and recipe: of a run recorded at several lengths, its longest."""
     longest: dict[tuple, dict] = {}
     for row in latest_runs(rows):
-        recipe = (row.get("preset"), row["task"], row["seed"], row.get("device"), row.get("learning_rate"),
-                  row.get("temperature"), row.get("num_envs"), row.get("turns_per_iteration"))
+        recipe = (row.get("preset"), row["task"], row["seed"], row.get("device"), pretrained_rl_recipe(row),
+                  row.get("turns_per_iteration"))
         if recipe not in longest or row["iterations"] > longest[recipe]["iterations"]:
             longest[recipe] = row
     return list(longest.values())
@@ -468,13 +485,14 @@ def pretrained_rl_summary(rows: Sequence[dict]):
     rows = latest_runs(rows)
     if not rows:
         raise ValueError("no recorded runs")
-    for task in dict.fromkeys(row["task"] for row in rows):
-        runs = [row for row in longest_runs(rows) if row["task"] == task]  # a seed counts once per recipe
+    for task, recipe in dict.fromkeys((row["task"], pretrained_rl_recipe(row)) for row in rows):
+        runs = [row for row in longest_runs(rows)  # a seed counts once per recipe
+                if row["task"] == task and pretrained_rl_recipe(row) == recipe]
         key = runs[0]["headline"]
         name, better = PRETRAINED_RL_CLAIMS[key]
         devices = " and ".join(sorted({row["device"] for row in runs}))
-        say(f"{task} ({runs[0]['algo']}, {runs[0]['model']} on {devices}, {runs[0]['eval_episodes']} games or "
-            "problems each):", across_runs(runs, name, f"before_{key}", f"after_{key}", runs[0]["eval_episodes"],
+        say(f"{task}{', ' + recipe if recipe else ''} ({runs[0]['algo']}, {runs[0]['model']} on {devices}, "
+            f"{runs[0]['eval_episodes']} games or problems each):", across_runs(runs, name, f"before_{key}", f"after_{key}", runs[0]["eval_episodes"],
                                            higher_is_better=better) + ".")
 
     def verdict(row: dict) -> str:
@@ -482,11 +500,12 @@ def pretrained_rl_summary(rows: Sequence[dict]):
         return compare_rates("", row[f"before_{key}"], row[f"after_{key}"], row["eval_episodes"],
                              higher_is_better=PRETRAINED_RL_CLAIMS[key][1]).verdict
 
-    table = pd.DataFrame([{"task": row["task"], "seed": row["seed"], "iterations": row["iterations"],
+    table = pd.DataFrame([{"task": row["task"], "recipe": pretrained_rl_recipe(row), "seed": row["seed"],
+                           "iterations": row["iterations"],
                            "before": row[f"before_{row['headline']}"], "after": row[f"after_{row['headline']}"],
                            "verdict": verdict(row), "metric": PRETRAINED_RL_CLAIMS[row["headline"]][0],
                            "minutes": row["seconds"] / 60}
-                          for row in rows]).set_index(["task", "seed"])
+                          for row in rows]).set_index(["task", "recipe", "seed"])
     return table.round(3)
 
 
@@ -495,12 +514,12 @@ def pretrained_rl_histories(rows: Sequence[dict]) -> dict[str, list[dict]]:
     plots, named by task and seed (and the recipe, where the rows hold several); a run recorded at
     several lengths is plotted once, at its longest."""
     rows = longest_runs(rows)
-    recipes = {(row.get("learning_rate"), row.get("temperature")) for row in rows}
+    several = len({pretrained_rl_recipe(row) for row in rows}) > 1
     histories = {}
     for row in rows:
         curves = row.get("curves", {})
         steps = max((len(values) for values in curves.values()), default=0)
-        recipe = f", lr {row.get('learning_rate'):g}, T {row.get('temperature'):g}" if len(recipes) > 1 else ""
+        recipe = f", {pretrained_rl_recipe(row)}" if several else ""
         histories[f"{row['task']} seed {row['seed']}{recipe}"] = [
             {"step": i + 1, **{key: values[i] for key, values in curves.items() if i < len(values)}} for i in range(steps)]
     return histories
@@ -516,10 +535,13 @@ def guessing_games(rows: Sequence[dict], limit: int = 6):
         return guesses + (" +" if game["success"] else "")
 
     table = []
-    for row in latest_runs(rows):
+    rows = latest_runs(rows)
+    several = len({pretrained_rl_recipe(row) for row in rows}) > 1
+    for row in rows:
+        recipe = f", {pretrained_rl_recipe(row)}" if several else ""
         for before, after in zip(row.get("before_games", []), row.get("after_games", [])):
             if before["guesses"] != after["guesses"]:
-                table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations",
+                table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations{recipe}",
                               "secret": before["secret"],
                               "SFT's guesses": shown(before), "after RL": shown(after)})
     return pd.DataFrame(table[:limit])

@@ -1,6 +1,7 @@
 """Playing a policy on a game and summarising what happened (chapters 1 and 8).
 
 Modules: ``episodes`` (the game loop: many episodes side by side, ``EpisodeRecord``), ``evaluate``
-(episodes summarised into rates; math accuracy). May import ``runtime``, ``envs`` and ``lm``;
-nothing of ``data`` or ``rl``.
+(episodes summarised into rates; math accuracy), ``generalisation_gap`` (why evaluation lags
+training: the gap split into its terms, read into sentences). May import ``runtime``, ``envs``
+and ``lm``; nothing of ``data`` or ``rl``.
 """
