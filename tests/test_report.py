@@ -310,6 +310,8 @@ def test_pretrained_rl_records_read_one_line_per_run_with_curves_verdicts_and_ch
     games = report.guessing_games([again, other])
     assert games.to_dict("records") == [{"run": "gtn-50 seed 0, 3 iterations", "secret": 30, "SFT's guesses": "5 8 9 10 11 12 13",
                                          "after RL": "5 25 37 31 30 +"}]
+    assert len(report.guessing_games([again, {**again, "run_dir": "/runs/c"}], limit=1)) == 2  # a limit per run
+    assert report.guessing_games([again], limit=0).empty
 
 
 def test_pretrained_rl_records_keep_each_recipe_apart(capsys):

@@ -526,8 +526,8 @@ def pretrained_rl_histories(rows: Sequence[dict]) -> dict[str, list[dict]]:
 
 
 def guessing_games(rows: Sequence[dict], limit: int = 6):
-    """The example GuessTheNumber games of recorded runs whose guesses changed, before and after RL:
-    a table of the secret and each policy's guesses (``+`` marks a game won)."""
+    """The example GuessTheNumber games of recorded runs whose guesses changed, before and after RL,
+    at most ``limit`` a run: a table of the secret and each policy's guesses (``+`` marks a game won)."""
     import pandas as pd
 
     def shown(game: dict) -> str:
@@ -539,9 +539,9 @@ def guessing_games(rows: Sequence[dict], limit: int = 6):
     several = len({pretrained_rl_recipe(row) for row in rows}) > 1
     for row in rows:
         recipe = f", {pretrained_rl_recipe(row)}" if several else ""
-        for before, after in zip(row.get("before_games", []), row.get("after_games", [])):
-            if before["guesses"] != after["guesses"]:
-                table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations{recipe}",
-                              "secret": before["secret"],
-                              "SFT's guesses": shown(before), "after RL": shown(after)})
-    return pd.DataFrame(table[:limit])
+        changed = [(before, after) for before, after in zip(row.get("before_games", []), row.get("after_games", []))
+                   if before["guesses"] != after["guesses"]]
+        for before, after in changed[:limit]:
+            table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations{recipe}",
+                          "secret": before["secret"], "SFT's guesses": shown(before), "after RL": shown(after)})
+    return pd.DataFrame(table)
