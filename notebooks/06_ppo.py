@@ -270,7 +270,9 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 # rejects, and forfeiting those games) and the clip fraction (a high one means the steps were too
 # large: lower the learning rate).
 #
-# Read the explained variance first. A game's outcome depends on the opponent, which the prompt
+# Read the explained variance first: $1 - \mathrm{Var}(G - V) / \mathrm{Var}(G)$, the share of the
+# returns' spread that the critic's values $V$ account for (1: it predicts every return; 0: no
+# better than their mean; below 0: worse than the mean). A game's outcome depends on the opponent, which the prompt
 # does not name: from the same early position a game against random is mostly won and one against
 # minimax at best drawn, and the opponents' random replies add surprises no state predicts. The
 # critic can do little better than the mean of the two, so expect its explained variance to stay
