@@ -343,14 +343,10 @@ pd.Series({k: str(v) for k, v in math_settings.__dict__.items() if k not in ("en
 
 
 # %%
-def evaluate_math(policy):
-    """Greedy accuracy on 200 training problems and on 400 new ones (the test split)."""
-    return math_accuracy(policy, math_settings.env_options)
-
-
-before["math"] = evaluate_math(math_policy)
+# greedy accuracy on 200 training problems and on 400 new ones (the test split), before and after
+before["math"] = math_accuracy(math_policy, math_settings.env_options)
 math_run = train_ppo(math_policy, "math", math_settings, out_dir=runs_dir / "ppo-math", progress=False)
-after["math"] = evaluate_math(math_policy)
+after["math"] = math_accuracy(math_policy, math_settings.env_options)
 pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).T.round(3)
 
 # %%
