@@ -89,6 +89,7 @@ from tutorial_lib.report import (
     across_runs,
     compare_rates,
     compare_summaries,
+    grid_holds,
     recorded_runs,
     say,
     show_source,
@@ -471,18 +472,9 @@ say(f"In this run the {gtn_change}, and the mean number of turns went from "
 # index lists its cells:
 
 # %%
-def grid_holds(frame: pd.DataFrame) -> str:
-    """What a recorded grid holds: its seeds, thread counts, kernel sets and CPUs, counted."""
-    def values(column, what):
-        found = sorted(frame[column].dropna().unique().tolist()) if column in frame else []
-        return f"{len(found)} {what}{'s' if len(found) != 1 else ''} ({', '.join(map(str, found)) or 'none named'})"
-    return (f"{len(frame)} runs over {values('seed', 'seed')}, {values('threads', 'thread count')}, "
-            f"{values('kernels', 'kernel set')}, recorded on {values('cpu', 'CPU')}")
-
-
 grid = pd.DataFrame(recorded_runs("reinforce_gtn_grid.jsonl", preset))
 if len(grid):
-    say(f"The record holds {grid_holds(grid)} (a run with GEM's ReBN and one with the baseline per state "
+    say(f"The record holds {grid_holds(grid.to_dict('records'))} (a run with GEM's ReBN and one with the baseline per state "
         "counted separately).")
     for normalise, label in (("rebn", "GEM's ReBN"), ("rebn_state", "baseline per state")):
         rows = grid[grid.normalise == normalise].to_dict("records")
@@ -601,7 +593,7 @@ for opponent in ("random", "minimax", "mixed"):  # for the summary: how often th
                                                  "minimax_draw_rate", "better"), display=False)
 grid = tictactoe_opponent_runs("ttt-reinforce", "mixed", preset)
 if grid:
-    say(f"The record holds {grid_holds(pd.DataFrame(grid))}.")
+    say(f"The record holds {grid_holds(grid)}.")
     display(tictactoe_grid(grid))
 
 # %% [markdown]

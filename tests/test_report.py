@@ -353,3 +353,16 @@ def test_compare_halves_judges_a_curve_against_its_own_batch_to_batch_spread():
     assert report.compare_halves(steady_rise, "x", "loss", higher_is_better=False).verdict == "worse"
     with pytest.raises(ValueError, match="at least 4"):
         report.compare_halves(steady_rise[:3], "x", "accuracy")
+
+
+def test_grid_holds_counts_what_a_grid_covers_and_says_what_it_lacks():
+    import pandas as pd
+
+    rows = [{"seed": 0, "threads": 1, "kernels": "avx2", "cpu": "AMD EPYC"},
+            {"seed": 1, "threads": 2, "kernels": "avx2", "cpu": "AMD EPYC"},
+            {"seed": 1, "threads": 1}]  # a row that names no kernels or CPU
+    said = report.grid_holds(rows)
+    assert said == ("3 runs over 2 seeds (0, 1), 2 thread counts (1, 2), 1 kernel set (avx2), "
+                    "recorded on 1 CPU (AMD EPYC)")
+    assert report.grid_holds(pd.DataFrame(rows).to_dict("records")) == said  # NaN where a row lacks a column
+    assert "0 CPUs (none named)" in report.grid_holds([{"seed": 0}])

@@ -229,6 +229,19 @@ def tictactoe_count(rows: Sequence[dict], key: str, verdict: str, episodes: int 
     return count_phrase(verdicts.count(verdict), len(verdicts), "runs")
 
 
+def grid_holds(rows: Sequence[dict]) -> str:
+    """What a recorded grid holds, counted: its runs, seeds, thread counts, kernel sets and CPUs
+    (a chapter says it before reading a grid, so that a reader weighs it by what it covers)."""
+    def values(column: str, what: str) -> str:
+        # a column some rows lack reads as None, or NaN from a data frame's records (NaN != NaN)
+        found = sorted({row[column] for row in rows if row.get(column) is not None and row[column] == row[column]},
+                       key=str)
+        return f"{len(found)} {what}{'s' if len(found) != 1 else ''} ({', '.join(map(str, found)) or 'none named'})"
+
+    return (f"{len(rows)} runs over {values('seed', 'seed')}, {values('threads', 'thread count')}, "
+            f"{values('kernels', 'kernel set')}, recorded on {values('cpu', 'CPU')}")
+
+
 def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
     """Tic-tac-toe runs over the numerics grid (``benchmarks/rl_numerics_grid.py``): says how each
     change of :data:`TICTACTOE_CHANGES` fared (:func:`across_runs`) and returns the runs as a table,
