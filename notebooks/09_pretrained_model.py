@@ -603,11 +603,15 @@ for find in [row for row in cpu_runs if row.get("reward") == "find"]:
 # %% [markdown]
 # If the find-only run ends within noise of the other, the partial reward was not what held the
 # success rate: look at its games in the table above for the same climb, and for what follows a
-# guess that was too high. What both runs lack is then what the record's notes
-# (`benchmarks/results/pretrained_rl_cpu.md`) point at: a bisection after "too high" must be
-# sampled before it can be reinforced, in states (histories above 10) that recur rarely in 16 games
-# an iteration, so it takes more games per update, more updates, or a larger step than these runs
-# had.
+# guess that was too high. The record's notes (`benchmarks/results/pretrained_rl_cpu.md`) look for
+# the reason with `benchmarks/pretrained_rl_guesses.py`, which scores every guess a policy could
+# write after a history replayed through the game. In the recorded seed, after a guess that was too
+# high, the guesses binary search would make get almost none of the probability, before RL and
+# after, at the runs' temperature too. REINFORCE can only reinforce what it samples: a move the
+# policy never samples has no gradient to grow, whatever the reward, the learning rate (the record's
+# run at a larger one grew nearly deterministic on moves the policy already had) or the temperature.
+# From such a start the move has to come from elsewhere: SFT data on more than one range, a task
+# whose better moves the SFT policy already samples, or exploration by design.
 
 # %% [markdown]
 # What an iteration costs, and what the library does about it, was measured by
