@@ -1,4 +1,4 @@
-"""The three scales every chapter runs at, chosen by ``TUTORIAL_SCALE`` (all chapters).
+"""The four scales every chapter runs at, chosen by ``TUTORIAL_SCALE`` (all chapters).
 
 * ``ci``    -- the tiny offline model on a CPU, small counts: every chapter runs in minutes on a
   2-core laptop and in CI, with no network.
@@ -95,7 +95,7 @@ def check_sft_overrides(overrides: dict) -> None:
 
 @dataclass(frozen=True)
 class Preset:
-    """Settings that change with scale. Everything not here is the same at both scales."""
+    """Settings that change with scale. Everything not here is the same at every scale."""
 
     name: str
     #: ``"tiny"`` (built offline), an offline pretrained model's name or a Hugging Face Hub id

@@ -4,7 +4,9 @@
     samples = policy.act_samples(episodes)  # language policies: texts with token ids and log-probs
 
 A :class:`LanguagePolicy` builds each episode's prompt, renders it with the tokenizer's chat
-template and makes ONE batched ``generate`` call for the whole batch. The baselines --
+template and samples the whole batch in one call to its engine (:mod:`tutorial_lib.lm.engine`:
+transformers' ``generate``, its static-cache version, or the ``compact`` decoder that drops finished
+rows). The baselines --
 :class:`RandomPolicy` and :class:`ExpertPolicy` -- implement ``act`` too, so the evaluation
 harness treats every policy alike. For RL (chapter 5), :meth:`LanguagePolicy.sample` also returns
 what the sampler saw and drew: the prompt's and the action's token ids, and each action token's
@@ -172,7 +174,7 @@ class LanguagePolicy:
     def sample(
         self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | dict | None = None
     ) -> list[Sample]:
-        """Complete every prompt with ONE batched ``generate`` call; token ids and log-probs included."""
+        """Complete every prompt in one batched call to the engine; token ids and log-probs included."""
         # a preset's name, or its generate settings themselves (RL at another temperature, chapter 6)
         preset = sampling if isinstance(sampling, dict) else SAMPLING[sampling or self.sampling]
         rows = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
@@ -259,11 +261,11 @@ class LanguagePolicy:
     def generate(
         self, prompts: Sequence[str], *, max_new_tokens: int = 32, sampling: str | None = None
     ) -> list[str]:
-        """Complete every prompt with ONE batched ``generate`` call; returns the new text only."""
+        """Complete every prompt in one batched call to the engine; returns the new text only."""
         return [s.text for s in self.sample(prompts, max_new_tokens=max_new_tokens, sampling=sampling)]
 
     def act_samples(self, episodes: Sequence[EpisodeState], *, sampling: str | dict | None = None) -> list[Sample]:
-        """One :class:`Sample` per live episode, from one batched ``generate`` call."""
+        """One :class:`Sample` per live episode, from one batched call to the engine."""
         if not episodes:
             return []
         max_new = max(MAX_NEW_TOKENS.get(e.game, 32) for e in episodes)

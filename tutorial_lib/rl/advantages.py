@@ -29,7 +29,8 @@ The estimators, from simplest to most elaborate:
   prompt form a group, and each sample's reward is compared with its group's mean (and divided by
   the group's std, unless ``scale=False`` as in Dr. GRPO; Liu et al. 2025, *Understanding
   R1-Zero-Like Training: A Critical Perspective*).
-* **Whitening**: PPO's masked normalisation of token-level advantages.
+* **Whitening**: masked normalisation to mean 0, variance 1; PPO whitens its per-turn advantages
+  (and scales its rewards) over the whole batch.
 
 Truncation versus termination. An episode that *terminated* (won, lost, finished) has nothing after
 its last turn, so the bootstrap value is 0. One that was *truncated* (hit the turn limit) would have
