@@ -130,7 +130,7 @@ def rl_run_settings(task: str, seed: int, preset, args):
     spec = TASKS[task]
     settings = rl_settings(spec["game"], preset, spec["algo"])
     options = {**settings.env_options, **spec["train"]}  # GuessTheNumber: preset=None and its own range
-    if getattr(args, "reward", "game") == "find":
+    if args.reward == "find":
         if spec["game"] != "guess_the_number":
             raise SystemExit(f"--reward find is GuessTheNumber's (no closeness payment); task {task} plays {spec['game']}")
         options["closeness_reward"] = False  # training only: evaluation keeps the game's own rules

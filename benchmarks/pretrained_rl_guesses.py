@@ -32,7 +32,7 @@ def guess_distribution(policy, guesses: list[int], secret: int, temperature: flo
     import torch
 
     from tutorial_lib import envs
-    from tutorial_lib.lm.prompts import Turn, build_prompt_text, render_chat
+    from tutorial_lib.lm.prompts import Turn
 
     if not 1 <= secret <= 50:
         raise ValueError(f"the secret must lie in 1-50, got {secret}")
@@ -47,7 +47,7 @@ def guess_distribution(policy, guesses: list[int], secret: int, temperature: flo
     low, high = env.known_low, env.known_high
     tokenizer, model = policy.tokenizer, policy.model
     model.eval()
-    text = render_chat(tokenizer, [{"role": "user", "content": build_prompt_text("guess_the_number", env.task, turns)}])
+    text = policy.prompt_for("guess_the_number", env.task, turns)  # the text it reads when it plays
     prompt = tokenizer(text, return_tensors="pt").input_ids[0]
     probability = {}
     with torch.no_grad():

@@ -586,9 +586,9 @@ if cpu_runs:
 # %%
 def same_run_on_the_games_reward(find: dict) -> dict | None:
     """The recorded run of the same seed, settings and length as ``find``, on the game's own reward."""
-    twins = [row for row in latest_runs(pretrained_records["CPU"]) if row.get("reward", "game") == "game"
-             and all(row.get(key) == find.get(key) for key in ("task", "seed", "iterations", "learning_rate",
-                                                                "temperature", "num_envs", "turns_per_iteration"))]
+    recipe = pretrained_rl_recipe({**find, "reward": "game"})
+    twins = [row for row in latest_runs(pretrained_records["CPU"]) if pretrained_rl_recipe(row) == recipe
+             and all(row.get(key) == find.get(key) for key in ("task", "seed", "iterations", "turns_per_iteration"))]
     return twins[-1] if twins else None
 
 
