@@ -6,7 +6,7 @@
 One iteration of ``benchmarks/pretrained_rl.py``'s GuessTheNumber runs, taken apart: the policy (the
 ``small`` preset's SFT checkpoint) collects one batch of turns as the run does (``--envs`` games side
 by side until ``--turns`` turns, the games in play finishing), then the same batch goes through
-REINFORCE's update (:func:`~tutorial_lib.rl.reinforce.reinforce_step`) under each setting, in one
+REINFORCE's update (:meth:`~tutorial_lib.rl.reinforce.Reinforce.step`) under each setting, in one
 process, one after the other, so every ratio compares like with like:
 
 * ``game order``: micro-batches of consecutive turns, as the update grouped them before; a game's
@@ -40,7 +40,7 @@ import torch
 
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.presets import get_preset
-from tutorial_lib.rl.reinforce import reinforce_step
+from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rollout import TurnBatch, collect
 from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
 
@@ -89,7 +89,8 @@ def main() -> None:
     print(f"collected {len(turns)} turns of {len(rollout.records)} games in {sample_seconds:.1f} s "
           f"({tokens} prompt and action tokens, {action_tokens} of them actions)", flush=True)
 
-    optimizer = torch.optim.SGD([p for p in policy.model.parameters() if p.requires_grad], lr=0.0)
+    reinforce = Reinforce(policy, settings)
+    reinforce.optimizer = torch.optim.SGD([p for p in policy.model.parameters() if p.requires_grad], lr=0.0)
     native = cpu_bfloat16_flags()
     cases = [("game order", 8, game_order_rows, None), ("by length", 8, None, None),
              ("by length, micro-batch 16", 16, None, None), ("by length, bfloat16 autocast", 8, None, torch.bfloat16),
@@ -119,7 +120,8 @@ def main() -> None:
                 context = torch.autocast("cpu", dtype=dtype) if dtype is not None else nullcontext()
                 began = time.perf_counter()
                 with context:
-                    reinforce_step(policy.model, optimizer, batch, replace(settings, microbatch_turns=micro))
+                    reinforce.settings = replace(settings, microbatch_turns=micro)
+                    reinforce.step(batch)
                 best = min(best, time.perf_counter() - began)
             finally:
                 TurnBatch.microbatch_rows = original

@@ -60,13 +60,14 @@ from tutorial_lib.envs.parsing import parse_tictactoe_move
 from tutorial_lib.envs.tictactoe import completing_squares
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import evaluate_policy, math_accuracy
+from tutorial_lib.evaluation.stats import compare_summaries
 from tutorial_lib.lm.models import DEFAULT_LORA, load_policy
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.lm.tokenization import encode_prompt_completion
 from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import RESULTS_DIR, compare_summaries, say, show_source
+from tutorial_lib.report import RESULTS_DIR, say, show_source
 
 preset = get_preset()
 print(describe(preset))

@@ -82,13 +82,12 @@ from myst_nb import glue
 
 from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
 from tutorial_lib.evaluation.evaluate import evaluate_policy
+from tutorial_lib.evaluation.stats import compare_rates, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
     across_runs,
-    compare_rates,
-    compare_summaries,
     grid_holds,
     recorded_runs,
     say,
@@ -100,7 +99,13 @@ from tutorial_lib.report import (
     trend,
 )
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
-from tutorial_lib.rl.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.rl.reinforce import (
+    Reinforce,
+    ReinforceSettings,
+    policy_gradient_loss,
+    train_reinforce,
+    turn_advantages,
+)
 from tutorial_lib.rl.rollout import TurnBatch, action_logprobs, collate_turns, collect
 from tutorial_lib.runtime.cache import cache_root
 
@@ -363,7 +368,7 @@ show_source(rebn_by_state)
 # ### The loss on one batch, by hand
 #
 # The tic-tac-toe turns collected above are a batch. Their advantages, the loss written out from
-# the formula, and the library's `reinforce_step` on the same turns (with a learning rate of 0, so
+# the formula, and the library's `Reinforce.step` on the same turns (with a learning rate of 0, so
 # the checkpoint does not change) must agree, and so must the gradients: at ratio 1 the gradient of
 # the ratio form is the gradient of $-\frac{1}{N}\sum A \log\pi_\theta(a)$.
 
@@ -384,7 +389,7 @@ ttt_sft.model.zero_grad()
 (-(logprobs * per_token_advantage)[mask].sum() / mask.sum()).backward()  # plain REINFORCE, no ratio
 reinforce_norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
 one_batch = TurnBatch.of(turns, ttt_sft.tokenizer.pad_token_id, advantages=torch.tensor(advantages))
-library = reinforce_step(ttt_sft.model, torch.optim.SGD(params, lr=0.0), one_batch, ReinforceSettings(microbatch_turns=16))
+library = Reinforce(ttt_sft, ReinforceSettings(microbatch_turns=16, learning_rate=0.0)).step(one_batch)
 print(f"{len(turns)} turns, {int(mask.sum())} action tokens; advantages from {min(advantages):.2f} to {max(advantages):.2f}")
 print(f"loss by hand {by_hand:+.6f} | library {library['loss']:+.6f}")
 print(f"gradient norm of -mean(A log pi) {float(reinforce_norm):.6f} | library (before clipping) {library['grad_norm']:.6f}")
@@ -393,12 +398,15 @@ torch.testing.assert_close(library["grad_norm"], float(reinforce_norm), rtol=1e-
 ttt_sft.model.zero_grad(set_to_none=True)
 
 # %% [markdown]
-# The library's step, as it runs (read from its source when this cell runs). A `TurnBatch` is the
-# batch of turns collated once: `action_mask` and `sampler_logprobs` are (turns, A) tensors with
-# each action right-aligned on the last A columns, `advantages` has one entry per turn.
+# The library's loss and step, as they run (read from their source when this cell runs). A
+# `TurnBatch` is the batch of turns collated once: `action_mask` and `sampler_logprobs` are
+# (turns, A) tensors with each action right-aligned on the last A columns, `advantages` has one
+# entry per turn. `Reinforce` has the shape of chapter 6's `PPO`: an optimiser, `prepare` (the
+# advantages above) and `update` (prepare, then this step).
 
 # %%
-show_source(reinforce_step)
+show_source(policy_gradient_loss)
+show_source(Reinforce.step)
 
 # %% [markdown]
 # It cut the batch into micro-batches of 16 turns and divided each by the *whole* batch's

@@ -57,13 +57,12 @@ from tutorial_lib.evaluation.evaluate import (
     evaluate_policy,
     math_accuracy,
 )
+from tutorial_lib.evaluation.stats import compare_math, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
     across_runs,
-    compare_math,
-    compare_summaries,
     critic_reading,
     largest_fall,
     recorded_runs,
@@ -220,13 +219,17 @@ show_source(clipped_value_loss)
 #
 # `PPO.update` puts the pieces together. `prepare` scores the batch once without gradients (π_old
 # and V_old, the KL to the reference), then turns rewards into advantages and value targets; the
-# loop is then epochs × minibatches × micro-batches. A minibatch is one optimiser step; its
-# micro-batches only split the work to fit in memory, and each divides by the *minibatch's* token
-# count so their gradients add up to the minibatch's mean. The numbered comments are the details
-# of the table in this chapter's summary.
+# loop is then epochs × minibatches, one optimiser step each. `minibatch_loss` is the forward pass,
+# the three losses and the backward pass of one minibatch; its micro-batches only split the work to
+# fit in memory, and each divides by the *minibatch's* token count so their gradients add up to the
+# minibatch's mean. What several processes need (one shuffled order, gradients summed before the
+# step) sits below, in `shared_minibatches` and `synchronised_step` (chapter 10). The numbered
+# comments are the details of the table in this chapter's summary. Chapter 5's `Reinforce` has the
+# same shape, with one step per batch.
 
 # %%
 show_source(PPO.update)
+show_source(PPO.minibatch_loss)
 
 # %% [markdown]
 # ## Tic-tac-toe: chapter 5's start and opponents
@@ -470,7 +473,7 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 # the machinery. The table above puts every before and after side by side; whether a difference
 # in it is more than noise is what the sentences in each section print.
 #
-# The implementation, detail by detail (the numbers match `tutorial_lib/rl/ppo.py`'s docstring; the
+# The implementation, detail by detail (the numbers are the `# detail N` marks in `tutorial_lib/rl/ppo.py`; the
 # PPO details follow Huang et al. {cite}`huang2022ppodetails` and CleanRL's `ppo.py`):
 #
 # | # | detail | why | source |

@@ -53,23 +53,25 @@ from myst_nb import glue
 
 from tutorial_lib.comparison import compare_on_math, comparison_settings
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS, evaluate_policy
+from tutorial_lib.evaluation.stats import (
+    compare_halves,
+    compare_math,
+    compare_rates,
+    compare_summaries,
+    halves,
+    run_verdicts,
+    spread,
+)
 from tutorial_lib.pipeline import grpo_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import (
     across_runs,
-    compare_halves,
-    compare_math,
-    compare_rates,
-    compare_summaries,
     count_phrase,
-    halves,
     largest_fall,
     recorded_runs,
-    run_verdicts,
     say,
     show_source,
-    spread,
     tictactoe_opponent_runs,
     trend,
 )

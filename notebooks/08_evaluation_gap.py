@@ -74,12 +74,13 @@ from tutorial_lib.evaluation.generalisation_gap import (
     success_bars,
     summary_table,
 )
+from tutorial_lib.evaluation.stats import compare_rates, rate_noise, spread
 from tutorial_lib.lm.policies import ExpertPolicy, LanguagePolicy, Sample
 from tutorial_lib.lm.prompts import prompt_spec, render_chat
 from tutorial_lib.lm.tokenization import boundary_mismatch, encode_prompt_completion
 from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import compare_rates, rate_noise, say, spread
+from tutorial_lib.report import say
 from tutorial_lib.rl.rollout import collect, turn_logprobs
 
 preset = get_preset()

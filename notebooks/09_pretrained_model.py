@@ -64,6 +64,7 @@ from myst_nb import glue
 
 from tutorial_lib.data.sft import train_sft
 from tutorial_lib.evaluation.evaluate import evaluate_policy
+from tutorial_lib.evaluation.stats import compare_rates, compare_summaries, spread
 from tutorial_lib.lm.models import OFFLINE_MODELS, load_policy
 from tutorial_lib.lm.policies import RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
@@ -76,8 +77,6 @@ from tutorial_lib.report import (
     PRETRAINED_RL_CPU_RECORD,
     PRETRAINED_RL_RECORD,
     RESULTS_DIR,
-    compare_rates,
-    compare_summaries,
     engine_speedups,
     guessing_games,
     latest_runs,
@@ -87,7 +86,6 @@ from tutorial_lib.report import (
     pretrained_rl_summary,
     recorded_runs,
     say,
-    spread,
 )
 from tutorial_lib.rl.reinforce import train_reinforce
 from tutorial_lib.runtime.cache import cache_root

@@ -52,8 +52,8 @@ from IPython.display import display
 from tutorial_lib.presets import get_preset
 from tutorial_lib.report import recorded_runs, say, show_source
 from tutorial_lib.rl.advantages import rebn
-from tutorial_lib.rl.reinforce import reinforce_update
-from tutorial_lib.rl.rl_loop import Run
+from tutorial_lib.rl.reinforce import Reinforce
+from tutorial_lib.rl.rl_loop import Run, whole_batch
 from tutorial_lib.runtime import distributed
 
 preset = get_preset()
@@ -103,11 +103,13 @@ display(pd.DataFrame({"return": [r[0] for r in returns], "process": [0, 0, 1, 1]
 
 # %% [markdown]
 # Within each process every advantage is zero: the update would learn nothing from a batch whose
-# games were won and lost. The loop gathers the episodes (they are small: token ids and rewards)
-# so that every process computes the same global advantages, then keeps its own turns':
+# games were won and lost. `whole_batch` gathers every process's episodes (they are small: token
+# ids and rewards), so that REINFORCE's `prepare` computes the same global advantages in every
+# process, then keeps its own turns':
 
 # %%
-show_source(reinforce_update)
+show_source(whole_batch)
+show_source(Reinforce.prepare)
 
 # %% [markdown]
 # ## Why each loss is divided by the global token count

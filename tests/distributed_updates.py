@@ -20,7 +20,7 @@ import torch
 
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.rl.ppo import PPO, PPOSettings
-from tutorial_lib.rl.reinforce import ReinforceSettings, reinforce_update
+from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings
 from tutorial_lib.rl.rollout import Rollout, collect
 from tutorial_lib.runtime import distributed
 
@@ -52,11 +52,7 @@ def main(policy_dir: str, out: str) -> None:
     # differ by ~1e-7, which Adam's first step, ~lr * sign(g), turns into visible differences where g
     # is ~0; in float64 what remains is the maths
     policy.model.double()
-    settings = ReinforceSettings(learning_rate=1e-2, microbatch_turns=5)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=settings.learning_rate, betas=settings.adam_betas,
-                                  weight_decay=0.0)
-    reinforce = reinforce_update(policy, optimizer, mine, settings,
-                                 everyone=everyone if distributed.launched() else None)
+    reinforce = Reinforce(policy, ReinforceSettings(learning_rate=1e-2, microbatch_turns=5)).update(mine)
     reinforce_weights = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
 
     policy = load_policy(policy_dir)

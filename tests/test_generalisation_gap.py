@@ -17,7 +17,7 @@ from tutorial_lib.evaluation.generalisation_gap import (
     success_bars,
     summary_table,
 )
-from tutorial_lib.report import compare_rates
+from tutorial_lib.evaluation.stats import compare_rates
 
 VERDICTS = ("better", "noise", "worse")
 GAMES = 100  # games behind each rate in the comparisons built below

@@ -126,6 +126,10 @@ def test_chapter_9_runs_a_pretrained_model_at_every_scale(monkeypatch):
     assert sft_settings("guess_the_number", ci).max_steps < sft_settings("guess_the_number", small).max_steps
     assert ci.game("guess_the_number").reinforce.iterations < small.game("guess_the_number").reinforce.iterations
     assert ci.game("guess_the_number").reinforce.learning_rate == small.game("guess_the_number").reinforce.learning_rate
+    for game in small.games:  # written out in the table: small's recipes, smaller counts
+        assert sft_settings(game, ci).learning_rate == sft_settings(game, small).learning_rate
+        assert ci.game(game).env_options == small.game(game).env_options
+        assert ci.game(game).eval_episodes <= small.game(game).eval_episodes
     assert presets.pretrained_preset(small) is small
     assert presets.pretrained_preset(presets.PRESETS["full"]) is presets.PRESETS["full"]
     assert presets.pretrained_preset(presets.PRESETS["gpu"]) is presets.PRESETS["gpu"]

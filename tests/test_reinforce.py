@@ -8,7 +8,7 @@ import torch
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.lm.policies import Sample
 from tutorial_lib.rl.advantages import rebn
-from tutorial_lib.rl.reinforce import ReinforceSettings, reinforce_step, train_reinforce, turn_advantages
+from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings, train_reinforce, turn_advantages
 from tutorial_lib.rl.rollout import TurnBatch, collect, turn_logprobs
 from tutorial_lib.runtime.tracking import MetricsLog, load_checkpoint, save_checkpoint
 
@@ -93,13 +93,20 @@ def test_the_default_moves_nothing_when_every_game_is_won_the_same_way(tiny_cach
         if normalise == "rebn":  # one opening state, one opening move: their advantages add up below 0
             assert sum(a for a, t in zip(advantages, rollout.turns) if t.turn == 0) < -1.0
         params = [p for p in policy.model.parameters() if p.requires_grad]
-        metrics = reinforce_step(policy.model, torch.optim.SGD(params, lr=0.0), batch_of(policy, rollout.turns, advantages),
+        metrics = reinforce_step(policy, torch.optim.SGD(params, lr=0.0), batch_of(policy, rollout.turns, advantages),
                                  ReinforceSettings(microbatch_turns=64))
         norms[normalise] = metrics["grad_norm"]
     assert norms["rebn"] > 0, norms
     # rebn_state's gradient is 0 in exact arithmetic; float32 leaves what cancelling ~600 token terms
     # rounds to, ~1e-7..1e-5 of their size (seen: 4e-7 of rebn's norm)
     assert norms["rebn_state"] < 1e-4 * norms["rebn"], norms
+
+
+def reinforce_step(policy, optimizer, batch, settings):
+    """One :meth:`Reinforce.step` of ``batch`` with ``optimizer`` (an SGD at rate 0 changes nothing)."""
+    reinforce = Reinforce(policy, settings)
+    reinforce.optimizer = optimizer
+    return reinforce.step(batch)
 
 
 def batch_of(policy, turns, advantages):
@@ -111,7 +118,7 @@ def test_a_batch_without_advantages_is_refused(tiny_cache):
     turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
     optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)
     with pytest.raises(ValueError, match="advantages"):
-        reinforce_step(policy.model, optimizer, TurnBatch.of(turns, policy.tokenizer.pad_token_id), small_settings())
+        reinforce_step(policy, optimizer, TurnBatch.of(turns, policy.tokenizer.pad_token_id), small_settings())
 
 
 def test_update_raises_the_log_prob_of_positive_advantage_actions(tiny_cache):
@@ -126,7 +133,7 @@ def test_update_raises_the_log_prob_of_positive_advantage_actions(tiny_cache):
         return torch.tensor(turn_logprobs(policy.model, turns, policy.tokenizer.pad_token_id))
 
     before = turn_logprob()
-    metrics = reinforce_step(policy.model, optimizer, batch_of(policy, turns, advantages), settings)
+    metrics = reinforce_step(policy, optimizer, batch_of(policy, turns, advantages), settings)
     after = turn_logprob()
     change = after - before
     assert change[0] > 0 and change[2] > 0
@@ -145,7 +152,7 @@ def test_prompt_tokens_get_no_gradient_through_the_loss(tiny_cache):
     policy = fresh_policy(tiny_cache)
     turns = collect(policy, "tictactoe", range(2), num_envs=2).turns[:2]
     optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)
-    reinforce_step(policy.model, optimizer, batch_of(policy, turns, [0.0, 0.0]), small_settings())
+    reinforce_step(policy, optimizer, batch_of(policy, turns, [0.0, 0.0]), small_settings())
     grads = [p.grad for p in policy.model.parameters() if p.grad is not None]
     assert all(float(g.abs().max()) == 0.0 for g in grads)
 
@@ -156,7 +163,7 @@ def test_a_non_finite_gradient_is_skipped_not_applied(tiny_cache):
     before = weights(policy.model)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
     with pytest.warns(RuntimeWarning, match="skipped"):
-        metrics = reinforce_step(policy.model, optimizer, batch_of(policy, turns, [float("inf"), 1.0]), small_settings())
+        metrics = reinforce_step(policy, optimizer, batch_of(policy, turns, [float("inf"), 1.0]), small_settings())
     assert metrics["skipped_step"] == 1.0
     after = weights(policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)

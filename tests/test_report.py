@@ -1,57 +1,20 @@
-"""The sentences chapters print from their results: noise thresholds, verdicts, spreads."""
+"""The sentences chapters print from their results, and the records they read."""
 
 import dataclasses
 import json
-import math
 
 import pytest
 
 from tutorial_lib import presets, report
+from tutorial_lib.evaluation import stats
 from tutorial_lib.runtime.device import cpu_name
 
 
-def test_rate_noise_is_two_standard_errors_of_a_difference():
-    # .5 and .5 over 100 games each: sqrt(.25/100 + .25/100) = .0707..., twice that
-    assert report.rate_noise(0.5, 0.5, 100) == pytest.approx(2 * math.sqrt(0.005))
-    # more games, less noise
-    assert report.rate_noise(0.3, 0.4, 1000) < report.rate_noise(0.3, 0.4, 100)
-
-
-def test_rates_at_the_edge_still_have_noise():
-    # 0 wins out of 200 twice is not a sure difference of exactly 0
-    assert report.rate_noise(0.0, 0.0, 200) > 0
-    assert report.rate_noise(1.0, 1.0, 200) == pytest.approx(report.rate_noise(0.0, 0.0, 200))
-
-
-def test_rate_noise_rejects_empty_evaluations():
-    with pytest.raises(ValueError, match="episodes"):
-        report.rate_noise(0.5, 0.5, 0)
-
-
-@pytest.mark.parametrize(
-    ("before", "after", "higher_is_better", "verdict"),
-    [
-        (0.50, 0.52, True, "noise"),  # 2 points on 200 games: noise
-        (0.20, 0.60, True, "better"),
-        (0.20, 0.60, False, "worse"),  # a loss rate that rose
-        (0.40, 0.05, False, "better"),  # a loss rate that fell
-    ],
-)
-def test_verdicts(before, after, higher_is_better, verdict):
-    change = report.compare_rates("rate", before, after, 200, higher_is_better=higher_is_better)
-    assert change.verdict == verdict
-    sentence = str(change)
-    assert f"{before:.3f}" in sentence and f"{after:.3f}" in sentence
-    assert ("within the noise" in sentence) == (verdict == "noise")
-    if verdict != "noise":
-        assert ("rose" if after > before else "fell") in sentence and verdict in sentence
-
-
 def test_spread_and_count_phrases():
-    assert report.spread([0.1, 0.3, 0.2]) == "mean 0.200 (min 0.100, max 0.300, 3 runs)"
-    assert report.spread([0.5]).endswith("1 run)")
+    assert stats.spread([0.1, 0.3, 0.2]) == "mean 0.200 (min 0.100, max 0.300, 3 runs)"
+    assert stats.spread([0.5]).endswith("1 run)")
     with pytest.raises(ValueError):
-        report.spread([])
+        stats.spread([])
     assert report.count_phrase(3, 3, "seeds") == "all 3 seeds"
     assert report.count_phrase(0, 3, "seeds") == "none of the 3 seeds"
     assert report.count_phrase(2, 3, "seeds") == "2 of 3 seeds"
@@ -59,10 +22,10 @@ def test_spread_and_count_phrases():
 
 def test_halves_and_trend():
     history = [{"x": 0.0}, {"x": 1.0}, {"x": 2.0}, {"x": 4.0}, {"y": 9.0}]
-    assert report.halves(history, "x") == (0.5, 3.0)
+    assert stats.halves(history, "x") == (0.5, 3.0)
     assert report.trend(history, "x", "the x", digits=1) == "the x 0.5 over the first half of the run, 3.0 over the second"
     with pytest.raises(ValueError, match="at least 2"):
-        report.halves(history, "y")
+        stats.halves(history, "y")
 
 
 def test_say_wraps_to_the_page(capsys):
@@ -156,30 +119,6 @@ def test_across_runs_counts_each_runs_verdict():
     assert "worse in all 2 runs" in report.across_runs(falling, "wins", "b", "a", 200)
     with pytest.raises(ValueError, match="no runs"):
         report.across_runs([], "x", "b", "a", 200)
-
-
-def test_compare_summaries_counts_episodes_or_actions_from_the_summaries():
-    before = {"episodes": 200, "mean_steps": 4.0, "loss_rate": 0.10, "invalid_rate": 0.02, "win_rate": 0.5}
-    after = {"episodes": 200, "mean_steps": 5.0, "loss_rate": 0.02, "invalid_rate": 0.01, "win_rate": 0.5}
-    loss = report.compare_summaries("loss", before, after, "loss_rate")
-    assert loss.verdict == "better"  # a loss rate that fell
-    assert loss.noise == pytest.approx(report.rate_noise(0.10, 0.02, 200))
-    invalid = report.compare_summaries("invalid", before, after, "invalid_rate")
-    # a rate per action: counted over the 800 and 1,000 moves played, not the 200 games
-    assert invalid.noise == pytest.approx(report.rate_noise(0.02, 0.01, 800, 1000))
-    assert report.compare_summaries("win", before, after, "win_rate").verdict == "noise"
-
-
-def test_compare_math_uses_math_accuracys_problem_counts():
-    from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
-
-    before = {"accuracy (training problems)": 0.2, "accuracy (new problems)": 0.05}
-    after = {"accuracy (training problems)": 0.4, "accuracy (new problems)": 0.06}
-    training, new = report.compare_math(before, after)
-    assert training.verdict == "better" and new.verdict == "noise"
-    assert training.noise == pytest.approx(report.rate_noise(0.2, 0.4, MATH_TRAINING_PROBLEMS))
-    assert new.noise == pytest.approx(report.rate_noise(0.05, 0.06, MATH_NEW_PROBLEMS))
-    assert str(training).startswith("greedy accuracy on training problems rose")
 
 
 def test_show_source_prints_the_current_code_of_a_loss(capsys):
@@ -342,17 +281,6 @@ def test_critic_reading_follows_the_second_half_of_the_run():
     assert "as in REINFORCE" in report.critic_reading(run(0.9, -0.4))  # a negative one is worse than the mean
     with pytest.raises(ValueError, match="explained_variance"):
         report.critic_reading([{"step": 1, "mean_return": 0.1}])
-
-
-def test_compare_halves_judges_a_curve_against_its_own_batch_to_batch_spread():
-    steady_rise = [{"x": v} for v in (0.10, 0.12, 0.11, 0.13, 0.50, 0.52, 0.51, 0.53)]
-    change = report.compare_halves(steady_rise, "x", "accuracy")
-    assert change.verdict == "better" and change.before == pytest.approx(0.115) and change.after == pytest.approx(0.515)
-    wandering = [{"x": v} for v in (0.0, 1.0, 0.0, 1.0, 0.2, 0.9, 0.1, 1.0)]  # same means within its spread
-    assert report.compare_halves(wandering, "x", "accuracy").verdict == "noise"
-    assert report.compare_halves(steady_rise, "x", "loss", higher_is_better=False).verdict == "worse"
-    with pytest.raises(ValueError, match="at least 4"):
-        report.compare_halves(steady_rise[:3], "x", "accuracy")
 
 
 def test_grid_holds_counts_what_a_grid_covers_and_says_what_it_lacks():

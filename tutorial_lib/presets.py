@@ -131,6 +131,7 @@ class Preset:
         return self.games[name]
 
 
+#: every preset, written out whole: nothing below patches one
 PRESETS: dict[str, Preset] = {
     "ci": Preset(
         name="ci",
@@ -274,6 +275,67 @@ PRESETS: dict[str, Preset] = {
         sft=dict(batch_size=8, gradient_accumulation_steps=1, gradient_checkpointing=False, learning_rate=3e-4,
                  lr_scheduler="constant", warmup_ratio=0.0),
     ),
+    # ``small``'s model, recipes and learning rates with counts for one GPU, every update sized to
+    # the card's free memory (size_to_device). The counts are estimates, not yet timed on a T4-class
+    # card: from the H200 record (benchmarks/results/gpu_full_path.md: a REINFORCE iteration of 256
+    # turns with 32 games side by side took ~14 s, mostly sampling), on the reasoning that a small
+    # model's sampling is bound by kernel launches, so more games side by side cost little more time.
+    "gpu": Preset(
+        name="gpu",
+        model=DEFAULT_OFFLINE_MODEL,
+        baseline_episodes=200,
+        mcts_simulations=1000,
+        mcts_games=50,
+        math_source="generated",
+        cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+        games={
+            "tictactoe": GameSettings(
+                env_options=dict(opponent="random", agent_mark="alternate"),
+                expert_episodes=300,
+                sft=dict(max_steps=120, logging_steps=10),
+                eval_episodes=200,
+                reinforce=ReinforceSettings(iterations=30, turns_per_iteration=128, num_envs=64, microbatch_turns=8,
+                        learning_rate=5e-5, size_to_device=True, env_options=dict(TICTACTOE_RL_OPTIONS)),
+                ppo=PPOSettings(iterations=15, turns_per_iteration=128, num_envs=64, minibatch_turns=64, microbatch_turns=8,
+                         learning_rate=5e-5, gamma=1.0, size_to_device=True, env_options=dict(TICTACTOE_RL_OPTIONS)),
+                grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5,
+                                max_completion_length=MAX_NEW_TOKENS["tictactoe"]),
+            ),
+            "cookingworld": GameSettings(
+                env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
+                expert_episodes=100,
+                sft=dict(max_steps=60, logging_steps=5),
+                eval_episodes=50,
+                ppo=PPOSettings(iterations=6, turns_per_iteration=64, num_envs=16, learning_rate=5e-5, gamma=0.99,
+                         gae_lambda=0.95, kl_coef=0.1, minibatch_turns=16, microbatch_turns=4, save_every=1,
+                         size_to_device=True, env_options={"fold": "train"}),
+                expert_mistake_rate=0.15,
+            ),
+            "guess_the_number": GameSettings(
+                env_options=dict(preset="easy"),
+                expert_episodes=300,
+                sft=dict(max_steps=40, logging_steps=5),
+                eval_episodes=200,
+                reinforce=ReinforceSettings(iterations=20, turns_per_iteration=128, num_envs=64, microbatch_turns=8,
+                        learning_rate=5e-5, size_to_device=True, env_options={"preset": "hard"}),
+            ),
+            "math": GameSettings(
+                env_options=dict(source="generated", level=1),
+                expert_episodes=600,
+                sft=dict(max_steps=80, logging_steps=10),
+                eval_episodes=200,
+                ppo=PPOSettings(iterations=12, turns_per_iteration=64, num_envs=64, learning_rate=5e-5, temperature=0.5,
+                         first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=32,
+                         microbatch_turns=8, size_to_device=True),
+                grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5, temperature=0.5),
+            ),
+        },
+        selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
+        mcts_vs_random_games=300,
+        lora=DEFAULT_LORA,
+        sft=dict(batch_size=16, gradient_accumulation_steps=1, gradient_checkpointing=False, learning_rate=3e-4,
+                 lr_scheduler="constant", warmup_ratio=0.0, size_to_device=True),
+    ),
     "full": Preset(
         name="full",
         model=DEFAULT_HUB_MODEL,
@@ -285,8 +347,9 @@ PRESETS: dict[str, Preset] = {
         games={
             "tictactoe": GameSettings(
                 env_options=dict(opponent="random", agent_mark="alternate"), expert_episodes=1000, sft=dict(epochs=1),
-                reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5, env_options=dict(TICTACTOE_RL_OPTIONS)),
-                ppo=PPOSettings(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0,
+                reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5, size_to_device=True,
+                                            env_options=dict(TICTACTOE_RL_OPTIONS)),
+                ppo=PPOSettings(iterations=50, learning_rate=4e-5, critic_learning_rate=1e-4, gamma=1.0, size_to_device=True,
                          env_options=dict(TICTACTOE_RL_OPTIONS)),
             ),
             "cookingworld": GameSettings(
@@ -294,17 +357,18 @@ PRESETS: dict[str, Preset] = {
                 expert_episodes=900, sft=dict(epochs=1), eval_episodes=200,
                 # the TextWorld tutorial's PPO: GAE lambda 0.95, KL to the SFT policy 0.2
                 ppo=PPOSettings(iterations=50, learning_rate=1e-5, critic_learning_rate=1e-4, gamma=0.99, gae_lambda=0.95,
-                         kl_coef=0.2, microbatch_turns=8, env_options={"fold": "train"}),
+                         kl_coef=0.2, microbatch_turns=8, size_to_device=True, env_options={"fold": "train"}),
             ),
             "guess_the_number": GameSettings(env_options=dict(preset="hard"), expert_episodes=1000, sft=dict(epochs=1),
-                                             reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5)),
+                                             reinforce=ReinforceSettings(iterations=100, learning_rate=4e-5,
+                                                                         size_to_device=True)),
             # the GSM8K PPO tutorial: rollout batch 16, minibatch 8, 2 epochs, clip 0.2 / value clip 0.5,
             # actor lr 1e-6, critic lr 1e-5, separate critic, no reference; GSM8K's train split
             "math": GameSettings(env_options=dict(source="gsm8k"), expert_episodes=7473, sft=dict(epochs=1),
                                  ppo=PPOSettings(iterations=400, turns_per_iteration=16, num_envs=16, minibatch_turns=8,
                                           microbatch_turns=8, learning_rate=1e-6, critic_learning_rate=1e-5,
                                           critic="separate", gamma=1.0, gae_lambda=1.0, temperature=0.9,
-                                          first_seed=0, train_seeds=7473, warmup_iterations=10),
+                                          first_seed=0, train_seeds=7473, warmup_iterations=10, size_to_device=True),
                                  grpo=GRPOSettings(steps=500, prompts_per_step=8, num_generations=8, learning_rate=1e-6,
                                            temperature=0.9, env_options={"source": "gsm8k"})),
         },
@@ -317,45 +381,70 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
-PRESETS["full"] = replace(PRESETS["full"], games={
-    name: replace(game, **{algo: replace(getattr(game, algo), size_to_device=True)
-                           for algo in ("reinforce", "ppo") if getattr(game, algo) is not None})
-    for name, game in PRESETS["full"].games.items()})
-
-
-def _gpu_preset() -> Preset:
-    """``small``'s model, recipes and learning rates, with counts for one GPU (see the module docstring).
-
-    The counts are estimates, not yet timed on a T4-class card: from the H200 record
-    (benchmarks/results/gpu_full_path.md: a REINFORCE iteration of 256 turns with 32 games side by
-    side took ~14 s, mostly sampling), on the reasoning that a small model's sampling is bound by
-    kernel launches, so more games side by side cost little more time, and that the training passes
-    are sized to the card (``size_to_device``).
-    """
-    small = PRESETS["small"]
-
-    def scaled(game: str, **changes) -> GameSettings:
-        settings = small.games[game]
-        rl = {algo: replace(getattr(settings, algo), size_to_device=True, **changes.pop(algo, {}))
-              for algo in ("reinforce", "ppo") if getattr(settings, algo) is not None}
-        return replace(settings, **rl, **changes)
-
-    games = {
-        "tictactoe": scaled("tictactoe", eval_episodes=200, sft=dict(max_steps=120, logging_steps=10),
-                            reinforce=dict(iterations=30, turns_per_iteration=128, num_envs=64),
-                            ppo=dict(iterations=15, turns_per_iteration=128, num_envs=64, minibatch_turns=64)),
-        "cookingworld": scaled("cookingworld", eval_episodes=50, ppo=dict(iterations=6, turns_per_iteration=64, num_envs=16)),
-        "guess_the_number": scaled("guess_the_number", eval_episodes=200,
-                                   reinforce=dict(iterations=20, turns_per_iteration=128, num_envs=64)),
-        "math": scaled("math", eval_episodes=200, sft=dict(max_steps=80, logging_steps=10),
-                       ppo=dict(iterations=12, turns_per_iteration=64, num_envs=64, minibatch_turns=32)),
-    }
-    return replace(small, name="gpu", games=games, mcts_games=50,
-                   sft={**small.sft, "batch_size": 16, "size_to_device": True})
-
-
-PRESETS["gpu"] = _gpu_preset()
-
+#: what chapter 9 runs a pretrained model at under plain ``ci``: ``small``'s model and recipes with
+#: its counts cut to a CI chapter's budget (about six minutes on 2 cores): fewer SFT steps, fewer
+#: evaluation games, one short RL iteration
+PRETRAINED_AT_CI = Preset(
+    name="ci",
+    model=DEFAULT_OFFLINE_MODEL,
+    baseline_episodes=200,
+    mcts_simulations=1000,
+    mcts_games=20,
+    math_source="generated",
+    cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
+    games={
+        "tictactoe": GameSettings(
+            env_options=dict(opponent="random", agent_mark="alternate"),
+            expert_episodes=300,
+            sft=dict(max_steps=80, logging_steps=5),
+            eval_episodes=12,
+            reinforce=ReinforceSettings(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
+                    learning_rate=5e-5, env_options=dict(TICTACTOE_RL_OPTIONS)),
+            ppo=PPOSettings(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
+                     learning_rate=5e-5, gamma=1.0, env_options=dict(TICTACTOE_RL_OPTIONS)),
+            # chapter 7's single moves: GRPO's defaults (40 steps of 4 positions x 16 answers) would be
+            # ~2,500 sampled and trained answers of SmolLM2, hours on 2 cores; the math run's scale
+            grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5,
+                            max_completion_length=MAX_NEW_TOKENS["tictactoe"]),
+        ),
+        "cookingworld": GameSettings(
+            env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
+            expert_episodes=100,
+            sft=dict(max_steps=60, logging_steps=5),
+            eval_episodes=4,
+            ppo=PPOSettings(iterations=3, turns_per_iteration=32, num_envs=8, learning_rate=5e-5, gamma=0.99,
+                     gae_lambda=0.95, kl_coef=0.1, minibatch_turns=16, microbatch_turns=4, save_every=1,
+                     env_options={"fold": "train"}),
+            expert_mistake_rate=0.15,
+        ),
+        "guess_the_number": GameSettings(
+            env_options=dict(preset="easy"),
+            expert_episodes=300,
+            sft=dict(max_steps=16, logging_steps=5),
+            eval_episodes=50,
+            # one RL iteration: at ci the chapter measures what an iteration costs, it cannot afford learning
+            reinforce=ReinforceSettings(iterations=1, turns_per_iteration=16, num_envs=8, microbatch_turns=8, learning_rate=5e-5,
+                    env_options={"preset": "hard"}),
+        ),
+        "math": GameSettings(
+            env_options=dict(source="generated", level=1),
+            expert_episodes=600,
+            sft=dict(max_steps=40, logging_steps=5),
+            eval_episodes=30,
+            ppo=PPOSettings(iterations=4, turns_per_iteration=32, num_envs=32, learning_rate=5e-5, temperature=0.5,
+                     first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=16,
+                     microbatch_turns=8),
+            grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5, temperature=0.5),
+        ),
+    },
+    selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
+    mcts_vs_random_games=300,
+    lora=DEFAULT_LORA,
+    # one example per micro-batch row, no accumulation: a CPU step is already seconds; no
+    # activation checkpointing (it saves memory a CPU has, at ~30% more time); constant lr
+    sft=dict(batch_size=8, gradient_accumulation_steps=1, gradient_checkpointing=False, learning_rate=3e-4,
+             lr_scheduler="constant", warmup_ratio=0.0),
+)
 
 def scale_name() -> str:
     """``TUTORIAL_SCALE`` if set (validated), else ``gpu`` with an accelerator and ``ci`` without."""
@@ -400,18 +489,6 @@ def describe(preset: Preset | None = None) -> str:
 
 def pretrained_preset(preset: Preset | None = None) -> Preset:
     """The preset chapter 9 runs a pretrained model at: ``preset`` itself when its model is
-    pretrained (``small``, ``full``, or ``ci`` with ``TUTORIAL_MODEL``); at plain ``ci``, the ``small``
-    preset with its counts cut to a CI chapter's budget (about six minutes on 2 cores): fewer SFT
-    steps, fewer evaluation games, one short RL iteration."""
+    pretrained (``small``, ``full``, or ``ci`` with ``TUTORIAL_MODEL``), else :data:`PRETRAINED_AT_CI`."""
     preset = preset or get_preset()
-    if is_pretrained(preset.model):
-        return preset
-    small = PRESETS["small"]
-    games = dict(small.games)
-    games["guess_the_number"] = replace(
-        small.games["guess_the_number"], sft={**small.games["guess_the_number"].sft, "max_steps": 16}, eval_episodes=50,
-        # one RL iteration: at ci the chapter measures what an iteration costs, it cannot afford learning
-        reinforce=replace(small.games["guess_the_number"].reinforce, iterations=1, turns_per_iteration=16, num_envs=8))
-    for game, episodes in (("tictactoe", 12), ("math", 30), ("cookingworld", 4)):
-        games[game] = replace(small.games[game], eval_episodes=episodes)
-    return replace(small, name="ci", games=games)
+    return preset if is_pretrained(preset.model) else PRETRAINED_AT_CI

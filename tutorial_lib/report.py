@@ -1,19 +1,16 @@
-"""Sentences a notebook's own results decide (every chapter).
+"""Sentences a notebook's own results decide, the records they read, and code shown as it runs.
 
 A chapter that states a result in prose must not write the number down: the tiny model's training
 is deterministic on one CPU but not across CPUs, so a reader's run differs from the authors'. A
-cell computes the comparison and prints the sentence instead::
+cell judges the change (:mod:`tutorial_lib.evaluation.stats`) and prints the sentence instead::
 
     change = compare_rates("loss rate", before["loss_rate"], after["loss_rate"], episodes=200,
                            higher_is_better=False)
     say(f"Against random, the {change}.")   # "... loss rate fell from 0.040 to 0.010 (better)."
 
-:func:`compare_rates` calls a difference *noise* when it is within two standard errors of the
-difference of two rates measured over ``episodes`` games each: another set of evaluation games
-could move it that far.
-
-A chapter that derives a loss shows the library's code for it with :func:`show_source`, read from
-the installed source when the cell runs, so that the prose and the code it explains cannot drift.
+Recorded runs (``benchmarks/results/*.jsonl``) are read and summarised here over seeds. A chapter
+that derives a loss shows the library's code with :func:`show_source`, read from the installed
+source when the cell runs, so that the prose and the code it explains cannot drift.
 """
 
 from __future__ import annotations
@@ -24,11 +21,10 @@ import math
 import statistics
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+from tutorial_lib.evaluation.stats import compare_rates, halves, run_verdicts, spread
 from tutorial_lib.runtime import durable
 from tutorial_lib.runtime.device import cpu_name
 
@@ -44,94 +40,6 @@ def say(*sentences: str, width: int = WIDTH) -> None:
     print(textwrap.fill(" ".join(s.strip() for s in sentences if s.strip()), width))
 
 
-def rate_noise(before: float, after: float, episodes: int, episodes_after: int | None = None) -> float:
-    """Two standard errors of ``after - before`` for rates measured over independent episodes.
-
-    A rate of exactly 0 or 1 has no spread of its own; it is counted as half an episode away from
-    the edge, so that 0 against 0 over 200 games is not called a sure difference of 0.
-    """
-    if episodes < 1 or (episodes_after is not None and episodes_after < 1):
-        raise ValueError("episodes must be at least 1")
-    n1, n2 = episodes, episodes_after or episodes
-
-    def variance(rate: float, n: int) -> float:
-        rate = min(max(rate, 0.5 / n), 1 - 0.5 / n)
-        return rate * (1 - rate) / n
-
-    return 2 * math.sqrt(variance(before, n1) + variance(after, n2))
-
-
-@dataclass(frozen=True)
-class Change:
-    """A metric before and after, and whether the difference is more than noise."""
-
-    name: str
-    before: float
-    after: float
-    noise: float
-    higher_is_better: bool = True
-
-    @property
-    def difference(self) -> float:
-        return self.after - self.before
-
-    @property
-    def verdict(self) -> str:
-        """``"better"``, ``"worse"`` or ``"noise"`` (within two standard errors)."""
-        if abs(self.difference) <= self.noise:
-            return "noise"
-        return "better" if (self.difference > 0) == self.higher_is_better else "worse"
-
-    def __str__(self) -> str:
-        if self.verdict == "noise":
-            return (f"{self.name} went from {self.before:.3f} to {self.after:.3f}, within the noise "
-                    f"(two standard errors: {self.noise:.3f})")
-        verb = "rose" if self.difference > 0 else "fell"
-        return f"{self.name} {verb} from {self.before:.3f} to {self.after:.3f} ({self.verdict})"
-
-
-def compare_rates(name: str, before: float, after: float, episodes: int, episodes_after: int | None = None,
-                  higher_is_better: bool = True) -> Change:
-    """A rate before and after, measured over ``episodes`` games (``episodes_after`` for the second,
-    if different). For a rate per action (the invalid-action rate) pass the number of actions."""
-    return Change(name, float(before), float(after), rate_noise(before, after, episodes, episodes_after),
-                  higher_is_better)
-
-
-#: summary metrics where a fall is an improvement (every other rate a chapter compares should rise)
-LOWER_IS_BETTER = frozenset({"loss_rate", "invalid_rate", "truncated_rate"})
-
-
-def compare_summaries(name: str, before: dict, after: dict, key: str) -> Change:
-    """``key`` of two :func:`~tutorial_lib.evaluation.evaluate.summarize` results. The counts behind the noise
-    come from the summaries themselves: episodes, or the actions played for the per-action
-    invalid rate."""
-
-    def count(summary: dict) -> int:
-        return max(1, round(summary["episodes"] * (summary["mean_steps"] if key == "invalid_rate" else 1)))
-
-    return compare_rates(name, before[key], after[key], count(before), count(after),
-                         higher_is_better=key not in LOWER_IS_BETTER)
-
-
-def compare_math(before: dict, after: dict, prefix: str = "greedy accuracy on") -> list[Change]:
-    """Both accuracies of two :func:`~tutorial_lib.evaluation.evaluate.math_accuracy` results (its default
-    problem counts), training problems first."""
-
-    return [compare_rates(f"{prefix} {which} problems", before[f"accuracy ({which} problems)"],
-                          after[f"accuracy ({which} problems)"], count)
-            for which, count in (("training", MATH_TRAINING_PROBLEMS), ("new", MATH_NEW_PROBLEMS))]
-
-
-def spread(values: Sequence[float]) -> str:
-    """``"mean 0.512 (min 0.470, max 0.560, 3 runs)"``: how a result varies over seeds."""
-    values = [float(v) for v in values]
-    if not values:
-        raise ValueError("no values")
-    return (f"mean {statistics.fmean(values):.3f} (min {min(values):.3f}, max {max(values):.3f}, "
-            f"{len(values)} run{'s' if len(values) > 1 else ''})")
-
-
 def count_phrase(count: int, of: int, what: str) -> str:
     """``"2 of 3 seeds"``, ``"all 3 seeds"``, ``"none of the 3 seeds"``, ``"1 of 1 seed"``."""
     if of == 1:
@@ -141,14 +49,6 @@ def count_phrase(count: int, of: int, what: str) -> str:
     if count == 0:
         return f"none of the {of} {what}"
     return f"{count} of {of} {what}"
-
-
-def run_verdicts(rows: Sequence[dict], name: str, before_key: str, after_key: str, episodes: int,
-                 higher_is_better: bool = True) -> list[str]:
-    """Each recorded run's verdict on one before/after change (:func:`compare_rates`): ``"better"``,
-    ``"noise"`` or ``"worse"``."""
-    return [compare_rates(name, row[before_key], row[after_key], episodes, higher_is_better=higher_is_better).verdict
-            for row in rows]
 
 
 def across_runs(rows: Sequence[dict], name: str, before_key: str, after_key: str, episodes: int,
@@ -343,29 +243,6 @@ def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3,
         ending = "mostly recovered" if end < worst / 2 else "not recovered"
     return (f"the smoothed {label} fell at most {worst:.3f} below its best so far ({unit} "
             f"{rows[at]['step']}) and ended {end:.3f} below it ({ending})")
-
-
-def halves(history: Sequence[dict], key: str) -> tuple[float, float]:
-    """Mean of ``key`` over the first and the second half of a run's iterations (training curves
-    are noisy from one batch to the next; half-run means are steadier than any single point)."""
-    values = [float(row[key]) for row in history if key in row]
-    if len(values) < 2:
-        raise ValueError(f"need at least 2 iterations with {key!r}; got {len(values)}")
-    half = len(values) // 2
-    return statistics.fmean(values[:half]), statistics.fmean(values[half:])
-
-
-def compare_halves(history: Sequence[dict], key: str, label: str, higher_is_better: bool = True) -> Change:
-    """``key``'s mean over the first and the second half of a run, as a :class:`Change` whose noise is
-    two standard errors of their difference, estimated from how much the logged values vary from
-    one update to the next (so a curve that wanders by a batch's luck reads as ``"noise"``)."""
-    values = [float(row[key]) for row in history if key in row]
-    half = len(values) // 2
-    first, second = values[:half], values[half:]
-    if len(first) < 2:
-        raise ValueError(f"need at least 4 iterations with {key!r} (2 per half); got {len(values)}")
-    noise = 2 * math.sqrt(statistics.variance(first) / len(first) + statistics.variance(second) / len(second))
-    return Change(label, statistics.fmean(first), statistics.fmean(second), noise, higher_is_better)
 
 
 def trend(history: Sequence[dict], key: str, label: str | None = None, digits: int = 3) -> str:

@@ -2,6 +2,7 @@
 
 Modules: ``episodes`` (the game loop: many episodes side by side, ``EpisodeRecord``), ``evaluate``
 (episodes summarised into rates; math accuracy), ``generalisation_gap`` (why evaluation lags
-training: the gap split into its terms, read into sentences). May import ``runtime``, ``envs``
+training: the gap split into its terms, read into sentences), ``stats`` (whether a change is more
+than noise: two standard errors, verdicts). May import ``runtime``, ``envs``
 and ``lm``; nothing of ``data`` or ``rl``.
 """

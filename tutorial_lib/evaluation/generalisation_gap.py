@@ -5,8 +5,7 @@ test fold. This module splits the gap between them into what each change costs, 
 measured comparisons into sentences that claim no more than their verdicts.
 
 Every sentence builder takes verdicts already judged against noise (``"better"``, ``"noise"`` or
-``"worse"``, as :class:`tutorial_lib.report.Change` gives them); nothing here imports ``report``,
-which sits above this package's layer.
+``"worse"``, as :class:`tutorial_lib.evaluation.stats.Change` gives them).
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ import statistics
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+
+from tutorial_lib.evaluation.stats import Change
 
 #: the two changes between training-time collection and evaluation
 CHANGES = ("games", "decoding")
@@ -98,18 +98,10 @@ def larger_term_finding(per_draw: Mapping[str, Sequence[float]], noise: Mapping[
             f"(two standard errors: {noise[term]:.3f}): more games would be needed to settle it.")
 
 
-class Judged(Protocol):
-    """A comparison judged against noise (:class:`tutorial_lib.report.Change` is one)."""
-
-    @property
-    def verdict(self) -> str: ...
-
-
-#: how a later set of games scored against an earlier one, by the verdict of the step between them
 _SCORED = {"better": "above", "noise": "within noise of", "worse": "below"}
 
 
-def fold_finding(memorisation: Judged, fold_shift: Judged, whole_gap: Judged) -> str:
+def fold_finding(memorisation: Change, fold_shift: Change, whole_gap: Change) -> str:
     """What greedy success on training games, unseen train-fold games and test games shows.
 
     ``memorisation``: training games to unseen train-fold games; ``fold_shift``: unseen

@@ -6,31 +6,15 @@
                               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
 
 :meth:`~tutorial_lib.lm.policies.LanguagePolicy.sample` calls this module; chapters never need to.
-Three costs of sampling that ``model.generate`` on a LoRA model pays and an RL loop need not:
-
-* **Unmerged LoRA.** PEFT computes ``W x + B (A x)`` in every adapted layer: two more matmuls and
-  their launches per layer and token. Sampling needs no gradients, so the sampler can use one
-  weight ``W + B A`` instead. Merging in place and unmerging after (PEFT's ``merge_adapter``) would
-  round the base weights twice per iteration, and in bfloat16 those roundings add up over a run;
-  :class:`SamplingWeights` keeps a separate merged copy and rewrites it from the exact base weights
-  whenever the adapters have changed. On a GPU it is one copy of the model more (270 MB for
-  SmolLM2-135M in bfloat16), which the launches it saves pay for; a 4-bit base cannot be merged
-  and samples through its adapters.
-* **Rows that wait for the slowest.** ``generate`` runs every row until the last one has ended:
-  a tic-tac-toe move that ends after 12 tokens keeps computing pads until a long one ends after 50.
-  :func:`decode` drops finished rows from the batch and from the key/value cache, so each row
-  pays for its own tokens. On a CPU, where a step costs in proportion to its rows, that is the
-  saving; on a GPU, where a small model's step costs the same for 8 rows or 128, it is not.
-* **Launches and Python per step.** A 135 M model's decode step on a data-centre GPU is bound by
-  kernel launches, not arithmetic: it costs about the same for 1 row as for 128. A static key/value
-  cache has fixed shapes, which lets ``generate`` compile the step into fewer launches. So on CUDA
-  the engine is ``generate`` with ``cache_implementation="static"``, rows in lock-step, and batches
-  rounded up to a few shapes (:func:`bucketed`) so that one compilation serves a whole rollout.
-  ``benchmarks/rollout_engine.py`` measures each change against plain ``generate``.
-
-Every engine records each token's log-probability under the distribution the sampler drew it from
-(:class:`~tutorial_lib.lm.sampling.TokenSampler`), and the trainer's recomputation agrees with it
-to float rounding (``tests/test_engine.py``): the engine changes the speed, not the policy.
+Imports only ``lm``'s own modules. It saves three costs ``model.generate`` on a LoRA model pays
+and an RL loop need not (chapter 9 argues each; ``benchmarks/rollout_engine.py`` measures them):
+unmerged LoRA (:class:`SamplingWeights` keeps a merged copy, rewritten from the exact base weights
+whenever the adapters change, so no rounding accumulates); rows that wait for the slowest (on a
+CPU :func:`decode` drops finished rows and their key/value cache); and launches per step (on CUDA,
+``generate`` with a static cache and batches rounded to a few shapes, :func:`bucketed`, so one
+compilation serves a rollout). Every engine records each token's log-probability under the
+distribution it was drawn from, and the trainer's recompute agrees to float rounding
+(``tests/test_engine.py``): the engine changes the speed, not the policy.
 """
 
 from __future__ import annotations

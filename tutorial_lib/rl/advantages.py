@@ -111,18 +111,10 @@ def rebn_by_state(
     falls back to the batch mean, as :func:`rebn`. The centred returns are then divided by their
     population std over the batch (as in :func:`rebn`, so advantages keep std 1).
 
-    Why not :func:`rebn` alone. Its baseline, the batch mean, ignores the state, so a turn taken in
-    a worse state is scored worse whatever its action did. In GuessTheNumber with gamma < 1 the
-    first guess of a won game is worth 0.81 or 0.73, the last 1.0: with every game won, every
-    opening turn gets a negative advantage, iteration after iteration. That is unbiased only in
-    expectation over actions; a nearly deterministic policy samples the same action every time, so
-    the sum is a steady push *down* on its best move. The gradient is tiny (``grad log pi`` of a
-    token with probability ~1), but Adam divides by the gradient's own scale and turns a tiny
-    steady gradient into learning-rate-sized steps: the greedy policy can collapse. With a state's
-    own mean as its baseline, turns that took the same action in the same state have advantages
-    that add up to exactly 0, so they move nothing; the moment the policy tries something else in
-    that state, the two are compared with each other. A baseline that depends only on the state
-    keeps the policy gradient unbiased (Sutton & Barto 2018, section 13.4).
+    Why the state's own mean: with the batch mean as every turn's baseline, a nearly deterministic
+    policy that wins every game is pushed off its best opening (chapter 5 shows the collapse and its
+    cause); turns that took the same action in the same state here get advantages adding up to 0.
+    A baseline that depends only on the state keeps the gradient unbiased (Sutton & Barto 2018, 13.4).
     """
     flat = [g for episode in returns_per_episode for g in _floats(episode)]
     keys = [key for episode in states_per_episode for key in episode]

@@ -4,65 +4,27 @@
     result = train_ppo(policy, "cookingworld", PPOSettings(iterations=20), out_dir="runs/ppo-cw")
     result.history[-1]      # policy_loss, value_loss, approx_kl, clipfrac, explained_variance, ...
 
-PPO (Schulman et al. 2017, arXiv:1707.06347) is an actor-critic method: a *critic* V(s) predicts
-the return from a state, the advantage of an action is how much better it turned out than that
-prediction (GAE), and the *actor* -- the language model -- takes several gradient steps on each
-batch, with its probability ratio to the sampling policy clipped so that no step moves it far.
-Collection, logging and checkpoints are the shared loop of :mod:`tutorial_lib.rl.rl_loop`.
+Holds the algorithm and nothing else: :class:`PPO` has the shape of
+:class:`~tutorial_lib.rl.reinforce.Reinforce` (``optimizer``, ``modules()``, ``state_dict()``,
+``prepare``, ``update``); the loop, collection, checkpoints and the multi-process plumbing are
+:mod:`tutorial_lib.rl.rl_loop`'s. Imports ``lm`` and ``rl``'s own modules only.
 
-The implementation details, numbered as chapter 6 discusses them (the PPO ones follow Huang et
-al., *The 37 Implementation Details of Proximal Policy Optimization*, ICLR blog track 2022, and
-CleanRL's ``ppo.py``; the LLM ones the GSM8K PPO and TextWorld tutorials this book supersedes):
-
-1. **Turn-level values.** One value per turn, read from the last-layer hidden state at the
-   turn's last prompt token: the state in which the whole action was chosen. Rewards arrive per
-   turn and the game's state changes only between turns, so the turn is the RL time step and a
-   token inside an action is not. (Token-level values, as in TRL's old ``PPOTrainer`` and the GSM8K
-   tutorial, treat each token as a step with the reward on the last; with gamma = lambda = 1, that
-   tutorial's choice, GAE then gives each token ``R - V(token)``.)
-2. **The critic** is a linear head on the policy's own backbone (``critic="shared"``: one forward
-   pass serves both, and the value loss also shapes the backbone) or on a separate copy of the
-   initial model (``critic="separate"``, the GSM8K tutorial's "base model + score head": twice the
-   memory, no interference between the two losses). The head starts at zero: V = 0 everywhere.
-3. **KL penalty to a frozen reference** (Ziegler et al. 2019, arXiv:1909.08593; the TextWorld
-   tutorial's beta 0.2): each turn's reward loses ``kl_coef * sum_tokens (log pi_old - log pi_ref)``,
-   which keeps the policy near where it started. ``kl_coef=0`` builds no reference model (the GSM8K
-   tutorial's beta 0).
-4. **Reward whitening** (optional): rewards divided by their batch standard deviation, mean kept.
-5. **GAE(gamma, lambda)** over turns (Schulman et al. 2016, arXiv:1506.02438), bootstrapping from
-   V of the state a *truncated* episode stopped in (the game could have gone on); a terminated one
-   has nothing after it.
-6. **Advantage normalisation** over the batch of turns (detail 7 of the 37).
-7. **Clipped surrogate objective**, per action token: ``max(-A r, -A clip(r, 1 - eps, 1 + eps))``
-   with ``r = pi_theta / pi_old``, averaged over the minibatch's action tokens.
-8. **Clipped value loss** (detail 9): ``0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``.
-9. **Entropy bonus** ``- entropy_coef * mean token entropy``.
-10. **Epochs over shuffled minibatches**; each minibatch is one optimiser step whose forward passes
-    (micro-batches) accumulate gradients; the global gradient norm is clipped (detail 11).
-11. **Separate learning rates** for actor and critic (two parameter groups of one AdamW), both
-    following a per-iteration warm-up then cosine schedule (the GSM8K tutorial's).
-12. **Numerical guard**: a step whose loss or gradient norm is not finite is skipped and counted.
-13. **Diagnostics**: approx-KL between the policy before and after the update (the k3 estimator,
-    Schulman, *Approximating KL divergence*, 2020), clip fraction, explained variance of the values.
-
-``pi_old`` is the policy's own recompute before the update, not the sampler's recorded log-probs:
-the two agree to float precision here (the logged ``kl_k3`` says so), and a PPO ratio taken
-against the trainer's own numbers measures the update alone.
-
-With several processes (``accelerate launch``, :mod:`tutorial_lib.runtime.distributed`) each scores
-and runs GAE on its own episodes (an episode never spans two processes); what is *global* is every
-statistic over the batch -- the reward and advantage whitening (details 4, 6), the logged
-diagnostics -- and the minibatches: one shuffled order of all the iteration's turns, drawn by the
-main process, so a minibatch is the same turns it would be in one process, each process computing
-the part it holds. Losses are divided by the minibatch's global token and turn counts and the
-gradients summed over the processes before each step.
+Chapter 6 argues each implementation detail; the code marks them ``# detail N`` (after Huang et
+al., *The 37 Implementation Details of PPO*, ICLR blog track 2022, and CleanRL's ``ppo.py``; the LLM
+ones after the GSM8K PPO and TextWorld tutorials): 1 one value per turn, at the turn's last prompt
+token; 2 the critic on the policy's backbone or a separate copy; 3 a KL penalty to a frozen
+reference in the reward; 4 reward whitening; 5 GAE over turns, bootstrapped where an episode was
+truncated; 6 advantage whitening per turn; 7 the clipped surrogate; 8 the clipped value loss;
+9 an entropy bonus; 10 epochs over shuffled minibatches, the gradient norm clipped; 11 separate
+actor and critic learning rates, warm-up then cosine; 12 a non-finite step skipped; 13 approx-KL
+(k3), clip fraction and explained variance. The ratio is taken against the policy's own recompute
+before the update (``pi_old``), which agrees with the sampler's log-probs to float precision.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +34,18 @@ import torch
 from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size
 from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
 from tutorial_lib.rl.advantages import gae, whiten
-from tutorial_lib.rl.rl_loop import RLResult, RLSettings, Run, clip_and_step, microbatch_size, sampler_kl_sums
+from tutorial_lib.rl.rl_loop import (
+    RLResult,
+    RLSettings,
+    Run,
+    global_token_count,
+    masked_log_ratio,
+    microbatch_size,
+    sampler_kl_sums,
+    shared_minibatches,
+    step_schedule,
+    synchronised_step,
+)
 from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
 from tutorial_lib.runtime import distributed
 
@@ -184,8 +157,7 @@ def clipped_surrogate(
     bound ``max(-A r, -A clip(r, 1-eps, 1+eps))``: once the ratio has moved past ``1 +- eps`` in the
     direction the advantage favours, the gradient of that token is 0.
     """
-    log_ratio = (logprobs - old_logprobs).masked_fill(~mask, 0.0)
-    ratio = log_ratio.exp()
+    ratio = masked_log_ratio(logprobs, old_logprobs, mask).exp()
     surrogate = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range))
     return (surrogate * mask).sum() / num_tokens, ratio
 
@@ -280,8 +252,7 @@ class PPO:
             scores, micro_values = self.logprobs_and_values(inputs)
             micro = micro.to(scores.logprobs.device)
             mask = micro.action_mask  # (turns, a) with a <= A: this micro-batch's longest action
-            log_ratio = (scores.logprobs - micro.sampler_logprobs).masked_fill(~mask, 0.0)
-            chunk_k1, chunk_k3 = sampler_kl_sums(log_ratio, mask)
+            chunk_k1, chunk_k3 = sampler_kl_sums(masked_log_ratio(scores.logprobs, micro.sampler_logprobs, mask), mask)
             k1, k3 = k1 + chunk_k1, k3 + chunk_k3
             logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
             values[rows] = micro_values.float().cpu()
@@ -331,7 +302,7 @@ class PPO:
         batch.advantages = torch.tensor(advantages, dtype=torch.float32)  # (T,)
         batch.returns = torch.tensor(returns, dtype=torch.float32)  # (T,)
         values, returns, ref_kl = (distributed.gather_values(x)[0] for x in (old.values, batch.returns, old.ref_kl))
-        tokens = int(distributed.sum_over_processes(batch.action_tokens))
+        tokens = global_token_count(batch)
         kl_k1, kl_k3 = old.kl_k1, old.kl_k3
         if distributed.launched():  # per-token means of the whole batch
             kl_k1, kl_k3 = (distributed.sum_over_processes(k * batch.action_tokens) / tokens for k in (kl_k1, kl_k3))
@@ -348,66 +319,54 @@ class PPO:
 
     # -- the update -------------------------------------------------------------------------
     def update(self, rollout: Rollout) -> dict[str, float]:
-        """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x minibatches (one optimiser
-        step each) x micro-batches (gradients accumulated); returns the iteration's metrics."""
+        """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x shuffled minibatches, one
+        optimiser step each; returns the iteration's metrics."""
         s = self.settings
         batch, info = self.prepare(rollout)
-        # every turn's action tokens, over all processes, and where this process's turns lie in them
-        turn_tokens, own = distributed.gather_values(batch.action_mask.sum(1))
-        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        sums: dict[str, float] = {}
-        steps = skipped = last_epoch_steps = 0
+        steps: list[dict[str, float]] = []
         self.policy.model.train()
         for epoch in range(s.ppo_epochs):  # detail 10: epochs over shuffled minibatches
-            # the global generator, checkpointed with the run; the main process's order for all
-            order = distributed.broadcast(torch.randperm(len(turn_tokens)))
-            last_epoch_steps = 0
-            for rows in order.split(s.minibatch_turns):
-                mine = rows[(rows >= own.start) & (rows < own.stop)] - own.start  # one process: all rows
-                minibatch = batch.select(mine) if len(mine) else None
-                tokens = int(turn_tokens[rows].sum())  # the losses are means over the minibatch's tokens
-                stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
+            for minibatch, tokens, turns in shared_minibatches(batch, s.minibatch_turns):
                 self.optimizer.zero_grad(set_to_none=True)
-                finite = True
-                for micro in minibatch.split(microbatch_size(s, self.policy.model, minibatch)) if minibatch else []:  # gradients add up
-                    scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
-                    micro = micro.to(values.device)
-                    mask = micro.action_mask  # (turns, a)
-                    policy_loss, ratio = clipped_surrogate(  # detail 7
-                        scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, s.clip_range, tokens)
-                    value_loss = clipped_value_loss(  # detail 8
-                        values, micro.old_values, micro.returns, s.value_clip_range, len(rows))
-                    entropy = scores.entropy[mask].sum() / tokens  # detail 9
-                    loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
-                    if not torch.isfinite(loss):  # detail 12: never step on a non-finite loss
-                        finite = False
-                        break
-                    loss.backward()
-                    with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
-                        stats["policy_loss"] += float(policy_loss)
-                        stats["value_loss"] += float(value_loss)
-                        stats["entropy"] += float(entropy)
-                        stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
-                        stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
-                finite = distributed.all_true(finite)  # one process's bad loss stops the step everywhere
-                if finite:  # several processes: their shares of the minibatch's gradient, summed
-                    distributed.sum_gradients(parameters)
-                if distributed.launched():
-                    stats = dict(zip(stats, distributed.sum_over_processes(
-                        torch.tensor(list(stats.values()), dtype=torch.float64)).tolist()))
-                grad_norm, was_skipped = clip_and_step(self.optimizer, s.max_grad_norm, finite_loss=finite)  # 10, 12
-                stats["grad_norm"] = grad_norm
-                steps, skipped, last_epoch_steps = steps + 1, skipped + was_skipped, last_epoch_steps + 1
-                for key, value in stats.items():  # approx-KL: the last epoch's, after (nearly) all steps
-                    if key != "approx_kl" or epoch == s.ppo_epochs - 1:
-                        sums[key] = sums.get(key, 0.0) + value
-        metrics = {key: value / (last_epoch_steps if key == "approx_kl" else steps) for key, value in sums.items()}
-        metrics.update(info, skipped_steps=float(skipped), learning_rate=self.optimizer.param_groups[0]["lr"])
-        with warnings.catch_warnings():  # when every step was skipped, torch warns of the order
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
-            self.scheduler.step()  # detail 11: the schedule moves once per iteration
+                stats, finite = self.minibatch_loss(minibatch, tokens, turns)  # forward, losses, backward
+                grad_norm, skipped = synchronised_step(self.optimizer, s.max_grad_norm, finite_loss=finite)  # 10, 12
+                steps.append({**distributed.sum_metrics(stats), "grad_norm": grad_norm, "skipped": skipped, "epoch": epoch})
+        metrics = {key: sum(step[key] for step in steps) / len(steps)
+                   for key in ("policy_loss", "value_loss", "entropy", "clipfrac", "grad_norm")}
+        last_epoch = [step for step in steps if step["epoch"] == s.ppo_epochs - 1]  # approx-KL: after (nearly) all steps
+        metrics["approx_kl"] = sum(step["approx_kl"] for step in last_epoch) / len(last_epoch)
+        metrics.update(info, skipped_steps=sum(step["skipped"] for step in steps),
+                       learning_rate=self.optimizer.param_groups[0]["lr"])
+        step_schedule(self.scheduler)  # detail 11: the schedule moves once per iteration
         self.policy.model.eval()
         return metrics
+
+    def minibatch_loss(self, minibatch: TurnBatch | None, tokens: int, turns: int) -> tuple[dict[str, float], bool]:
+        """Forward, the three losses and backward over this process's part of a minibatch (``None``:
+        none of it), micro-batch by micro-batch, the gradients adding up. The losses are means over
+        the whole minibatch's ``tokens`` and ``turns``. Returns the minibatch's statistics, and
+        False if a loss was not finite (detail 12: the step is then skipped)."""
+        s = self.settings
+        stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
+        for micro in minibatch.split(microbatch_size(s, self.policy.model, minibatch)) if minibatch else []:
+            scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
+            micro = micro.to(values.device)
+            mask = micro.action_mask  # (turns, a)
+            policy_loss, ratio = clipped_surrogate(  # detail 7
+                scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, s.clip_range, tokens)
+            value_loss = clipped_value_loss(values, micro.old_values, micro.returns, s.value_clip_range, turns)  # detail 8
+            entropy = scores.entropy[mask].sum() / tokens  # detail 9
+            loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
+            if not torch.isfinite(loss):  # never step on a non-finite loss
+                return stats, False
+            loss.backward()
+            with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
+                stats["policy_loss"] += float(policy_loss)
+                stats["value_loss"] += float(value_loss)
+                stats["entropy"] += float(entropy)
+                stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
+                stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
+        return stats, True
 
 
 def train_ppo(
@@ -424,11 +383,11 @@ def train_ppo(
     ``value_model.pt`` beside it) go to ``out_dir``; ``result.algorithm.value_model`` is the critic.
     ``resume=True`` continues a stopped run exactly."""
     settings = settings or PPOSettings()
-    run = Run(policy, game, PPO.name, settings, out_dir=out_dir, resume=resume, progress=progress, stage=stage)
+    run = Run(policy, game, settings, out_dir=out_dir, resume=resume, progress=progress, stage=stage)
     ppo = PPO(policy, settings)  # after Run has seeded torch: the value head starts the same for a seed
-    ppo.load_state_dict(run.restore(ppo.optimizer, ppo.modules()))
+    run.restore(ppo)
     for _ in run.iterations():
         rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
         metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
-        run.end_iteration(metrics, ppo.optimizer, ppo.modules(), ppo.state_dict())
-    return run.finish(ppo.modules(), algorithm=ppo)
+        run.end_iteration(metrics, ppo)
+    return run.finish(ppo)

@@ -1,37 +1,25 @@
-"""One RL run's bookkeeping, which REINFORCE's and PPO's training loops call (chapters 5-7).
+"""One RL run's bookkeeping and the plumbing below every algorithm (chapters 5-7, 10).
 
-Each algorithm writes its own loop, top to bottom, in its own file
-(:func:`tutorial_lib.rl.reinforce.train_reinforce`, :func:`tutorial_lib.rl.ppo.train_ppo`):
+An algorithm (:class:`~tutorial_lib.rl.reinforce.Reinforce`, :class:`~tutorial_lib.rl.ppo.PPO`) has
+one shape, :class:`Algorithm`: an ``optimizer``, ``modules()`` and ``state_dict()`` to checkpoint,
+and ``update(rollout)``. Both loops read the same:
 
-    run = Run(policy, game, "PPO", settings, out_dir="runs/ppo-ttt")
-    ppo = PPO(policy, settings)                          # fresh modules from the run's seed
-    ppo.load_state_dict(run.restore(ppo.optimizer, ppo.modules()))
+    run = Run(policy, game, settings, out_dir="runs/ppo-ttt")   # seeds torch
+    ppo = PPO(policy, settings)                                  # fresh modules from the run's seed
+    run.restore(ppo)                                             # a resumed run: its checkpoint
     for _ in run.iterations():
-        rollout = run.collect()                          # turns from fresh seeds, the current policy
-        metrics = ppo.update(rollout)                    # the algorithm: advantages, loss, steps
-        run.end_iteration(metrics, ppo.optimizer, ppo.modules(), ppo.state_dict())
-    result = run.finish(ppo.modules(), algorithm=ppo)   # the model in out_dir/model
+        rollout = run.collect()                                  # turns from fresh seeds, the current policy
+        metrics = ppo.update(rollout)                            # the algorithm: advantages, loss, steps
+        run.end_iteration(metrics, ppo)                          # log; checkpoint when it is time
+    result = run.finish(ppo)                                     # the model in out_dir/model
 
-:class:`Run` does what every algorithm needs and none teaches:
-
-1. seeds torch before the algorithm builds its modules, so a value head starts the same in every
-   run with the same seed;
-2. collects ``turns_per_iteration`` turns with the current policy (:func:`tutorial_lib.rl.rollout.collect`)
-   from fresh seeds each iteration (training seeds start at ``first_seed``, far from the evaluation
-   seeds 0, 1, 2...; or cycle through a fixed split of ``train_seeds``), until ``iterations`` are
-   done or ``token_budget`` action tokens sampled;
-3. logs the rollout's and the update's metrics (``metrics.csv`` and TensorBoard), with the time
-   spent sampling and training, and shows a progress bar;
-4. every ``save_every`` iterations, checkpoints everything the next iteration reads -- the policy's
-   trainable weights, the optimiser, extra modules (a value head) and state (a learning-rate
-   schedule), the random generators, the next seed -- so that ``resume=True`` continues exactly
-   the run that was stopped, and ``stage=(i, n)`` splits a long run over notebook cells.
-
-Under ``accelerate launch`` (N processes, :mod:`tutorial_lib.runtime.distributed`) each process
-collects its share of the turns from its own seeds; :attr:`Run.batch` is the whole iteration's
-rollout (every process's episodes, in rank order), so that the algorithm computes its statistics
-over the global batch and its loss over its own turns. Every process logs the same (global) metrics; only the main one writes
-files, and a checkpoint holds every process's random generators. One process is the run it always was.
+:class:`Run` seeds, collects ``turns_per_iteration`` turns from fresh training seeds, logs
+(``metrics.csv``, TensorBoard, a progress bar) and checkpoints everything the next iteration reads,
+so that ``resume=True`` (or ``stage=(i, n)`` over notebook cells) continues exactly. The functions
+below it are what both algorithms' updates share with several processes (``accelerate launch``,
+:mod:`tutorial_lib.runtime.distributed`): the whole batch's episodes, global token counts, one
+shuffled minibatch order, and a step whose gradients are summed over the processes. In one
+process each is the plain computation.
 """
 
 from __future__ import annotations
@@ -39,13 +27,14 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from tutorial_lib.rl.rollout import Rollout, collect
+from tutorial_lib.rl.rollout import Rollout, TurnBatch, collect
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import fit_threads
 from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
@@ -131,6 +120,26 @@ def microbatch_size(settings: RLSettings, model, batch) -> int:
     return plan.micro_batch
 
 
+class Algorithm(Protocol):
+    """What :class:`Run` needs of an RL algorithm (REINFORCE's and PPO's shape)."""
+
+    #: the name in the progress bar and ``rl_settings.json``
+    name: str
+    #: every trainable parameter's optimiser (checkpointed with the weights)
+    optimizer: torch.optim.Optimizer
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """Learn from this process's share of the iteration's episodes; return the metrics to log."""
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        """Modules beside the policy (a value head), checkpointed and saved with the model."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Anything else the next iteration reads (a learning-rate schedule)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 @dataclass
 class RLResult:
     out_dir: Path
@@ -138,7 +147,7 @@ class RLResult:
     history: list[dict[str, float]]
     seconds: float
     #: the algorithm that trained (its optimiser, and modules such as PPO's value model)
-    algorithm: Any = None
+    algorithm: Algorithm | None = None
     #: ``False`` for a part of a staged run (``stage=(i, n)``, i < n): checkpointed, no model saved yet
     finished: bool = True
 
@@ -163,8 +172,7 @@ def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite
     """Clip the gradient of ``optimizer``'s parameters and step, unless the loss or the gradient is
     not finite: such a step would ruin the weights for good, so it is skipped and counted.
     Returns (gradient norm, 1.0 if skipped else 0.0)."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm) if finite_loss else torch.tensor(float("nan"))
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(optimizer), max_grad_norm) if finite_loss else torch.tensor(float("nan"))
     if finite_loss and torch.isfinite(grad_norm):
         optimizer.step()
         return float(grad_norm), 0.0
@@ -174,6 +182,63 @@ def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite
     warnings.warn("an optimiser step was skipped: its loss or gradient was not finite (the run's "
                   "'skipped_steps' / 'skipped_step' metric counts them)", RuntimeWarning, stacklevel=2)
     return float(grad_norm), 1.0
+
+
+def trainable_parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    """Every parameter ``optimizer`` steps, over its groups."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def masked_log_ratio(logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``log pi - log pi_reference`` per action token, 0 outside ``mask`` (padding compares nothing)."""
+    return (logprobs - reference_logprobs).masked_fill(~mask, 0.0)
+
+
+def whole_batch(rollout: Rollout) -> Rollout:
+    """Every process's episodes of this iteration, in rank order (one process: ``rollout`` itself):
+    what a statistic over the batch is taken over."""
+    if not distributed.launched():
+        return rollout
+    records = distributed.gather([rollout.records])
+    return Rollout([r for part in records for r in part], max(distributed.gather([rollout.seconds])))
+
+
+def global_token_count(batch: TurnBatch) -> int:
+    """The action tokens of every process's part of ``batch``: what a per-token mean divides by."""
+    return int(distributed.sum_over_processes(batch.action_tokens))
+
+
+def shared_minibatches(batch: TurnBatch, minibatch_turns: int) -> Iterator[tuple[TurnBatch | None, int, int]]:
+    """One epoch of shuffled minibatches of the whole batch: ``(this process's turns of it or None,
+    its action tokens over all processes, its turns over all processes)``.
+
+    The order is drawn from the global generator (checkpointed with the run) by the main process
+    and shared, so a minibatch is the same turns it would be in one process; each process computes
+    the part it holds.
+    """
+    turn_tokens, own = distributed.gather_values(batch.action_mask.sum(1))  # every turn's tokens
+    order = distributed.broadcast(torch.randperm(len(turn_tokens)))
+    for rows in order.split(minibatch_turns):
+        mine = rows[(rows >= own.start) & (rows < own.stop)] - own.start  # one process: all rows
+        yield (batch.select(mine) if len(mine) else None), int(turn_tokens[rows].sum()), len(rows)
+
+
+def synchronised_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite_loss: bool = True) -> tuple[float, float]:
+    """The optimiser step every process takes alike: skipped everywhere if one process's loss was
+    not finite, else the gradients summed over the processes (each loss is already divided by the
+    global token count), clipped and stepped (:func:`clip_and_step`)."""
+    finite_loss = distributed.all_true(finite_loss)
+    if finite_loss:
+        distributed.sum_gradients(trainable_parameters(optimizer))
+    return clip_and_step(optimizer, max_grad_norm, finite_loss=finite_loss)
+
+
+def step_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Move a learning-rate schedule on; quietly when every optimiser step was skipped (torch then
+    warns that the schedule stepped before the optimiser)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+        scheduler.step()
 
 
 def rollout_metrics(rollout: Rollout) -> dict[str, float]:
@@ -251,12 +316,12 @@ class Run:
     schedule still spans all ``settings.iterations``).
     """
 
-    def __init__(self, policy, game: str, algo: str, settings: RLSettings, *, out_dir: str | Path,
+    def __init__(self, policy, game: str, settings: RLSettings, *, out_dir: str | Path,
                  resume: bool = False, progress: bool = True, stage: tuple[int, int] = (1, 1)):
         part, parts = stage
         if not 1 <= part <= parts:
             raise ValueError(f"stage must be (i, n) with 1 <= i <= n; got {stage}")
-        self.policy, self.game, self.algo, self.settings = policy, game, algo, settings
+        self.policy, self.game, self.settings = policy, game, settings
         self.part, self.parts, self.progress = part, parts, progress
         self.resume = resume or part > 1
         self.stop = round(settings.iterations * part / parts)
@@ -266,20 +331,19 @@ class Run:
         # before the algorithm builds its modules: a fresh value head is the same in every run with this seed
         torch.manual_seed(settings.seed)
 
-    def restore(self, optimizer: torch.optim.Optimizer, modules: dict[str, torch.nn.Module] | None = None) -> dict[str, Any]:
-        """Once the algorithm's optimiser and modules exist: a resumed run loads its checkpoint into
-        them (and the weights, the random generators, the next seed). Returns the algorithm's own
-        saved state (``{}`` for a new run); opens the metrics log and the progress bar."""
-        state: dict[str, Any] = {}
+    def restore(self, algorithm: Algorithm) -> None:
+        """Once the algorithm exists: a resumed run loads its checkpoint into it (the weights, the
+        optimiser, its modules and state, the random generators, the next seed). Opens the metrics
+        log and the progress bar."""
         if self.resume:
             # the newest complete checkpoint, after a crash in the middle of writing one
             if not has_checkpoint(self.out_dir / "checkpoint"):
                 raise FileNotFoundError(f"nothing to resume in {self.out_dir}: no checkpoint" +
                                         (f" (run stage {self.part - 1} of {self.parts} first)" if self.part > 1 else ""))
-            self.start, saved = load_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer,
-                                                modules=modules or {})
+            self.start, saved = load_checkpoint(self.out_dir / "checkpoint", self.policy.model, algorithm.optimizer,
+                                                modules=algorithm.modules())
             self.next_seed = saved["next_seed"]
-            state = saved.get("algorithm", {})
+            algorithm.load_state_dict(saved.get("algorithm", {}))
             restore_process_rng(saved, self.out_dir)
         elif distributed.process_index() > 0:
             # the modules are built (the same in every process); from here on each process samples
@@ -287,17 +351,16 @@ class Run:
             decorrelate(self.policy, self.settings.seed)
         main = distributed.is_main()
         if main:
-            write_run_settings(self.out_dir, self.game, self.algo, self.settings)
+            write_run_settings(self.out_dir, self.game, algorithm.name, self.settings)
         self.log = MetricsLog(self.out_dir, resume_from=self.start if self.resume else None, files=main)
         self.history = list(self.log.rows)
         self.began = time.perf_counter()
         # with a token budget the bar counts sampled tokens (the number of iterations is not known)
         budget = self.settings.token_budget
         self.spent = sum(row.get("action_tokens", 0) for row in self.history)
-        self.bar = run_progress_bar(self.algo, self.game, token_budget=budget, steps=self.settings.iterations,
+        self.bar = run_progress_bar(algorithm.name, self.game, token_budget=budget, steps=self.settings.iterations,
                                     done_steps=self.start, history=self.history, progress=self.progress and main)
         self.over_budget = budget is not None and self.spent >= budget  # a resumed part after the budget ran out
-        return state
 
     def iterations(self):
         """The iterations this part of the run trains, stopping once the token budget is spent;
@@ -329,22 +392,16 @@ class Run:
                           num_envs=settings.num_envs, turn_budget=turns, sampling=settings.sampling,
                           temperature=None if settings.temperature == 1 else settings.temperature)
         self.sampled = time.perf_counter()
-        if distributed.launched():
-            records = distributed.gather([rollout.records])
-            #: the whole iteration's rollout, every process's episodes in rank order
-            self.batch = Rollout([r for part in records for r in part], max(distributed.gather([rollout.seconds])))
-            self.next_seed += n * max(len(part) for part in records)  # past every process's last seed
-        else:
-            self.batch = rollout
-            self.next_seed += len(rollout.records)
+        #: the whole iteration's rollout, every process's episodes in rank order
+        self.batch = whole_batch(rollout)
+        self.next_seed += n * max(distributed.gather([len(rollout.records)]))  # past every process's last seed
         self.metrics = rollout_metrics(self.batch)  # what the batch was, before the update sees it
         fit_threads()
         return rollout
 
-    def end_iteration(self, update_metrics: dict[str, float], optimizer: torch.optim.Optimizer,
-                      modules: dict[str, torch.nn.Module] | None = None, state: dict[str, Any] | None = None) -> dict[str, float]:
+    def end_iteration(self, update_metrics: dict[str, float], algorithm: Algorithm) -> dict[str, float]:
         """Log the collected batch's and the update's metrics; checkpoint when it is time (the
-        optimiser, ``modules`` and the algorithm's ``state`` with the weights). Returns the metrics."""
+        algorithm's optimiser, modules and state with the weights). Returns the metrics."""
         settings, iteration = self.settings, self.iteration
         metrics = {**self.metrics, **update_metrics}
         metrics["sample_seconds"] = self.sampled - self.tick
@@ -358,20 +415,20 @@ class Run:
         self.bar.update(min(metrics["action_tokens"], budget - self.bar.n) if budget is not None else 1)
         self.over_budget = budget is not None and self.spent >= budget
         if (iteration + 1) % settings.save_every == 0 or iteration + 1 in (self.stop, settings.iterations) or self.over_budget:
-            saved = {"next_seed": self.next_seed, "algorithm": state or {}}
+            saved = {"next_seed": self.next_seed, "algorithm": algorithm.state_dict()}
             if distributed.launched():  # every process's generators: a resumed run samples what this one would have
                 saved["process_rng"] = distributed.gather([rng_state()])
             if distributed.is_main():
-                save_checkpoint(self.out_dir / "checkpoint", self.policy.model, optimizer, step=iteration + 1,
-                                state=saved, modules=modules or {})
+                save_checkpoint(self.out_dir / "checkpoint", self.policy.model, algorithm.optimizer, step=iteration + 1,
+                                state=saved, modules=algorithm.modules())
             distributed.wait_for_everyone()  # no process runs ahead of a checkpoint it may resume from
         return metrics
 
-    def finish(self, modules: dict[str, torch.nn.Module] | None = None, *, algorithm: Any = None) -> RLResult:
-        """The run's result; the final model (``modules`` beside it) once the last part has run."""
+    def finish(self, algorithm: Algorithm) -> RLResult:
+        """The run's result; the final model (the algorithm's modules beside it) once the last part has run."""
         self.policy.model.eval()
         seconds = time.perf_counter() - self.began
         if self.part < self.parts and not self.over_budget:  # a part: the next part resumes from its checkpoint
             return RLResult(self.out_dir, self.history, seconds, algorithm, finished=False)
-        save_final_model(self.policy, self.out_dir, modules)
+        save_final_model(self.policy, self.out_dir, algorithm.modules())
         return RLResult(self.out_dir, self.history, seconds, algorithm)

@@ -6,37 +6,14 @@
     batch = collate_turns(rollout.turns, tokenizer.pad_token_id)
     scores = action_logprobs(policy.model, batch)   # with gradients: the trainer's side
 
-Every RL algorithm in the book (REINFORCE, PPO, GRPO) alternates two phases: *collect* episodes
-with the current policy, then *update* the weights on them. This module is the first phase, and
-the tensor plumbing the second phase needs.
-
-**Why batching.** A language model's cost per generated token is dominated by reading its weights
-(on a GPU) or by Python and kernel-launch overhead (for the tiny CPU model), not by the number of
-rows. So N games advance together: each turn makes ONE ``generate`` call over every live game,
-then every game steps; a finished game is refilled with the next seed. Playing one game at a time
-(as the TextWorld tutorial does) pays the whole per-token cost for a batch of one.
-``benchmarks/rollout_throughput.py`` measures the difference.
-
-**Why left padding.** Prompts differ in length. Padding them on the left makes every prompt end in
-the same column, so the new tokens of all rows are appended in lock-step and the KV cache stays
-one rectangular tensor. The pads are masked out, and ``generate`` numbers the positions from the
-attention mask (``position_ids = cumsum(mask) - 1``), so each row's first real token is position 0
-whatever its padding.
-
-**Why log-probs at sampling time.** A policy-gradient update weighs each action token by the
-importance ratio ``pi_theta(a | s) / pi_sampler(a | s)``. The denominator is the probability under
-the weights *and sampling settings* that drew the token, which only the sampler knows: once the
-first gradient step is taken the weights have moved (PPO reuses a batch for several epochs), and a
-different sampling engine, numeric precision or top-k would give a different number anyway.
-Recomputing the same quantity with :func:`action_logprobs` before any update must give the same
-values (``tests/test_rollout.py`` checks it to 1e-4); measuring the gap, e.g. as
-KL(sampler || trainer), is how a training run notices a sampler that is not the policy.
-
-**Truncation is not termination.** ``terminated`` means the game reached an end state: there is
-no future reward, and a value function must predict 0 after it. ``truncated`` means the episode
-was cut by a turn limit: the game could have gone on, so a critic should bootstrap from the value
-of the last state. :class:`TurnSample` keeps both flags, exactly as the game's ``step`` returned
-them.
+Holds the *collect* phase of every RL algorithm (REINFORCE, PPO, GRPO) and the tensor plumbing
+of the *update* phase: :class:`TurnBatch`, :func:`action_logprobs`. Imports ``lm`` and
+``evaluation``. Chapter 5 teaches why N games advance together (one batched ``generate`` per turn,
+``benchmarks/rollout_throughput.py`` measures it), why prompts are padded on the left, and why the
+sampler's log-probs are kept: the importance ratio's denominator is known only to the sampler, and
+recomputing it (``tests/test_rollout.py``, to 1e-4) is how a run notices a sampler that is not the
+policy. :class:`TurnSample` keeps ``terminated`` (the game ended: nothing to bootstrap) apart from
+``truncated`` (cut by a turn limit: a critic bootstraps, chapter 6), as the game's ``step`` returned them.
 """
 
 from __future__ import annotations

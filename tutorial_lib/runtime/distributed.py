@@ -136,6 +136,15 @@ def sum_over_processes(value: float | torch.Tensor) -> float | torch.Tensor:
     return float(total) if not torch.is_tensor(value) else total.to(value.dtype).to(value.device)
 
 
+def sum_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Each metric summed over the processes, in one all-reduce (float64: sums of per-process
+    shares of a mean lose nothing); ``metrics`` itself in one process."""
+    if not launched():
+        return metrics
+    totals = sum_over_processes(torch.tensor(list(metrics.values()), dtype=torch.float64)).tolist()
+    return dict(zip(metrics, totals))
+
+
 def all_true(flag: bool) -> bool:
     """True only if ``flag`` is true in every process (a step is taken by all or by none)."""
     if not launched():

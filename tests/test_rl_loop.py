@@ -1,0 +1,118 @@
+"""The algorithm contract and the plumbing below REINFORCE and PPO (``tutorial_lib.rl.rl_loop``)."""
+
+import inspect
+
+import pytest
+import torch
+
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.rl.ppo import PPO, PPOSettings
+from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings
+from tutorial_lib.rl.rl_loop import (
+    Algorithm,
+    Run,
+    global_token_count,
+    masked_log_ratio,
+    shared_minibatches,
+    synchronised_step,
+    whole_batch,
+)
+from tutorial_lib.rl.rollout import TurnBatch, collect
+
+from .conftest import SMALL
+
+TTT = dict(opponent="random", agent_mark="alternate")
+
+
+@pytest.fixture
+def policy(tiny_cache):
+    return load_policy("tiny", tiny_config=SMALL)
+
+
+@pytest.fixture
+def rollout(policy):
+    torch.manual_seed(0)
+    return collect(policy, "tictactoe", range(6), num_envs=6, env_options=TTT)
+
+
+def algorithms(policy):
+    return [Reinforce(policy, ReinforceSettings(microbatch_turns=4)),
+            PPO(policy, PPOSettings(microbatch_turns=4, minibatch_turns=8))]
+
+
+def test_both_algorithms_have_the_one_shape(policy):
+    """What Run calls, each algorithm has, with the same signature."""
+    for algorithm in algorithms(policy):
+        for name in ("update", "modules", "state_dict", "load_state_dict"):
+            assert list(inspect.signature(getattr(algorithm, name)).parameters) == \
+                   list(inspect.signature(getattr(Algorithm, name)).parameters)[1:], (algorithm.name, name)
+        assert isinstance(algorithm.optimizer, torch.optim.Optimizer)
+        assert isinstance(algorithm.name, str)
+        trainable = {id(p) for p in policy.model.parameters() if p.requires_grad}
+        stepped = {id(p) for group in algorithm.optimizer.param_groups for p in group["params"]}
+        assert trainable <= stepped  # the optimiser steps every trainable weight of the policy
+
+
+def test_reinforce_update_is_prepare_then_one_step(policy, rollout):
+    """``update`` adds nothing to its two halves: the same metrics and the same weights."""
+    settings = ReinforceSettings(microbatch_turns=4, learning_rate=1e-2)
+    start = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    torch.manual_seed(1)
+    whole = Reinforce(policy, settings).update(rollout)
+    after_update = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    policy.model.load_state_dict(start)
+    torch.manual_seed(1)
+    reinforce = Reinforce(policy, settings)
+    halves = reinforce.step(reinforce.prepare(rollout))
+    assert whole == halves
+    assert all(torch.equal(after_update[k], v) for k, v in policy.model.state_dict().items())
+    assert any(not torch.equal(start[k], after_update[k]) for k in start)  # it did step
+
+
+def test_in_one_process_the_plumbing_is_the_plain_computation(policy, rollout):
+    assert whole_batch(rollout) is rollout
+    batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id)
+    assert global_token_count(batch) == sum(len(t.action_ids) for t in rollout.turns)
+    torch.manual_seed(3)
+    parts = list(shared_minibatches(batch, 5))
+    torch.manual_seed(3)
+    order = torch.randperm(len(batch))  # the same draw: the order comes from the global generator
+    assert [len(mine) for mine, _, _ in parts] == [len(rows) for rows in order.split(5)]
+    for (mine, tokens, turns), rows in zip(parts, order.split(5)):
+        assert [t.action_ids for t in mine.turns] == [rollout.turns[i].action_ids for i in rows.tolist()]
+        assert tokens == mine.action_tokens and turns == len(rows)
+
+
+def test_masked_log_ratio_compares_only_action_tokens():
+    logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
+    reference = torch.tensor([[-1.5, -2.0], [0.0, -1.0]])
+    mask = torch.tensor([[False, True], [True, True]])
+    assert masked_log_ratio(logprobs, reference, mask).tolist() == [[0.0, 0.0], [-0.5, -2.0]]
+
+
+def test_a_step_after_a_non_finite_loss_changes_nothing():
+    layer = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    layer(torch.ones(1, 3)).sum().backward()
+    before = [p.detach().clone() for p in layer.parameters()]
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        _, skipped = synchronised_step(optimizer, 1.0, finite_loss=False)
+    assert skipped == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+    layer(torch.ones(1, 3)).sum().backward()
+    norm, skipped = synchronised_step(optimizer, 1.0)
+    assert skipped == 0.0 and norm > 0
+    assert not all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
+
+
+def test_run_names_the_algorithm_it_was_given(policy, tmp_path):
+    settings = ReinforceSettings(iterations=1, turns_per_iteration=6, num_envs=3, env_options=TTT)
+    run = Run(policy, "tictactoe", settings, out_dir=tmp_path, progress=False)
+    reinforce = Reinforce(policy, settings)
+    run.restore(reinforce)
+    for _ in run.iterations():
+        run.end_iteration(reinforce.update(run.collect()), reinforce)
+    result = run.finish(reinforce)
+    assert result.algorithm is reinforce
+    assert '"algo": "REINFORCE"' in (tmp_path / "rl_settings.json").read_text()
+    assert (tmp_path / "model").is_dir() and len(result.history) == 1

@@ -1,0 +1,79 @@
+"""Whether a change is more than noise (``tutorial_lib.evaluation.stats``)."""
+
+import math
+
+import pytest
+
+from tutorial_lib.evaluation import stats
+from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+
+
+def test_rate_noise_is_two_standard_errors_of_a_difference():
+    # .5 and .5 over 100 games each: sqrt(.25/100 + .25/100) = .0707..., twice that
+    assert stats.rate_noise(0.5, 0.5, 100) == pytest.approx(2 * math.sqrt(0.005))
+    # more games, less noise
+    assert stats.rate_noise(0.3, 0.4, 1000) < stats.rate_noise(0.3, 0.4, 100)
+
+
+def test_rates_at_the_edge_still_have_noise():
+    # 0 wins out of 200 twice is not a sure difference of exactly 0
+    assert stats.rate_noise(0.0, 0.0, 200) > 0
+    assert stats.rate_noise(1.0, 1.0, 200) == pytest.approx(stats.rate_noise(0.0, 0.0, 200))
+
+
+def test_rate_noise_rejects_empty_evaluations():
+    with pytest.raises(ValueError, match="episodes"):
+        stats.rate_noise(0.5, 0.5, 0)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "higher_is_better", "verdict"),
+    [
+        (0.50, 0.52, True, "noise"),  # 2 points on 200 games: noise
+        (0.20, 0.60, True, "better"),
+        (0.20, 0.60, False, "worse"),  # a loss rate that rose
+        (0.40, 0.05, False, "better"),  # a loss rate that fell
+    ],
+)
+def test_verdicts(before, after, higher_is_better, verdict):
+    change = stats.compare_rates("rate", before, after, 200, higher_is_better=higher_is_better)
+    assert change.verdict == verdict
+    sentence = str(change)
+    assert f"{before:.3f}" in sentence and f"{after:.3f}" in sentence
+    assert ("within the noise" in sentence) == (verdict == "noise")
+    if verdict != "noise":
+        assert ("rose" if after > before else "fell") in sentence and verdict in sentence
+
+
+def test_compare_summaries_counts_episodes_or_actions_from_the_summaries():
+    before = {"episodes": 200, "mean_steps": 4.0, "loss_rate": 0.10, "invalid_rate": 0.02, "win_rate": 0.5}
+    after = {"episodes": 200, "mean_steps": 5.0, "loss_rate": 0.02, "invalid_rate": 0.01, "win_rate": 0.5}
+    loss = stats.compare_summaries("loss", before, after, "loss_rate")
+    assert loss.verdict == "better"  # a loss rate that fell
+    assert loss.noise == pytest.approx(stats.rate_noise(0.10, 0.02, 200))
+    invalid = stats.compare_summaries("invalid", before, after, "invalid_rate")
+    # a rate per action: counted over the 800 and 1,000 moves played, not the 200 games
+    assert invalid.noise == pytest.approx(stats.rate_noise(0.02, 0.01, 800, 1000))
+    assert stats.compare_summaries("win", before, after, "win_rate").verdict == "noise"
+
+
+def test_compare_math_uses_math_accuracys_problem_counts():
+
+    before = {"accuracy (training problems)": 0.2, "accuracy (new problems)": 0.05}
+    after = {"accuracy (training problems)": 0.4, "accuracy (new problems)": 0.06}
+    training, new = stats.compare_math(before, after)
+    assert training.verdict == "better" and new.verdict == "noise"
+    assert training.noise == pytest.approx(stats.rate_noise(0.2, 0.4, MATH_TRAINING_PROBLEMS))
+    assert new.noise == pytest.approx(stats.rate_noise(0.05, 0.06, MATH_NEW_PROBLEMS))
+    assert str(training).startswith("greedy accuracy on training problems rose")
+
+
+def test_compare_halves_judges_a_curve_against_its_own_batch_to_batch_spread():
+    steady_rise = [{"x": v} for v in (0.10, 0.12, 0.11, 0.13, 0.50, 0.52, 0.51, 0.53)]
+    change = stats.compare_halves(steady_rise, "x", "accuracy")
+    assert change.verdict == "better" and change.before == pytest.approx(0.115) and change.after == pytest.approx(0.515)
+    wandering = [{"x": v} for v in (0.0, 1.0, 0.0, 1.0, 0.2, 0.9, 0.1, 1.0)]  # same means within its spread
+    assert stats.compare_halves(wandering, "x", "accuracy").verdict == "noise"
+    assert stats.compare_halves(steady_rise, "x", "loss", higher_is_better=False).verdict == "worse"
+    with pytest.raises(ValueError, match="at least 4"):
+        stats.compare_halves(steady_rise[:3], "x", "accuracy")
