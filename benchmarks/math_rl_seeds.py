@@ -11,13 +11,12 @@ study and algorithm (``benchmarks/results/math_rl_seeds.jsonl``, read by chapter
 
 import argparse
 import time
-from dataclasses import replace
 
 from tutorial_lib.comparison import compare_on_math
 from tutorial_lib.evaluation.evaluate import math_accuracy
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.presets import get_preset
-from tutorial_lib.report import record_run
+from tutorial_lib.records import record_run
 from tutorial_lib.rl.ppo import train_ppo
 from tutorial_lib.runtime.cache import cache_root
 
@@ -41,7 +40,7 @@ def main() -> None:
     for seed in args.seeds:
         runs_dir = cache_root() / "runs" / preset.name / f"math-seed-{seed}"
         policy = sft_policy("math", preset, data_seed=seed)
-        settings = replace(rl_settings("math", preset, "ppo"), seed=seed)
+        settings = rl_settings("math", preset, "ppo", seed=seed)
         before = math_accuracy(policy, settings.env_options)
         start = time.perf_counter()
         train_ppo(policy, "math", settings, out_dir=runs_dir / "ppo-math", progress=False)

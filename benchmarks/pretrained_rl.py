@@ -128,16 +128,14 @@ def rl_run_settings(task: str, seed: int, preset, args):
     from tutorial_lib.pipeline import rl_settings
 
     spec = TASKS[task]
-    settings = rl_settings(spec["game"], preset, spec["algo"])
-    options = {**settings.env_options, **spec["train"]}  # GuessTheNumber: preset=None and its own range
+    options = dict(spec["train"])  # added to the preset's (GuessTheNumber: preset=None and its own range)
     if args.reward == "find":
         if spec["game"] != "guess_the_number":
             raise SystemExit(f"--reward find is GuessTheNumber's (no closeness payment); task {task} plays {spec['game']}")
         options["closeness_reward"] = False  # training only: evaluation keeps the game's own rules
-    changes = {"iterations": args.iterations, "learning_rate": args.learning_rate, "num_envs": args.num_envs,
-               "turns_per_iteration": args.turns, "temperature": args.temperature}
-    return replace(settings, seed=seed, env_options=options, save_every=1,
-                   **{k: v for k, v in changes.items() if v is not None})
+    return rl_settings(spec["game"], preset, spec["algo"], seed=seed, env_options=options, save_every=1,
+                       iterations=args.iterations, learning_rate=args.learning_rate, num_envs=args.num_envs,
+                       turns_per_iteration=args.turns, temperature=args.temperature)
 
 
 def run_folder(root: Path, preset, task: str, seed: int, settings, episodes: int) -> Path:
@@ -273,7 +271,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from tutorial_lib.presets import get_preset
-    from tutorial_lib.report import record_run
+    from tutorial_lib.records import record_run
     from tutorial_lib.runtime.cache import cache_root
 
     preset = get_preset(args.preset)

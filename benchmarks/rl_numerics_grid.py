@@ -94,7 +94,7 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
     sft_seconds = time.perf_counter() - start
 
     algo = spec["algo"]
-    settings = replace(rl_settings(game, preset, algo), seed=seed)
+    settings = rl_settings(game, preset, algo, seed=seed)
     if algo == "reinforce":
         settings = replace(settings, normalise=normalise)
     settings = replace(settings, **(overrides or {}))
@@ -177,7 +177,7 @@ def main() -> None:
         return
 
     from tutorial_lib.presets import get_preset
-    from tutorial_lib.report import record_run
+    from tutorial_lib.records import record_run
     from tutorial_lib.runtime.cache import cache_root
 
     preset = get_preset(args.preset)

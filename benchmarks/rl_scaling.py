@@ -63,7 +63,7 @@ def main() -> None:
     import torch
 
     from tutorial_lib.presets import get_preset
-    from tutorial_lib.report import record_run
+    from tutorial_lib.records import record_run
     from tutorial_lib.runtime.device import cpu_name, device_kind
 
     kind = device_kind()

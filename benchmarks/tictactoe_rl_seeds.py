@@ -16,12 +16,11 @@ the spread a reader's machine can land anywhere in.
 
 import argparse
 import time
-from dataclasses import replace
 
 from tutorial_lib.evaluation.evaluate import evaluate_policy
-from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
+from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.presets import get_preset
-from tutorial_lib.report import record_run
+from tutorial_lib.records import record_run
 from tutorial_lib.rl.ppo import train_ppo
 from tutorial_lib.rl.reinforce import train_reinforce
 from tutorial_lib.rl.tictactoe_moves import train_grpo_on_moves
@@ -47,10 +46,10 @@ def main() -> None:
         before = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
         out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}"
         if args.algo == "grpo":
-            settings = replace(grpo_settings("tictactoe", preset), seed=seed)
+            settings = rl_settings("tictactoe", preset, "grpo", seed=seed)
             run = train_grpo_on_moves(policy, settings, out_dir=out_dir)
         else:
-            settings = replace(rl_settings("tictactoe", preset, args.algo), seed=seed)
+            settings = rl_settings("tictactoe", preset, args.algo, seed=seed)
             train = train_ppo if args.algo == "ppo" else train_reinforce
             run = train(policy, "tictactoe", settings, out_dir=out_dir)
         after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}

@@ -67,7 +67,8 @@ from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.lm.tokenization import encode_prompt_completion
 from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import RESULTS_DIR, say, show_source
+from tutorial_lib.records import RESULTS_DIR
+from tutorial_lib.report import say, show_source
 
 preset = get_preset()
 print(describe(preset))

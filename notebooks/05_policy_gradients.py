@@ -72,7 +72,6 @@ if "google.colab" in sys.modules:
 
 # %%
 import random
-from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -86,15 +85,14 @@ from tutorial_lib.evaluation.stats import compare_rates, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs
 from tutorial_lib.report import (
     across_runs,
     grid_holds,
-    recorded_runs,
     say,
     show_source,
     tictactoe_count,
     tictactoe_grid,
-    tictactoe_opponent_runs,
     tictactoe_opponents,
     trend,
 )
@@ -626,7 +624,7 @@ short = 10 if preset.model == "tiny" else 3
 ablation, ablation_eval = {}, {}
 for name, change in variants.items():
     policy = sft_policy("tictactoe", preset)  # a fresh copy of the SFT checkpoint
-    settings = replace(rl_settings("tictactoe", preset), iterations=short, **change)
+    settings = rl_settings("tictactoe", preset, iterations=short, **change)
     ablation[name] = train_reinforce(policy, "tictactoe", settings, out_dir=runs_dir / f"ablation-{name}",
                                      progress=False).history
     ablation_eval[name] = evaluate_policy("tictactoe", policy, preset=preset, episodes=EPISODES)

@@ -61,16 +61,15 @@ from tutorial_lib.evaluation.stats import compare_math, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs
 from tutorial_lib.report import (
     across_runs,
     critic_reading,
     largest_fall,
-    recorded_runs,
     say,
     show_source,
     tictactoe_count,
     tictactoe_grid,
-    tictactoe_opponent_runs,
     tictactoe_opponents,
     trend,
 )

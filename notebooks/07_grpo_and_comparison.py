@@ -65,14 +65,13 @@ from tutorial_lib.evaluation.stats import (
 from tutorial_lib.pipeline import grpo_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs
 from tutorial_lib.report import (
     across_runs,
     count_phrase,
     largest_fall,
-    recorded_runs,
     say,
     show_source,
-    tictactoe_opponent_runs,
     trend,
 )
 from tutorial_lib.rl.advantages import group_normalise

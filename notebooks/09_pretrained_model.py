@@ -71,20 +71,22 @@ from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
-from tutorial_lib.report import (
+from tutorial_lib.records import (
     ENGINE_RECORD,
     PRETRAINED_RL_COST_RECORD,
     PRETRAINED_RL_CPU_RECORD,
     PRETRAINED_RL_RECORD,
     RESULTS_DIR,
-    engine_speedups,
-    guessing_games,
     latest_runs,
     longest_runs,
-    pretrained_rl_histories,
     pretrained_rl_recipe,
-    pretrained_rl_summary,
     recorded_runs,
+)
+from tutorial_lib.report import (
+    engine_speedups,
+    guessing_games,
+    pretrained_rl_histories,
+    pretrained_rl_summary,
     say,
 )
 from tutorial_lib.rl.reinforce import train_reinforce

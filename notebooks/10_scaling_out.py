@@ -50,7 +50,8 @@ import torch
 from IPython.display import display
 
 from tutorial_lib.presets import get_preset
-from tutorial_lib.report import recorded_runs, say, show_source
+from tutorial_lib.records import recorded_runs
+from tutorial_lib.report import say, show_source
 from tutorial_lib.rl.advantages import rebn
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rl_loop import Run, whole_batch

@@ -78,19 +78,11 @@ def test_qlora_on_a_machine_without_cuda_is_a_clear_error(capsys, tmp_path, monk
     assert code == 2 and "CUDA" in err
 
 
-def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_policy_dir, monkeypatch):
-    from tutorial_lib import pipeline
-
-    original = pipeline.rl_settings
-
-    def tiny_settings(game, preset, algo="reinforce"):  # the preset's settings, only smaller
-        settings = original(game, preset, algo)
-        settings.turns_per_iteration, settings.num_envs, settings.save_every = 8, 4, 1
-        return settings
-
-    monkeypatch.setattr(pipeline, "rl_settings", tiny_settings)
+def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_policy_dir):
     out = tmp_path / "rl"
-    common = ["rl", "--game", "tictactoe", "--preset", "ci", "--init", str(small_policy_dir), "--out", str(out), "--quiet"]
+    # the preset's settings, smaller: the command line's changes (8 turns bring the games down to 8)
+    common = ["rl", "--game", "tictactoe", "--preset", "ci", "--init", str(small_policy_dir), "--out", str(out), "--quiet",
+              "--turns-per-iteration", "8", "--save-every", "1"]
     code, stdout, _ = run(capsys, *common, "--iterations", "1")
     assert code == 0
     first = json.loads(stdout)
@@ -112,23 +104,14 @@ def test_rl_runs_then_resumes_and_its_model_evaluates(capsys, tmp_path, small_po
     assert code == 2 and "holds no model" in err
 
 
-def test_rl_ppo_runs_and_saves_its_value_model(capsys, tmp_path, small_policy_dir, monkeypatch):
-    from tutorial_lib import pipeline
-
-    original = pipeline.rl_settings
-    seen = []
-
-    def tiny_settings(game, preset, algo="reinforce"):
-        seen.append(algo)
-        settings = original(game, preset, algo)
-        settings.turns_per_iteration, settings.num_envs, settings.minibatch_turns = 4, 4, 4
-        return settings
-
-    monkeypatch.setattr(pipeline, "rl_settings", tiny_settings)
+def test_rl_ppo_runs_and_saves_its_value_model(capsys, tmp_path, small_policy_dir):
     out = tmp_path / "ppo"
     code, stdout, _ = run(capsys, "rl", "--algo", "ppo", "--game", "math", "--preset", "ci", "--init",
-                          str(small_policy_dir), "--out", str(out), "--iterations", "1", "--quiet")
-    assert code == 0 and seen == ["ppo"]
+                          str(small_policy_dir), "--out", str(out), "--iterations", "1", "--turns-per-iteration", "4",
+                          "--quiet")
+    assert code == 0
+    settings = json.loads((out / "rl_settings.json").read_text())  # 4 turns: 4 games, minibatches of 4
+    assert (settings["turns_per_iteration"], settings["num_envs"], settings["minibatch_turns"]) == (4, 4, 4)
     assert json.loads(stdout)["algo"] == "ppo"
     assert (out / "model" / "value_model.pt").exists()
     assert "policy_loss" in (out / "metrics.csv").read_text().splitlines()[0]

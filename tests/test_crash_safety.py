@@ -352,17 +352,17 @@ def test_sft_killed_at_several_instants_resumes_to_the_weights_of_the_run_never_
 
 
 def test_a_record_killed_mid_line_loses_that_line_only_and_the_next_run_appends_cleanly(tmp_path, monkeypatch):
-    from tutorial_lib import report
+    from tutorial_lib import records
 
     path = tmp_path / "seeds.jsonl"
-    report.record_run({"seed": 0, "cpu": "x"}, path)
+    records.record_run({"seed": 0, "cpu": "x"}, path)
     with path.open("a") as f:
         f.write('{"seed": 1, "cp')  # a writer killed mid-line
     with pytest.warns(RuntimeWarning, match="cut short"):
-        assert report.read_json_lines(path) == [{"seed": 0, "cpu": "x"}]
+        assert records.read_json_lines(path) == [{"seed": 0, "cpu": "x"}]
     with pytest.warns(RuntimeWarning, match="cut short"):
-        report.record_run({"seed": 2, "cpu": "x"}, path)
-    assert report.read_json_lines(path) == [{"seed": 0, "cpu": "x"}, {"seed": 2, "cpu": "x"}]
+        records.record_run({"seed": 2, "cpu": "x"}, path)
+    assert records.read_json_lines(path) == [{"seed": 0, "cpu": "x"}, {"seed": 2, "cpu": "x"}]
     path.write_text('{"seed": 0}\n{"seed": 1\n{"seed": 2}\n')
     with pytest.raises(ValueError, match="seeds.jsonl, line 2, is damaged"):
-        report.read_json_lines(path)
+        records.read_json_lines(path)

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tutorial_lib.data.sft import SFTSettings, sized_to_device
 from tutorial_lib.lm.models import lora_config
-from tutorial_lib.rl.rl_loop import RLSettings, microbatch_size
+from tutorial_lib.rl.rl_loop import RLSettings, checkpoint_if_needed, microbatch_size
 from tutorial_lib.rl.rollout import TurnBatch, TurnSample
 from tutorial_lib.runtime.memory_plan import example_bytes, plan_training, state_bytes
 
@@ -109,3 +109,33 @@ def test_rl_updates_sized_to_device(tiny_policy, monkeypatch):
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes",
                         lambda device=None: room_for(model, 7.5, one))
     assert microbatch_size(RLSettings(size_to_device=True), model, batch) == 7
+
+
+def checkpointing(model) -> bool:
+    """Whether activation checkpointing is on (transformers 5's name, or 4's)."""
+    if hasattr(model, "is_activation_checkpointing"):
+        return model.is_activation_checkpointing
+    return model.is_gradient_checkpointing
+
+
+def test_rl_sizing_changes_nothing_and_checkpointing_is_switched_on_apart(tiny_policy, monkeypatch):
+    turns = [TurnSample(0, t, [1] * (20 + t), [2] * 5, [0.0] * 5, 0.0, False, False, False) for t in range(50)]
+    batch, settings = TurnBatch.of(turns, 0), RLSettings(size_to_device=True)
+    model = copy.deepcopy(tiny_policy.model)
+    monkeypatch.setattr("tutorial_lib.runtime.memory_plan.sizes_by_memory", lambda model: True)
+    without = example_bytes(model, 74, checkpointing=False, scored_tokens=6)
+    with_it = example_bytes(model, 74, checkpointing=True, scored_tokens=6)
+    assert with_it < without
+    # room for one turn with checkpointing and not for one without it
+    monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes",
+                        lambda device=None: room_for(model, (with_it + without) / 2 / without, without))
+    assert microbatch_size(settings, model, batch) == 1
+    assert not checkpointing(model)  # sizing is a question: the model is as it was
+    checkpoint_if_needed(settings, model, batch)
+    assert checkpointing(model)
+    checkpoint_if_needed(settings, model, batch)  # once on, asking again changes nothing
+    assert checkpointing(model)
+    fresh = copy.deepcopy(tiny_policy.model)  # with room for every turn, nothing is switched on
+    monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes", lambda device=None: 64 * GiB)
+    checkpoint_if_needed(settings, fresh, batch)
+    assert not checkpointing(fresh)

@@ -169,3 +169,29 @@ def test_an_sft_override_that_names_no_setting_is_an_error_where_the_preset_is_w
     with pytest.raises(ValueError, match="SFTSettings has no field epoch"):
         presets.replace(presets.PRESETS["ci"], sft={"epoch": 2})
     assert presets.GameSettings(sft={"learning_rate": 3e-3}).sft == {"learning_rate": 3e-3}
+
+
+def test_rl_settings_apply_a_runs_changes_in_one_place():
+    from tutorial_lib.pipeline import rl_settings
+
+    preset = presets.PRESETS["ci"]
+    written = rl_settings("tictactoe", preset)
+    assert rl_settings("tictactoe", preset, iterations=None, learning_rate=None) == written  # None keeps
+    changed = rl_settings("tictactoe", preset, iterations=3, seed=7, env_options={"agent_mark": "x"})
+    assert (changed.iterations, changed.seed) == (3, 7)
+    # options are added to the preset's, not put in their place
+    assert changed.env_options == {**written.env_options, "agent_mark": "x"}
+    # fewer turns than games side by side bring the games down with them, unless named too
+    assert rl_settings("tictactoe", preset, turns_per_iteration=4).num_envs == 4
+    assert rl_settings("tictactoe", preset, turns_per_iteration=4, num_envs=2).num_envs == 2
+    ppo = rl_settings("math", preset, "ppo", turns_per_iteration=4)
+    assert (ppo.num_envs, ppo.minibatch_turns) == (min(4, ppo.num_envs), min(4, ppo.minibatch_turns))
+    # GRPO's loop names its counts otherwise
+    grpo = rl_settings("math", preset, "grpo", iterations=5, save_every=2)
+    assert (grpo.steps, grpo.save_steps) == (5, 2)
+    with pytest.raises(ValueError, match="has no setting turns_per_iteration"):
+        rl_settings("math", preset, "grpo", turns_per_iteration=4)
+    with pytest.raises(ValueError, match="has no setting clip_range"):
+        rl_settings("tictactoe", preset, clip_range=0.1)
+    with pytest.raises(ValueError, match="iterations must be at least 1"):  # the settings' own checks run
+        rl_settings("tictactoe", preset, iterations=0)

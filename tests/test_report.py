@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tutorial_lib import presets, report
+from tutorial_lib import presets, records, report
 from tutorial_lib.evaluation import stats
 from tutorial_lib.runtime.device import cpu_name
 
@@ -37,37 +37,37 @@ def test_say_wraps_to_the_page(capsys):
 
 def test_recorded_runs_reads_json_lines_and_tolerates_a_missing_record(tmp_path, monkeypatch, capsys):
     (tmp_path / "study.jsonl").write_text('{"seed": 0, "after": 0.5}\n\n{"seed": 1, "after": 0.7}\n')
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
-    assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
-    assert report.recorded_runs("absent.jsonl") == []
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    assert records.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5}, {"seed": 1, "after": 0.7}]
+    assert records.recorded_runs("absent.jsonl") == []
     assert "clone the repository" in " ".join(capsys.readouterr().out.split())
 
 
 def test_record_run_prints_and_appends_what_recorded_runs_reads(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
-    report.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl")
-    report.record_run({"seed": 1, "after": 0.7}, tmp_path / "study.jsonl")
-    report.record_run({"seed": 2, "after": 0.9})  # printed only
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    records.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl")
+    records.record_run({"seed": 1, "after": 0.7}, tmp_path / "study.jsonl")
+    records.record_run({"seed": 2, "after": 0.9})  # printed only
     cpu = cpu_name()  # every line names the CPU that computed it
     assert capsys.readouterr().out.splitlines()[-1] == json.dumps({"seed": 2, "after": 0.9, "cpu": cpu})
-    assert report.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5, "cpu": cpu},
+    assert records.recorded_runs("study.jsonl") == [{"seed": 0, "after": 0.5, "cpu": cpu},
                                                    {"seed": 1, "after": 0.7, "cpu": cpu}]
 
 
 def test_recorded_runs_keep_to_the_preset_and_model_they_were_recorded_with(tmp_path, monkeypatch, capsys):
     from tutorial_lib.presets import PRESETS
 
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
     ci, small = PRESETS["ci"], PRESETS["small"]
-    report.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl", preset=ci)
-    report.record_run({"seed": 0, "after": 0.9}, tmp_path / "study.jsonl", preset=small)
+    records.record_run({"seed": 0, "after": 0.5}, tmp_path / "study.jsonl", preset=ci)
+    records.record_run({"seed": 0, "after": 0.9}, tmp_path / "study.jsonl", preset=small)
     capsys.readouterr()
-    assert report.recorded_runs("study.jsonl", ci) == [{"preset": "ci", "model": "tiny", "seed": 0, "after": 0.5,
+    assert records.recorded_runs("study.jsonl", ci) == [{"preset": "ci", "model": "tiny", "seed": 0, "after": 0.5,
                                                         "cpu": cpu_name()}]
-    assert [row["after"] for row in report.recorded_runs("study.jsonl", small)] == [0.9]
+    assert [row["after"] for row in records.recorded_runs("study.jsonl", small)] == [0.9]
     assert capsys.readouterr().out == ""  # each preset has its rows: nothing to explain
     # a preset with no rows of its own (the same name, another model) gets none, and is told whose they are
-    assert report.recorded_runs("study.jsonl", dataclasses.replace(ci, model="smollm2-135m")) == []
+    assert records.recorded_runs("study.jsonl", dataclasses.replace(ci, model="smollm2-135m")) == []
     told = " ".join(capsys.readouterr().out.split())
     assert "ci with tiny and small with smollm2-135m" in told and "--preset ci" in told
 
@@ -75,8 +75,8 @@ def test_recorded_runs_keep_to_the_preset_and_model_they_were_recorded_with(tmp_
 def test_every_recorded_study_names_its_preset_and_model():
     """A study's run names the preset it ran at; a benchmark's measurement (which takes its model
     and settings from its command line) names the model and the device instead."""
-    for path in sorted(report.RESULTS_DIR.glob("*.jsonl")):
-        for row in report.recorded_runs(path.name):
+    for path in sorted(records.RESULTS_DIR.glob("*.jsonl")):
+        for row in records.recorded_runs(path.name):
             if "preset" in row:
                 assert row["preset"] in presets.SCALES and row["model"], path.name
             else:
@@ -84,10 +84,10 @@ def test_every_recorded_study_names_its_preset_and_model():
 
 
 @pytest.mark.parametrize("recipe", ["ttt-reinforce", "ttt-ppo"])
-@pytest.mark.parametrize("opponent", sorted(report.TICTACTOE_OPPONENT_RECORDS))
+@pytest.mark.parametrize("opponent", sorted(records.TICTACTOE_OPPONENT_RECORDS))
 def test_tictactoe_opponent_records_hold_several_seeds_of_each_recipe(recipe, opponent):
     # chapters 5 and 6 compare the training opponents from these records, and read the chosen one's grid
-    runs = report.tictactoe_opponent_runs(recipe, opponent)
+    runs = records.tictactoe_opponent_runs(recipe, opponent)
     assert len({run["seed"] for run in runs}) >= 2
     for run in runs:
         assert run.get("train_opponent", "random") in (None, opponent)
@@ -96,7 +96,7 @@ def test_tictactoe_opponent_records_hold_several_seeds_of_each_recipe(recipe, op
 
 
 def test_math_record_has_each_study_and_algorithm_over_several_seeds():
-    runs = report.recorded_runs("math_rl_seeds.jsonl")
+    runs = records.recorded_runs("math_rl_seeds.jsonl")
     studies = {(run["study"], run["algo"]) for run in runs}
     # REINFORCE's lines were recorded with GEM's ReBN, before the baseline per state, and say so
     assert studies == {("chapter 6", "PPO"), ("chapter 7", "REINFORCE + ReBN"), ("chapter 7", "PPO"),
@@ -173,12 +173,12 @@ def test_tictactoe_opponents_counts_each_records_distinct_runs(monkeypatch, tmp_
         return dict(preset="ci", model="tiny", recipe="ttt-ppo", seed=seed, before_minimax_draw_rate=0.5,
                     after_minimax_draw_rate=after_draw, before_random_loss_rate=0.10, after_random_loss_rate=after_loss,
                     **extra)
-    records = {"random": [cell(0, 0.5, 0.02), cell(0, 0.5, 0.02, kernels="avx2"),  # the twin counts once
+    by_opponent = {"random": [cell(0, 0.5, 0.02), cell(0, 0.5, 0.02, kernels="avx2"),  # the twin counts once
                           cell(1, 0.2, 0.10), dict(cell(1, 0.9, 0.1), recipe="ttt-reinforce")],
                "mixed": [cell(0, 0.8, 0.10), cell(1, 0.9, 0.25)]}  # "minimax": no record, no row
-    for opponent, rows in records.items():
-        (tmp_path / report.TICTACTOE_OPPONENT_RECORDS[opponent]).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    for opponent, rows in by_opponent.items():
+        (tmp_path / records.TICTACTOE_OPPONENT_RECORDS[opponent]).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
     table = report.tictactoe_opponents("ttt-ppo")
     assert list(table.index) == ["random", "mixed"]
     # random: draws .5 -> .5 (noise) and .5 -> .2 (worse); losses .10 -> .02 (better) and .10 -> .10 (noise)
@@ -238,11 +238,11 @@ def test_pretrained_rl_records_read_one_line_per_run_with_curves_verdicts_and_ch
              "after_games": [{**game, "guesses": [5, 25, 37, 31, 30], "success": True},
                              {**game, "seed": 1, "secret": 9, "guesses": [5, 8, 9], "success": True}]}
     other = {**first, "seed": 1, "run_dir": "/runs/b", "after_success_rate": .29}
-    assert report.latest_runs([first, again, other]) == [again, other]
+    assert records.latest_runs([first, again, other]) == [again, other]
     table = report.pretrained_rl_summary([first, again, other])
     assert list(table["verdict"]) == ["better", "noise"] and len(table) == 2
     longer = {**again, "iterations": 6, "run_dir": "/runs/a2", "after_success_rate": .6}
-    assert report.longest_runs([first, again, other, longer]) == [longer, other]
+    assert records.longest_runs([first, again, other, longer]) == [longer, other]
     histories = report.pretrained_rl_histories([again])
     assert histories["gtn-50 seed 0"] == [{"step": 1, "success_rate": .2, "mean_return": .7},
                                           {"step": 2, "success_rate": .3, "mean_return": .8}, {"step": 3, "success_rate": .4}]
@@ -259,9 +259,9 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
             "after_success_rate": .30, "seconds": 1500.0, "learning_rate": 1e-4, "temperature": 1.5, "num_envs": 16,
             "run_dir": "/runs/game", "curves": {"success_rate": [.3, .4]}}
     find = {**base, "reward": "find", "run_dir": "/runs/find", "after_success_rate": .60}
-    assert report.pretrained_rl_recipe(base) == "lr 0.0001, T 1.5, 16 games"
-    assert report.pretrained_rl_recipe(find) == "lr 0.0001, T 1.5, 16 games, reward: the find only"
-    assert report.longest_runs([base, find]) == [base, find]  # the same seed under two recipes: two runs
+    assert records.pretrained_rl_recipe(base) == "lr 0.0001, T 1.5, 16 games"
+    assert records.pretrained_rl_recipe(find) == "lr 0.0001, T 1.5, 16 games, reward: the find only"
+    assert records.longest_runs([base, find]) == [base, find]  # the same seed under two recipes: two runs
     table = report.pretrained_rl_summary([base, find])
     said = capsys.readouterr().out.replace("\n", " ")
     assert "gtn-50, lr 0.0001, T 1.5, 16 games (reinforce" in said and "within noise in 1 of 1 run" in said

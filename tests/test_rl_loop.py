@@ -83,6 +83,21 @@ def test_in_one_process_the_plumbing_is_the_plain_computation(policy, rollout):
         assert tokens == mine.action_tokens and turns == len(rows)
 
 
+def test_the_whole_batch_is_gathered_once_per_rollout(policy, rollout, monkeypatch):
+    """Under ``accelerate launch`` the loop's metrics and REINFORCE's advantages both ask for every
+    process's episodes; the second asks without a second exchange. Here a "launched" run of one
+    process, whose gathers are counted."""
+    from tutorial_lib.runtime import distributed
+
+    gathers = []
+    monkeypatch.setattr(distributed, "launched", lambda: True)
+    monkeypatch.setattr(distributed, "gather", lambda items: gathers.append(items) or list(items))
+    everyone = whole_batch(rollout)
+    assert everyone is not rollout and everyone.records == rollout.records
+    exchanged = len(gathers)
+    assert whole_batch(rollout) is everyone and len(gathers) == exchanged
+
+
 def test_masked_log_ratio_compares_only_action_tokens():
     logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]])
     reference = torch.tensor([[-1.5, -2.0], [0.0, -1.0]])

@@ -154,33 +154,21 @@ def _evaluate(args) -> int:
 
 def _rl(args) -> int:
     from tutorial_lib.lm.models import is_pretrained, load_policy
-    from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
+    from tutorial_lib.pipeline import rl_settings, sft_policy
     from tutorial_lib.rl.grpo import train_grpo
     from tutorial_lib.rl.ppo import train_ppo
     from tutorial_lib.rl.reinforce import train_reinforce
 
     preset = _preset(args)
+    if args.algo == "grpo" and args.game != "math":
+        raise ValueError("rl --algo grpo trains math answers (chapter 7's tic-tac-toe moves run from the notebook)")
+    settings = rl_settings(args.game, preset, args.algo, iterations=args.iterations, save_every=args.save_every,
+                           turns_per_iteration=args.turns_per_iteration)
     if args.algo == "grpo":
-        if args.game != "math":
-            raise ValueError("rl --algo grpo trains math answers (chapter 7's tic-tac-toe moves run from the notebook)")
-        settings = grpo_settings(args.game, preset)
-        if args.iterations is not None:
-            settings = replace(settings, steps=args.iterations)
-
         def train(policy, game, settings, *, out_dir, resume, progress):
             return train_grpo(policy, settings, out_dir=out_dir, resume=resume, progress=progress)
     else:
-        settings = rl_settings(args.game, preset, args.algo)
         train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
-    # the command line's counts, through replace: the settings' checks run again on the result
-    if args.iterations is not None and args.algo != "grpo":
-        settings = replace(settings, iterations=args.iterations)
-    if args.save_every is not None:
-        settings = replace(settings, **{"save_steps" if args.algo == "grpo" else "save_every": args.save_every})
-    if args.turns_per_iteration is not None and args.algo != "grpo":
-        turns = args.turns_per_iteration
-        settings = replace(settings, turns_per_iteration=turns, num_envs=min(settings.num_envs, turns),
-                           **({"minibatch_turns": min(settings.minibatch_turns, turns)} if args.algo == "ppo" else {}))
     with contextlib.redirect_stdout(sys.stderr):
         # several processes: the main one trains (and caches) a missing SFT checkpoint, the others load it
         with distributed.main_first():

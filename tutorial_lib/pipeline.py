@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +113,41 @@ def sft_dir(game: str, preset: Preset) -> Path:
     return cache_root() / "sft" / f"{game}-{key}"
 
 
-def rl_settings(game: str, preset: Preset, algo: str = "reinforce") -> ReinforceSettings | PPOSettings:
-    """RL settings for ``game``: chapter 5's REINFORCE or chapter 6's PPO as the preset holds them
-    (the class defaults where it holds none), the game's options under the algorithm's own."""
-    if algo not in RL_ALGORITHMS:
-        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join(RL_ALGORITHMS)}")
-    game_settings = preset.game(game)
-    settings = getattr(game_settings, algo) or RL_ALGORITHMS[algo]()
-    return replace(settings, env_options={**game_settings.env_options, **settings.env_options})
+def rl_settings(game: str, preset: Preset, algo: str = "reinforce", **changes: Any):
+    """A run's RL settings for ``game``, resolved in one place: chapter 5's REINFORCE, chapter 6's
+    PPO or chapter 7's GRPO as the preset holds them (the class defaults where it holds none, the
+    game's options under the algorithm's own), then ``changes`` (a command line's or a benchmark's).
+
+    ``changes`` are fields of the settings; ``None`` keeps the preset's. ``env_options`` are added to
+    the preset's options, not put in their place. ``iterations`` and ``save_every`` are GRPO's
+    ``steps`` and ``save_steps``. Fewer ``turns_per_iteration`` than games side by side (or than
+    PPO's minibatch) bring those down with them, unless ``changes`` name them too.
+    """
+    if algo == "grpo":
+        settings = grpo_settings(game, preset)
+        changes = {GRPO_NAMES.get(name, name): value for name, value in changes.items()}
+    elif algo in RL_ALGORITHMS:
+        game_settings = preset.game(game)
+        settings = getattr(game_settings, algo) or RL_ALGORITHMS[algo]()
+        settings = replace(settings, env_options={**game_settings.env_options, **settings.env_options})
+    else:
+        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join([*RL_ALGORITHMS, 'grpo'])}")
+    changes = {name: value for name, value in changes.items() if value is not None}
+    unknown = sorted(set(changes) - {f.name for f in fields(settings)})
+    if unknown:
+        raise ValueError(f"{type(settings).__name__} has no setting {', '.join(unknown)}")
+    if "env_options" in changes:
+        changes["env_options"] = {**settings.env_options, **changes["env_options"]}
+    turns = changes.get("turns_per_iteration")
+    if turns is not None:
+        changes.setdefault("num_envs", min(settings.num_envs, turns))
+        if hasattr(settings, "minibatch_turns"):
+            changes.setdefault("minibatch_turns", min(settings.minibatch_turns, turns))
+    return replace(settings, **changes)  # the settings' own checks run on the result
+
+
+#: the loop settings that GRPO (TRL's trainer) names otherwise
+GRPO_NAMES = {"iterations": "steps", "save_every": "save_steps"}
 
 
 def grpo_settings(game: str, preset: Preset) -> GRPOSettings:

@@ -25,6 +25,17 @@ def unwrap_peft(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+def checkpoint_activations(model) -> None:
+    """Switch activation checkpointing on in ``model`` (a PEFT wrapper's base model), if it is not
+    already: the backward pass then recomputes each layer's activations instead of keeping them."""
+    base = unwrap_peft(model)
+    if hasattr(base, "is_activation_checkpointing"):  # transformers 5's name for it
+        if not base.is_activation_checkpointing:
+            base.activation_checkpointing_enable()
+    elif not base.is_gradient_checkpointing:
+        base.gradient_checkpointing_enable()
+
+
 def hidden_size(model) -> int:
     """Width of the body's hidden states (what a value head reads)."""
     return unwrap_peft(model).config.hidden_size

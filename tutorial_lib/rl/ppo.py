@@ -38,6 +38,7 @@ from tutorial_lib.rl.rl_loop import (
     RLResult,
     RLSettings,
     Run,
+    checkpoint_if_needed,
     global_token_count,
     masked_log_ratio,
     microbatch_size,
@@ -348,6 +349,8 @@ class PPO:
         False if a loss was not finite (detail 12: the step is then skipped)."""
         s = self.settings
         stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
+        if minibatch:
+            checkpoint_if_needed(s, self.policy.model, minibatch)
         for micro in minibatch.split(microbatch_size(s, self.policy.model, minibatch)) if minibatch else []:
             scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
             micro = micro.to(values.device)

@@ -25,6 +25,7 @@ from tutorial_lib.rl.rl_loop import (
     RLResult,
     RLSettings,
     Run,
+    checkpoint_if_needed,
     global_token_count,
     masked_log_ratio,
     microbatch_size,
@@ -138,6 +139,7 @@ class Reinforce:
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
         stats = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
+        checkpoint_if_needed(s, model, batch)
         for micro in batch.split(microbatch_size(s, model, batch)):  # micro-batches: memory, not maths
             scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=s.temperature)
             micro = micro.to(scores.logprobs.device)

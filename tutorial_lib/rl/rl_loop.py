@@ -102,22 +102,33 @@ class RLSettings:
 def microbatch_size(settings: RLSettings, model, batch) -> int:
     """Turns per forward/backward pass of an update of ``batch`` (a :class:`~tutorial_lib.rl.rollout.TurnBatch`):
     ``settings.microbatch_turns``, or with ``settings.size_to_device`` on an accelerator as many as
-    its free memory holds (:func:`~tutorial_lib.runtime.memory_plan.plan_training`)."""
-    from tutorial_lib.lm.lm_parts import unwrap_peft
+    its free memory holds (:func:`~tutorial_lib.runtime.memory_plan.plan_training`). Changes nothing:
+    :func:`checkpoint_if_needed` is what switches checkpointing on."""
+    plan = update_plan(settings, model, batch)
+    return settings.microbatch_turns if plan is None else plan.micro_batch
+
+
+def checkpoint_if_needed(settings: RLSettings, model, batch) -> None:
+    """Switch activation checkpointing on in ``model`` when, sized to the device, not even one turn
+    of ``batch`` fits without it (never off again: a later, shorter batch would fit either way)."""
+    from tutorial_lib.lm.lm_parts import checkpoint_activations
+
+    plan = update_plan(settings, model, batch)
+    if plan is not None and plan.checkpointing:
+        checkpoint_activations(model)
+
+
+def update_plan(settings: RLSettings, model, batch):
+    """The memory plan of an update of ``batch`` with ``settings.size_to_device`` on an accelerator,
+    else ``None`` (a CPU keeps the written ``microbatch_turns``)."""
     from tutorial_lib.runtime.memory_plan import plan_training, sizes_by_memory
 
-    if not settings.size_to_device or not sizes_by_memory(model):  # a CPU keeps the written size
-        return settings.microbatch_turns
-
+    if not settings.size_to_device or not sizes_by_memory(model):
+        return None
     longest = max(len(t.prompt_ids) + len(t.action_ids) for t in batch.turns)
     scored = max(len(t.action_ids) for t in batch.turns) + 1
-    plan = plan_training(model, examples_per_step=len(batch), tokens_per_example=longest, scored_tokens=scored,
+    return plan_training(model, examples_per_step=len(batch), tokens_per_example=longest, scored_tokens=scored,
                          divides=False)
-    base = unwrap_peft(model)
-    # not one turn fits without checkpointing (transformers 5 renamed it "activation checkpointing")
-    if plan.checkpointing and not getattr(base, "is_activation_checkpointing", base.is_gradient_checkpointing):
-        getattr(base, "activation_checkpointing_enable", base.gradient_checkpointing_enable)()
-    return plan.micro_batch
 
 
 class Algorithm(Protocol):
@@ -196,11 +207,14 @@ def masked_log_ratio(logprobs: torch.Tensor, reference_logprobs: torch.Tensor, m
 
 def whole_batch(rollout: Rollout) -> Rollout:
     """Every process's episodes of this iteration, in rank order (one process: ``rollout`` itself):
-    what a statistic over the batch is taken over."""
+    what a statistic over the batch is taken over. Gathered once per rollout: the loop's metrics and
+    the algorithm's advantages ask for it, and every process asks the same number of times."""
     if not distributed.launched():
         return rollout
-    records = distributed.gather([rollout.records])
-    return Rollout([r for part in records for r in part], max(distributed.gather([rollout.seconds])))
+    if rollout.everyone is None:
+        records = distributed.gather([rollout.records])
+        rollout.everyone = Rollout([r for part in records for r in part], max(distributed.gather([rollout.seconds])))
+    return rollout.everyone
 
 
 def global_token_count(batch: TurnBatch) -> int:

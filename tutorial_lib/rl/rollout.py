@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import torch
@@ -74,6 +74,8 @@ class Rollout:
     records: list[EpisodeRecord]
     #: wall-clock time the collection took
     seconds: float
+    #: every process's episodes, once :func:`~tutorial_lib.rl.rl_loop.whole_batch` has gathered them
+    everyone: Rollout | None = field(default=None, repr=False, compare=False)
 
     @functools.cached_property
     def turns(self) -> list[TurnSample]:

@@ -1,0 +1,150 @@
+"""The repository's records of runs: multi-seed studies that ``benchmarks/`` scripts write to
+``benchmarks/results/*.jsonl`` and chapters read back (chapters 4-10).
+
+    record_run(row, "benchmarks/results/study.jsonl", preset=preset)   # a script, as each run ends
+    rows = recorded_runs("study.jsonl", preset)                        # a chapter, this preset's lines
+
+Which lines of a record count (a run repeated bit for bit, a run completed or extended by a later
+call) is decided here too; what the rows say is :mod:`tutorial_lib.report`'s. Imports the runtime
+layer only.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tutorial_lib.runtime import durable
+from tutorial_lib.runtime.device import cpu_name
+
+if TYPE_CHECKING:
+    from tutorial_lib.presets import Preset
+
+
+def note(text: str) -> None:
+    """Tell the reader why a record's rows are missing, wrapped to the book's page as
+    :func:`tutorial_lib.report.say` wraps a sentence."""
+    print(textwrap.fill(text, 72))
+
+
+#: where the repository keeps recorded benchmark runs (a clone has it; a pip install does not)
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def distinct_runs(rows: Sequence[dict]) -> list[dict]:
+    """The grid's cells, a run that another cell repeated bit for bit counted once: a cell whose
+    kernels round like another's (on a CPU whose best kernels are AVX2, the ``avx2`` cells)."""
+    return list({(row["seed"], tuple(row.get("return_curve", [])), row["after_minimax_draw_rate"],
+                  row["after_random_loss_rate"]): row for row in rows}.values())
+
+
+#: the records of one tic-tac-toe recipe trained against each opponent (``rl_numerics_grid.py
+#: --train-opponent``), and the rows of each that are that recipe (chapters 5 and 6)
+TICTACTOE_OPPONENT_RECORDS = {"random": "tictactoe_rl_grid.jsonl", "minimax": "tictactoe_rl_minimax_opponent.jsonl",
+                              "mixed": "tictactoe_rl_mixed_opponent.jsonl"}
+
+
+def tictactoe_opponent_runs(recipe: str, opponent: str, preset: Preset | None = None) -> list[dict]:
+    """The recorded grid cells of ``recipe`` (``ttt-reinforce``, ``ttt-ppo``) trained against
+    ``opponent``, with the library's default baseline (the ``rebn`` rows compare another one)."""
+    return [row for row in recorded_runs(TICTACTOE_OPPONENT_RECORDS[opponent], preset)
+            if row["recipe"] == recipe and row.get("normalise") in (None, "rebn_state")]
+
+
+def recorded_runs(name: str, preset: Preset | None = None) -> list[dict]:
+    """The JSON lines of ``benchmarks/results/<name>``: a multi-seed study a chapter reads.
+
+    Such studies cost more than a chapter's budget, so a script in ``benchmarks/`` runs them and a
+    chapter plots the record beside its own run. Each line names the preset and model it was recorded
+    with; given ``preset``, only the lines of that preset and model come back, since a study of the
+    tiny model says nothing about a pretrained model's runs (the chapter is told which presets the
+    record has instead). Without a clone of the repository (a pip install) the file is absent: the
+    chapter is told so and gets no rows, rather than an error.
+    """
+    path = RESULTS_DIR / name
+    if not path.exists():
+        note(f"(The recorded runs {name} ship with the repository's benchmarks/results folder, which this "
+            "installation does not have; clone the repository to see them.)")
+        return []
+    rows = read_json_lines(path)
+    if preset is None:
+        return rows
+    mine = [row for row in rows if (row.get("preset"), row.get("model")) == (preset.name, preset.model)]
+    if rows and not mine:
+        recorded = sorted({f"{row.get('preset')} with {row.get('model')}" for row in rows})
+        note(f"(The recorded runs {name} were made at {' and '.join(recorded)}, none at this chapter's preset "
+            f"({preset.name} with {preset.model}): they describe another model's training, so they are not "
+            f"shown here. The benchmarks/ script that wrote them records this preset's with --preset {preset.name}.)")
+    return mine
+
+
+def record_run(row: dict, out: str | Path | None = None, *, preset: Preset | None = None) -> None:
+    """Print one run of a multi-seed study as a JSON line, and append it to ``out`` if given: the
+    lines :func:`recorded_runs` reads back. ``preset``: the preset the run used, written first in the
+    line (the name and the model), which is how a chapter keeps to its own preset's records."""
+    if preset is not None:
+        row = {"preset": preset.name, "model": preset.model, **row}
+    if "cpu" not in row:  # floating point differs between CPUs: a record names the one it ran on
+
+        row = {**row, "cpu": cpu_name()}
+    line = json.dumps(row)
+    print(line, flush=True)
+    if out:
+        durable.append_line(out, line)  # flushed; a line cut by a kill is dropped, never run into the next
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """The rows of a record written by :func:`record_run`; a last line cut by a killed writer is
+    skipped with a warning, damage elsewhere is an error naming the line."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return durable.parse_lines(path, lines, json.loads, fix="restore the file (git checkout) or delete that line")
+
+
+#: the rollout engine's record (``benchmarks/rollout_engine.py``)
+ENGINE_RECORD = "rollout_engine.jsonl"
+
+
+#: the records of ``benchmarks/pretrained_rl.py`` on a GPU and on a CPU
+PRETRAINED_RL_RECORD = "pretrained_rl_gpu.jsonl"
+PRETRAINED_RL_CPU_RECORD = "pretrained_rl_cpu.jsonl"
+#: ``benchmarks/pretrained_rl_cost.py``'s record: one RL update of SmolLM2 under each setting
+PRETRAINED_RL_COST_RECORD = "pretrained_rl_cost.jsonl"
+
+
+def latest_runs(rows: Sequence[dict]) -> list[dict]:
+    """One line per run of a :data:`PRETRAINED_RL_RECORD` and length: a run completed by a later
+    call (its example games added) is recorded again, and its last line is the one that counts; a
+    run extended by more iterations keeps a line for each length."""
+    return list({(row.get("preset"), row["task"], row["seed"], row.get("device"), row.get("run_dir"),
+                  row.get("iterations")): row for row in rows}.values())
+
+
+def pretrained_rl_recipe(row: dict) -> str:
+    """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, and the
+    training reward where it is not the game's own), as far as its line records it; iterations are
+    left out, so that the lengths of one run share a recipe."""
+    parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
+             if row.get(key) is not None]
+    if row.get("num_envs") is not None:
+        parts.append(f"{row['num_envs']} games")
+    if row.get("reward", "game") != "game":
+        parts.append(f"reward: {PRETRAINED_RL_REWARDS.get(row['reward'], row['reward'])}")
+    return ", ".join(parts)
+
+
+#: what each training reward of ``benchmarks/pretrained_rl.py --reward`` pays, in words
+PRETRAINED_RL_REWARDS = {"find": "the find only"}
+
+
+def longest_runs(rows: Sequence[dict]) -> list[dict]:
+    """One line per seed and recipe: of a run recorded at several lengths, its longest."""
+    longest: dict[tuple, dict] = {}
+    for row in latest_runs(rows):
+        recipe = (row.get("preset"), row["task"], row["seed"], row.get("device"), pretrained_rl_recipe(row),
+                  row.get("turns_per_iteration"))
+        if recipe not in longest or row["iterations"] > longest[recipe]["iterations"]:
+            longest[recipe] = row
+    return list(longest.values())
