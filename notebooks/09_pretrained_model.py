@@ -83,6 +83,8 @@ from tutorial_lib.records import (
     recorded_runs,
 )
 from tutorial_lib.report import (
+    TICTACTOE_CHANGES,
+    across_runs,
     engine_speedups,
     guessing_games,
     pretrained_rl_histories,
@@ -614,6 +616,40 @@ for find in [row for row in cpu_runs if row.get("reward") == "find"]:
 # whose better moves the SFT policy already samples, or exploration by design.
 
 # %% [markdown]
+# ### A task whose better moves the policy samples: tic-tac-toe as x
+#
+# Tic-tac-toe is such a task. This chapter's `small` SFT policy, playing x, loses every greedy
+# game against minimax, yet sampled it draws some of them (the record's notes count them): the
+# better moves have probability, so REINFORCE has something to reinforce. The runs below take
+# chapter 5's recipe on it: REINFORCE with the baseline per state, against the mixture of random
+# and minimax (half the games each, drawn from the seed), playing x only; greedy evaluation on the
+# same 200 games against each opponent before and after. The claim would be more draws against
+# minimax without more losses to random. The cell reads each recorded run:
+
+# %%
+ttt_runs = [row for row in longest_runs(pretrained_records["CPU"]) if row["task"] == "ttt-x"]
+for recipe in dict.fromkeys(pretrained_rl_recipe(row) for row in ttt_runs):
+    runs = [row for row in ttt_runs if pretrained_rl_recipe(row) == recipe]
+    say(f"Tic-tac-toe as x, {recipe}, {runs[0]['iterations']} iterations:",
+        "; ".join(across_runs(runs, name, f"before_{key}", f"after_{key}", runs[0]["eval_episodes"],
+                              higher_is_better=better) for name, key, better in TICTACTOE_CHANGES) + ".")
+if ttt_runs:
+    learning_curves(pretrained_rl_histories(ttt_runs), ["mean_return", "success_rate", "invalid_rate", "entropy"],
+                    title="SmolLM2 + REINFORCE, tic-tac-toe as x against the mixture (sampled games)")
+    plt.show()
+else:
+    say("No tic-tac-toe run of SmolLM2 is recorded yet.")
+
+# %% [markdown]
+# Read the verdicts first, then the curves: each point is the mean of the 20-odd games one
+# iteration sampled (a win pays 1, a draw 0, a loss -1; `success_rate` is the share won), so a
+# single point moves by a few tenths by chance, and what counts is where the line settles against
+# its first point, which the SFT policy sampled before any update. A run whose losses to random
+# rose made the policy worse where it was already good: the record's notes
+# (`benchmarks/results/pretrained_rl_cpu.md`) put the runs side by side by learning rate and
+# say what the next run changes.
+
+# %% [markdown]
 # What an iteration costs, and what the library does about it, was measured by
 # `benchmarks/pretrained_rl_cost.py`: one iteration's turns, updated under each setting in one
 # process (`benchmarks/results/pretrained_rl_cpu.md` describes its runs). The update grouped a batch's
@@ -648,7 +684,9 @@ if cost_rows:
 #   than a chapter: the record section reads the recorded runs (on a CPU, and on a GPU once there are
 #   some) and says, recipe by recipe, in how many seeds the success rate rose beyond noise; its
 #   curves and example games show what changed, and a run on a reward for the find only tests
-#   whether GEM's payment for a close last guess is what holds the success rate.
+#   whether GEM's payment for a close last guess is what holds the success rate. Tic-tac-toe as x,
+#   whose better moves the SFT policy samples, is the second task; its section says which way
+#   the recorded runs moved the draws against minimax and the losses to random.
 #
 # ## Exercises
 #
