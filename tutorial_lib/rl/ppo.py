@@ -268,34 +268,34 @@ class PPO:
         """V of the state each truncated episode stopped in, by episode index (detail 5)."""
         # an episode that hit its limit but whose game ended there (GuessTheNumber, as in GEM,
         # returns both flags on its last turn) has nothing left to estimate
-        cut = ([i for i, r in enumerate(rollout.records) if r.truncated and not r.terminated]
-               if self.settings.bootstrap_truncated else [])
-        if not cut:
+        truncated = ([i for i, r in enumerate(rollout.records) if r.truncated and not r.terminated]
+                     if self.settings.bootstrap_truncated else [])
+        if not truncated:
             return {}
         # the prompt the policy would have read next
-        prompts = [self.policy.prompt_for(r.game, r.task, r.turns) for r in (rollout.records[i] for i in cut)]
+        prompts = [self.policy.prompt_for(r.game, r.task, r.turns) for r in (rollout.records[i] for i in truncated)]
         inputs = dict(left_padded_batch(self.policy.tokenizer, prompts))
         inputs["position_ids"] = positions_from_mask(inputs["attention_mask"])
         model = self.value_model.backbone or self.policy.model
         hidden = body_hidden_states(model, inputs)[:, -1]  # every prompt ends in the last column
-        return dict(zip(cut, self.value_model.from_hidden(hidden).tolist()))
+        return dict(zip(truncated, self.value_model.from_hidden(hidden).tolist()))
 
     def prepare(self, rollout: Rollout) -> tuple[TurnBatch, dict[str, float]]:
         """The rollout as a :class:`TurnBatch` ready for the update -- pi_old, V_old, advantages and
         value targets attached (details 3-6) -- and what to log of it."""
-        s = self.settings
+        settings = self.settings
         batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
         old = self.score_old(batch)
         rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)  # (T,)
-        rewards = rewards - s.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
-        all_rewards, own = distributed.gather_values(rewards)  # every process's turns (one process: these)
-        if s.whiten_rewards and len(all_rewards) > 1:  # detail 4, over the global batch
-            rewards = whiten(all_rewards, shift_mean=False)[own]
+        rewards = rewards - settings.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
+        all_rewards, my_rows = distributed.gather_values(rewards)  # every process's turns (one process: these)
+        if settings.whiten_rewards and len(all_rewards) > 1:  # detail 4, over the global batch
+            rewards = whiten(all_rewards, shift_mean=False)[my_rows]
         bootstrap = self.bootstrap_values(rollout)
         advantages, returns, start = [], [], 0
         for index, record in enumerate(rollout.records):  # detail 5: GAE over each episode's turns
             end = start + record.length
-            adv, ret = gae(rewards[start:end], old.values[start:end], s.gamma, s.gae_lambda,
+            adv, ret = gae(rewards[start:end], old.values[start:end], settings.gamma, settings.gae_lambda,
                            last_value=bootstrap.get(index, 0.0), terminated=index not in bootstrap)
             advantages.extend(adv)
             returns.extend(ret)
@@ -311,9 +311,9 @@ class PPO:
                 "explained_variance": explained_variance(values, returns),
                 "kl_ref": float(ref_kl.double().sum()) / max(tokens, 1),
                 "kl_k1": kl_k1, "kl_k3": kl_k3}
-        all_advantages, own = distributed.gather_values(batch.advantages)
-        if s.whiten_advantages and len(all_advantages) > 1:  # detail 6, over the global batch
-            batch.advantages = whiten(all_advantages)[own]
+        all_advantages, my_rows = distributed.gather_values(batch.advantages)
+        if settings.whiten_advantages and len(all_advantages) > 1:  # detail 6, over the global batch
+            batch.advantages = whiten(all_advantages)[my_rows]
         # the ratio is taken against the policy's own recompute (see the module docstring)
         batch.old_logprobs, batch.old_values = old.logprobs, old.values
         return batch, info
@@ -322,19 +322,19 @@ class PPO:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x shuffled minibatches, one
         optimiser step each; returns the iteration's metrics."""
-        s = self.settings
+        settings = self.settings
         batch, info = self.prepare(rollout)
         steps: list[dict[str, float]] = []
         self.policy.model.train()
-        for epoch in range(s.ppo_epochs):  # detail 10: epochs over shuffled minibatches
-            for minibatch, tokens, turns in shared_minibatches(batch, s.minibatch_turns):
+        for epoch in range(settings.ppo_epochs):  # detail 10: epochs over shuffled minibatches
+            for minibatch, tokens, turns in shared_minibatches(batch, settings.minibatch_turns):
                 self.optimizer.zero_grad(set_to_none=True)
                 stats, finite = self.minibatch_loss(minibatch, tokens, turns)  # forward, losses, backward
-                grad_norm, skipped = synchronised_step(self.optimizer, s.max_grad_norm, finite_loss=finite)  # 10, 12
+                grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm, finite_loss=finite)  # 10, 12
                 steps.append({**distributed.sum_metrics(stats), "grad_norm": grad_norm, "skipped": skipped, "epoch": epoch})
         metrics = {key: sum(step[key] for step in steps) / len(steps)
                    for key in ("policy_loss", "value_loss", "entropy", "clipfrac", "grad_norm")}
-        last_epoch = [step for step in steps if step["epoch"] == s.ppo_epochs - 1]  # approx-KL: after (nearly) all steps
+        last_epoch = [step for step in steps if step["epoch"] == settings.ppo_epochs - 1]  # approx-KL: after (nearly) all steps
         metrics["approx_kl"] = sum(step["approx_kl"] for step in last_epoch) / len(last_epoch)
         metrics.update(info, skipped_steps=sum(step["skipped"] for step in steps),
                        learning_rate=self.optimizer.param_groups[0]["lr"])
@@ -347,19 +347,19 @@ class PPO:
         none of it), micro-batch by micro-batch, the gradients adding up. The losses are means over
         the whole minibatch's ``tokens`` and ``turns``. Returns the minibatch's statistics, and
         False if a loss was not finite (detail 12: the step is then skipped)."""
-        s = self.settings
+        settings = self.settings
         stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
         if minibatch:
-            checkpoint_if_needed(s, self.policy.model, minibatch)
-        for micro in minibatch.split(microbatch_size(s, self.policy.model, minibatch)) if minibatch else []:
+            checkpoint_if_needed(settings, self.policy.model, minibatch)
+        for micro in minibatch.split(microbatch_size(settings, self.policy.model, minibatch)) if minibatch else []:
             scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
             micro = micro.to(values.device)
             mask = micro.action_mask  # (turns, a)
             policy_loss, ratio = clipped_surrogate(  # detail 7
-                scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, s.clip_range, tokens)
-            value_loss = clipped_value_loss(values, micro.old_values, micro.returns, s.value_clip_range, turns)  # detail 8
+                scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, settings.clip_range, tokens)
+            value_loss = clipped_value_loss(values, micro.old_values, micro.returns, settings.value_clip_range, turns)  # detail 8
             entropy = scores.entropy[mask].sum() / tokens  # detail 9
-            loss = policy_loss + s.value_coef * value_loss - s.entropy_coef * entropy
+            loss = policy_loss + settings.value_coef * value_loss - settings.entropy_coef * entropy
             if not torch.isfinite(loss):  # never step on a non-finite loss
                 return stats, False
             loss.backward()
@@ -368,7 +368,7 @@ class PPO:
                 stats["value_loss"] += float(value_loss)
                 stats["entropy"] += float(entropy)
                 stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
-                stats["clipfrac"] += float(((ratio - 1).abs() > s.clip_range)[mask].sum()) / tokens
+                stats["clipfrac"] += float(((ratio - 1).abs() > settings.clip_range)[mask].sum()) / tokens
         return stats, True
 
 

@@ -118,9 +118,9 @@ class Reinforce:
     def prepare(self, rollout: Rollout) -> TurnBatch:
         """This process's turns as a :class:`TurnBatch`, each with its advantage: returns, baseline
         and scale taken over every process's episodes (:func:`~tutorial_lib.rl.rl_loop.whole_batch`)."""
-        s = self.settings
-        own, _ = distributed.offsets(len(rollout.turns))
-        advantages = turn_advantages(whole_batch(rollout), s.gamma, s.normalise)[own : own + len(rollout.turns)]
+        settings = self.settings
+        first, _ = distributed.offsets(len(rollout.turns))  # where this process's turns start
+        advantages = turn_advantages(whole_batch(rollout), settings.gamma, settings.normalise)[first : first + len(rollout.turns)]
         return TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
                             advantages=torch.tensor(advantages, dtype=torch.float32))
 
@@ -130,7 +130,7 @@ class Reinforce:
 
     def step(self, batch: TurnBatch) -> dict[str, float]:
         """One optimiser step over ``batch`` (its ``advantages`` set); returns its metrics."""
-        s, model = self.settings, self.policy.model
+        settings, model = self.settings, self.policy.model
         if batch.advantages is None:
             raise ValueError("the batch has no advantages: TurnBatch.of(turns, pad_token_id, advantages=...)")
         tokens = global_token_count(batch)  # the loss is a mean over every process's action tokens
@@ -139,9 +139,9 @@ class Reinforce:
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
         stats = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
-        checkpoint_if_needed(s, model, batch)
-        for micro in batch.split(microbatch_size(s, model, batch)):  # micro-batches: memory, not maths
-            scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=s.temperature)
+        checkpoint_if_needed(settings, model, batch)
+        for micro in batch.split(microbatch_size(settings, model, batch)):  # micro-batches: memory, not maths
+            scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
             micro = micro.to(scores.logprobs.device)
             mask = micro.action_mask  # (turns, A)
             loss, log_ratio = policy_gradient_loss(
@@ -154,7 +154,7 @@ class Reinforce:
                 stats["kl_k1"] += k1
                 stats["kl_k3"] += k3
                 stats["ratio"] += float(log_ratio.exp()[mask].sum())
-        grad_norm, skipped = synchronised_step(self.optimizer, s.max_grad_norm)
+        grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm)
         stats = distributed.sum_metrics(stats)
         return {
             "loss": stats["loss"],
