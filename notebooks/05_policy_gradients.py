@@ -163,6 +163,9 @@ say(f"In this run, 32 games side by side collected {speedup:.1f}x the turns per 
 
 # %%
 ttt_sft = sft_policy("tictactoe", preset)
+# seeded here: what ran before in this kernel (a checkpoint trained now, or loaded) drew from the
+# generator too, and the batch shown should not depend on it
+torch.manual_seed(0)
 ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_settings("tictactoe", preset).env_options,
                     num_envs=32)
 turn = ttt_batch.turns[1]
