@@ -641,13 +641,14 @@ else:
     say("No tic-tac-toe run of SmolLM2 is recorded yet.")
 
 # %% [markdown]
-# Read the verdicts first, then the curves: each point is the mean of the 20-odd games one
-# iteration sampled (a win pays 1, a draw 0, a loss -1; `success_rate` is the share won), so a
-# single point moves by a few tenths by chance, and what counts is where the line settles against
-# its first point, which the SFT policy sampled before any update. A run whose losses to random
+# Read the verdicts first, then the curves. Each point is the mean of the games one iteration
+# sampled, as many as its 64 turns took (a win pays 1, a draw 0, a loss -1; `success_rate` is the
+# share won), against opponents drawn from that iteration's seeds: a single point, the first one
+# included, moves by a few tenths with the draw, so the curves show a trend at best, and the greedy
+# evaluation on the same 200 games before and after is the verdict. A run whose losses to random
 # rose made the policy worse where it was already good: the record's notes
-# (`benchmarks/results/pretrained_rl_cpu.md`) put the runs side by side by learning rate and
-# say what the next run changes.
+# (`benchmarks/results/pretrained_rl_cpu.md`) put the runs side by side by learning rate and say
+# what the next run changes.
 
 # %% [markdown]
 # What an iteration costs, and what the library does about it, was measured by
