@@ -4,6 +4,12 @@ Every other test runs the tiny model, which has its own tokenizer and chat templ
 weight. These run what ``small`` and ``full`` run: a real tokenizer and chat template, LoRA through
 PEFT, the value head on a LoRA model, TRL's GRPO, saving adapters and loading them back. The model is
 converted once per session into the test cache (~25 s); each test keeps to a few steps of it.
+
+Tests of the training plumbing (a LoRA SFT run, an RL iteration saved and resumed) run on the model cut
+to its first two blocks (``shallow_dir``): the same tokenizer, chat template, layer names and shapes,
+so PEFT, the value head and the checkpoints see what they see on the whole model, at a tenth of the
+cost of a training step. What depends on the trained weights' outputs (a sampler tempered past
+float32's range, TRL's GRPO getting a reward) runs on the whole model, as does `make smoke-full`.
 """
 
 import json
@@ -20,6 +26,7 @@ from tutorial_lib.lm.models import (
     load_policy,
     offline_model_dir,
     offline_model_file,
+    quiet_transformers,
     reference_tokenizer,
 )
 from tutorial_lib.lm.prompts import render_chat
@@ -35,8 +42,26 @@ def model_dir(tiny_cache):
     return offline_model_dir(MODEL)
 
 
-def lora_policy(model_dir, **options):
-    return load_policy(MODEL, lora=dict(r=8, lora_alpha=16), **options)
+@pytest.fixture(scope="module")
+def shallow_dir(model_dir, tmp_path_factory):
+    """SmolLM2 with only its first two transformer blocks, saved as a model folder."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("smollm2-two-blocks")
+    config = AutoConfig.from_pretrained(model_dir)
+    config.num_hidden_layers = 2
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:2]
+    with quiet_transformers():  # the dropped blocks' weights are "unused": expected here
+        model = AutoModelForCausalLM.from_pretrained(model_dir, config=config, dtype=torch.float32)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(folder)
+    return folder
+
+
+def lora_policy(model, **options):
+    """``model``: the registry name (the whole model) or a folder (``shallow_dir``)."""
+    return load_policy(str(model), lora=dict(r=8, lora_alpha=16), **options)
 
 
 def adapter_weights(model) -> dict[str, torch.Tensor]:
@@ -84,10 +109,24 @@ def test_chat_template_and_the_prompt_completion_token_boundary(model_dir):
     assert tokenizer.decode(completion[:-1]) == "\\boxed{5}"
 
 
-def test_lora_sft_lowers_the_loss_and_trains_only_adapters(model_dir, tmp_path):
+def test_saved_adapters_name_their_base_by_its_registry_name_and_load_back(model_dir, tmp_path):
+    policy = lora_policy(MODEL)
+    for name, weight in policy.model.named_parameters():
+        if "lora_B" in name:  # B = 0 at the start; a change makes the reload comparison mean something
+            weight.data.normal_(0, 0.02)
+    policy.model.save_pretrained(tmp_path)
+    adapters = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert adapters["base_model_name_or_path"] == MODEL  # the registry name, not this machine's cache path
+    reloaded = load_policy(str(tmp_path))
+    assert reloaded.num_parameters(trainable_only=True) == policy.num_parameters(trainable_only=True)
+    for (name, a), (_, b) in zip(policy.model.named_parameters(), reloaded.model.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_lora_sft_lowers_the_loss_and_trains_only_adapters(shallow_dir, tmp_path):
     from tutorial_lib.data.sft import SFTSettings, completion_logits, tokenize_examples, train_sft
 
-    policy = lora_policy(model_dir)
+    policy = lora_policy(shallow_dir)
     examples = expert_examples("guess_the_number", range(3), env_options=GTN)[:8]
     frozen = {k: v.detach().clone() for k, v in policy.model.named_parameters() if not v.requires_grad}
     assert 0 < policy.num_parameters(trainable_only=True) < 0.05 * policy.num_parameters()
@@ -101,8 +140,10 @@ def test_lora_sft_lowers_the_loss_and_trains_only_adapters(model_dir, tmp_path):
             logits, targets = completion_logits(policy.model, batch)
             return float(torch.nn.functional.cross_entropy(logits, targets))
 
+    # two blocks straight into the output layer start far off (a loss of ~23, falling to ~8 in these
+    # six steps on two kernel sets): the bound below asks for a clear fall, not for those figures
     before = loss()
-    settings = SFTSettings(max_steps=3, batch_size=8, learning_rate=1e-3, lr_scheduler="constant", warmup_ratio=0.0,
+    settings = SFTSettings(max_steps=6, batch_size=8, learning_rate=3e-3, lr_scheduler="constant", warmup_ratio=0.0,
                            report_to="none", progress=False)
     result = train_sft(policy, examples, settings, output_dir=tmp_path)
     assert loss() < 0.7 * before, (before, loss())
@@ -110,8 +151,7 @@ def test_lora_sft_lowers_the_loss_and_trains_only_adapters(model_dir, tmp_path):
     for name, value in policy.model.named_parameters():
         if name in frozen:
             assert torch.equal(value, frozen[name]), f"{name} is frozen under LoRA"
-    adapters = json.loads((tmp_path / "adapter_config.json").read_text())
-    assert adapters["base_model_name_or_path"] == MODEL  # the registry name, not this machine's cache path
+    assert (tmp_path / "adapter_config.json").exists(), "LoRA SFT saves the adapters, not the model"
     reloaded = load_policy(str(tmp_path))
     assert reloaded.num_parameters(trainable_only=True) == policy.num_parameters(trainable_only=True)
     for (name, a), (_, b) in zip(policy.model.named_parameters(), reloaded.model.named_parameters()):
@@ -119,7 +159,7 @@ def test_lora_sft_lowers_the_loss_and_trains_only_adapters(model_dir, tmp_path):
 
 
 def test_batched_rollout_logprobs_match_the_trainers_recompute(model_dir):
-    policy = lora_policy(model_dir, seed=0)
+    policy = lora_policy(MODEL, seed=0)
     rollout = collect(policy, "guess_the_number", range(4), env_options=GTN, num_envs=4)
     turns = rollout.turns[:6]
     with torch.no_grad():
@@ -131,7 +171,7 @@ def test_batched_rollout_logprobs_match_the_trainers_recompute(model_dir):
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
-def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(model_dir, tmp_path, algo):
+def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(shallow_dir, tmp_path, algo):
     from tutorial_lib.rl.ppo import PPOSettings, train_ppo
     from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
 
@@ -144,7 +184,7 @@ def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(model_dir, tmp_pat
         return settings_class(iterations=iterations, turns_per_iteration=8, num_envs=4, microbatch_turns=4,
                               learning_rate=1e-3, save_every=1, env_options=GTN, **extra)
 
-    policy = lora_policy(model_dir, seed=0)
+    policy = lora_policy(shallow_dir, seed=0)
     before = adapter_weights(policy.model)
     result = train(policy, "guess_the_number", settings(1), out_dir=tmp_path, progress=False)
     after = adapter_weights(policy.model)
@@ -154,7 +194,7 @@ def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(model_dir, tmp_pat
         assert (tmp_path / "model" / "value_model.pt").exists()
         assert "value_loss" in result.history[0]
     # resume from the checkpoint into a fresh model: the next iteration starts from the saved adapters
-    resumed = train(lora_policy(model_dir, seed=0), "guess_the_number", settings(2), out_dir=tmp_path,
+    resumed = train(lora_policy(shallow_dir, seed=0), "guess_the_number", settings(2), out_dir=tmp_path,
                     progress=False, resume=True)
     assert [row["step"] for row in resumed.history] == [1, 2]
     saved = load_policy(str(tmp_path / "model"))
@@ -169,7 +209,7 @@ def test_ppo_steps_at_a_tempered_sampler_on_the_lora_model(model_dir):
     rollout.token_entropy, their entropy gradient was NaN and every step was skipped (chapters 6 and 7)."""
     from tutorial_lib.rl.ppo import PPO, PPOSettings
 
-    policy = lora_policy(model_dir, seed=0)
+    policy = lora_policy(MODEL, seed=0)
     math_options = {"source": "generated", "level": 1}
     rollout = collect(policy, "math", range(4), env_options=math_options, num_envs=4, temperature=0.5)
     ppo = PPO(policy, PPOSettings(iterations=1, turns_per_iteration=4, num_envs=4, minibatch_turns=4,
@@ -185,7 +225,7 @@ def test_ppo_steps_at_a_tempered_sampler_on_the_lora_model(model_dir):
 def test_one_grpo_step_on_the_lora_model(model_dir, tmp_path):
     from tutorial_lib.rl.grpo import GRPOSettings, train_grpo
 
-    policy = lora_policy(model_dir, seed=0)
+    policy = lora_policy(MODEL, seed=0)
     before = adapter_weights(policy.model)
     settings = GRPOSettings(steps=1, prompts_per_step=2, num_generations=4, max_completion_length=24,
                             learning_rate=1e-3, temperature=1.0)
