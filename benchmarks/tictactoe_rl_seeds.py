@@ -4,6 +4,7 @@ single moves): does RL improve on SFT, and how reliably?
     python benchmarks/tictactoe_rl_seeds.py --algo reinforce [--seeds 0 1 2] [--preset ci] [--out F]
     python benchmarks/tictactoe_rl_seeds.py --algo ppo [--seeds 0 1 2] [--preset ci] [--out F]
     python benchmarks/tictactoe_rl_seeds.py --algo grpo [--seeds 0 1 2] [--preset ci] [--out F]
+    python benchmarks/tictactoe_rl_seeds.py --algo reinforce --sft-epochs 30 ...   (another SFT length)
 
 For each seed s: chapter 4's tic-tac-toe SFT with data-order seed s (seed 0 is the chapter's own
 checkpoint, from the cache), then the preset's RL run of the chosen algorithm with RL seed s,
@@ -12,13 +13,18 @@ random (the training opponent) and against minimax (never seen in training). One
 seed, the keys chapters 5 and 6 read (``benchmarks/results/<algo>_tictactoe_seeds.jsonl``). The
 tiny model's training is deterministic on one CPU but not across CPUs: the spread over seeds is
 the spread a reader's machine can land anywhere in.
+
+``--sft-epochs N`` trains the SFT start with N epochs instead of the preset's (its own cached
+checkpoints; the row says ``sft_epochs``): how much of chapter 4's tic-tac-toe run the RL chapters
+need.
 """
 
 import argparse
 import time
+from dataclasses import replace
 
 from tutorial_lib.evaluation.evaluate import evaluate_policy
-from tutorial_lib.pipeline import rl_settings, sft_policy
+from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings
 from tutorial_lib.presets import get_preset
 from tutorial_lib.records import record_run
 from tutorial_lib.rl.ppo import train_ppo
@@ -37,14 +43,19 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--preset", default="ci")
     parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
+    parser.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: the preset's)")
     args = parser.parse_args()
     preset = get_preset(args.preset)
+    if args.sft_epochs is not None:
+        game = preset.game("tictactoe")
+        preset = replace(preset, games={**preset.games, "tictactoe": replace(game, sft={**game.sft, "epochs": args.sft_epochs})})
+    sft_epochs = sft_settings("tictactoe", preset).epochs
     for seed in args.seeds:
         start = time.perf_counter()
         policy = sft_policy("tictactoe", preset, data_seed=seed)
         sft_seconds = time.perf_counter() - start
         before = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
-        out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}"
+        out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}-sft-{sft_epochs}-epochs"
         if args.algo == "grpo":
             settings = rl_settings("tictactoe", preset, "grpo", seed=seed)
             run = train_grpo_on_moves(policy, settings, out_dir=out_dir)
@@ -54,7 +65,7 @@ def main() -> None:
             run = train(policy, "tictactoe", settings, out_dir=out_dir)
         after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
         iterations = settings.steps if args.algo == "grpo" else settings.iterations
-        row = {"algo": args.algo, "sft_seed": seed, "rl_seed": seed, "iterations": iterations,
+        row = {"algo": args.algo, "sft_seed": seed, "sft_epochs": sft_epochs, "rl_seed": seed, "iterations": iterations,
                "action_tokens": sum(r.get("action_tokens", 0) for r in run.history),
                "learning_rate": settings.learning_rate, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1)}
         for when, results in (("before", before), ("after", after)):
