@@ -3,6 +3,7 @@
     python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [ttt-reinforce ttt-ppo] [--seeds 0 1 2] [--threads 1 2]
         [--kernels default avx2] [--normalise rebn_state rebn] [--out benchmarks/results/F.jsonl]
         [--train-opponent minimax] [--set learning_rate=5e-4 kl_coef=0.1] [--scratch DIR]
+        [--perturb 1 2 3 [--perturb-scale 1e-6]] [--sft-epochs 30]
 
 Training on one CPU with one thread setting is deterministic; across CPUs and thread counts the
 sums round differently, and an RL run sensitive to that lands somewhere else. Seeds alone do not
@@ -14,6 +15,11 @@ sample that variation, so each cell of the grid runs in a fresh process with
   unvectorised kernels). Kernels that round differently stand in for another CPU. Each line
   records the capability torch used (``cpu_capability``): on a CPU whose best is AVX2, ``avx2``
   is the default and its cells repeat the default's bit for bit,
+* ``--perturb P...``: cells whose SFT checkpoint has each weight multiplied by
+  ``1 + scale * N(0, 1)`` (``--perturb-scale``, 1e-6: a few float32 ulps) with the noise drawn from
+  seed P, before anything is evaluated: a cheaper stand-in for another CPU's rounding (greedy play
+  is mostly unchanged; a run sensitive to rounding takes another path). The unperturbed cell runs
+  too,
 
 and its own cache folder, so that the SFT checkpoint RL starts from is trained under the same
 numerics, as on a reader's machine (the tiny model and its tokenizer are copied from the main
@@ -27,7 +33,8 @@ Recipes (the settings are the preset's, as the chapters run them):
 * ``ttt-reinforce``: chapter 5's tic-tac-toe REINFORCE; draws against minimax, losses to random.
 * ``ttt-ppo``: chapter 6's tic-tac-toe PPO, the same evaluations (``--normalise`` does not apply).
 
-Tuning a recipe: ``--set KEY=VALUE`` overrides the RL settings (a Python literal: ``learning_rate=5e-4``,
+Tuning a recipe: ``--sft-epochs N`` trains the SFT start for N epochs instead of the preset's
+(checkpoints of their own), ``--set KEY=VALUE`` overrides the RL settings (a Python literal: ``learning_rate=5e-4``,
 ``kl_coef=0.1``), ``--train-opponent`` changes the opponent RL trains against (tic-tac-toe; the
 evaluations stay random and minimax), and ``--scratch DIR`` keeps the cells' caches there, so a
 second recipe on the same cells reuses their SFT checkpoints instead of training them again.
@@ -74,13 +81,24 @@ def parse_overrides(pairs: list[str]) -> dict:
     return overrides
 
 
+def perturb_weights(model, scale: float, seed: int) -> None:
+    """Each weight of ``model`` times ``1 + scale * N(0, 1)``, the noise from a generator seeded by ``seed``."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for weight in model.parameters():  # a tied weight once
+            weight.mul_(1 + scale * torch.randn(weight.shape, generator=generator, dtype=weight.dtype))
+
+
 def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides: dict | None = None,
-             train_opponent: str | None = None) -> dict:
+             train_opponent: str | None = None, perturb: int | None = None, perturb_scale: float = 1e-6,
+             sft_epochs: int | None = None) -> dict:
     """One cell, in this process (whose numerics the parent set through the environment)."""
     import torch
 
     from tutorial_lib.evaluation.evaluate import evaluate_policy
-    from tutorial_lib.pipeline import rl_settings, sft_policy
+    from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings, with_sft_changes
     from tutorial_lib.presets import get_preset
     from tutorial_lib.rl.ppo import train_ppo
     from tutorial_lib.rl.reinforce import train_reinforce
@@ -89,9 +107,13 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
 
     spec = RECIPES[recipe]
     game, preset = spec["game"], get_preset(preset_name)
+    if sft_epochs is not None:
+        preset = with_sft_changes(preset, game, epochs=sft_epochs)
     start = time.perf_counter()
     policy = sft_policy(game, preset, data_seed=seed)
     sft_seconds = time.perf_counter() - start
+    if perturb is not None:
+        perturb_weights(policy.model, perturb_scale, perturb)
 
     algo = spec["algo"]
     settings = rl_settings(game, preset, algo, seed=seed)
@@ -125,6 +147,8 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
                                                                  os.environ.get("ATEN_CPU_CAPABILITY")),
             "cpu": cpu_name(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "sft_epochs": sft_settings(game, preset).epochs,
+            "perturbation": None if perturb is None else {"seed": perturb, "scale": perturb_scale},
             "overrides": overrides or {}, "train_opponent": settings.env_options.get("opponent"),
             "iterations": settings.iterations, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
@@ -132,10 +156,10 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
 
 
 def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normalises: list[str], preset: str,
-              main_cache: Path, scratch: Path, extra: list[str]) -> list[dict]:
+              main_cache: Path, scratch: Path, extra: list[str], perturb: int | None = None) -> list[dict]:
     """Every recipe of one (kernels, threads, seed) cell, one fresh process each, in one cache of its own:
     recipes on the same game share the SFT checkpoint, as chapters 5 and 6 do."""
-    cache = scratch / f"{kernels}-{threads}-{seed}"
+    cache = scratch / f"{kernels}-{threads}-{seed}"  # perturbed cells share their SFT checkpoint
     # the tiny model and its tokenizer are built from a config, not trained: copied as they are
     for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
         if not (cache / built.name).exists():
@@ -149,10 +173,11 @@ def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normali
     for recipe in recipes:
         for normalise in normalises if RECIPES[recipe]["algo"] == "reinforce" else normalises[:1]:
             out = subprocess.run([sys.executable, __file__, "--recipe", recipe, "--preset", preset,
-                                  "--cell", str(seed), normalise, *extra], env=env, capture_output=True, text=True)
+                                  "--cell", str(seed), normalise, str(perturb), *extra], env=env, capture_output=True,
+                                 text=True)
             if out.returncode:
                 print(out.stderr[-3000:], file=sys.stderr)
-                raise SystemExit(f"cell {recipe}/{kernels}/{threads}/{seed}/{normalise} failed")
+                raise SystemExit(f"cell {recipe}/{kernels}/{threads}/{seed}/{normalise}/perturbation {perturb} failed")
             lines.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return lines
 
@@ -169,11 +194,17 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override RL settings")
     parser.add_argument("--train-opponent", default=None, help="the opponent RL trains against (tic-tac-toe)")
     parser.add_argument("--scratch", default=None, help="keep the cells' caches (SFT checkpoints) in this folder")
-    parser.add_argument("--cell", nargs=2, metavar=("SEED", "NORMALISE"), help=argparse.SUPPRESS)
+    parser.add_argument("--perturb", type=int, nargs="+", default=[], metavar="SEED",
+                        help="also run cells from the SFT checkpoint perturbed with these noise seeds")
+    parser.add_argument("--perturb-scale", type=float, default=1e-6)
+    parser.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: the preset's)")
+    parser.add_argument("--cell", nargs=3, metavar=("SEED", "NORMALISE", "PERTURB"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:  # a child: one recipe of one cell, its numerics already in the environment
+        perturb = None if args.cell[2] == "None" else int(args.cell[2])
         print(json.dumps(run_cell(args.recipe[0], int(args.cell[0]), args.cell[1], args.preset,
-                                  parse_overrides(args.set), args.train_opponent)))
+                                  parse_overrides(args.set), args.train_opponent, perturb, args.perturb_scale,
+                                  args.sft_epochs)))
         return
 
     from tutorial_lib.presets import get_preset
@@ -186,16 +217,19 @@ def main() -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     parse_overrides(args.set)  # a malformed --set stops here, before any cell trains
     extra = [*(["--set", *args.set] if args.set else []),
-             *(["--train-opponent", args.train_opponent] if args.train_opponent else [])]
+             *(["--train-opponent", args.train_opponent] if args.train_opponent else []),
+             "--perturb-scale", str(args.perturb_scale),
+             *(["--sft-epochs", str(args.sft_epochs)] if args.sft_epochs is not None else [])]
     cores = os.cpu_count() or 1
     try:
         for threads in args.threads:
             # cells with a fixed thread count run side by side as long as each gets its own cores,
             # so their numerics are what they would be alone (only their speed is shared)
-            cells = [(kernels, seed) for kernels in args.kernels for seed in args.seeds]
+            cells = [(kernels, seed, perturb) for kernels in args.kernels for seed in args.seeds
+                     for perturb in [None, *args.perturb]]
             with ThreadPoolExecutor(max_workers=max(1, cores // threads)) as pool:
                 futures = [pool.submit(run_cells, args.recipe, kernels, threads, seed, args.normalise, args.preset,
-                                       main_cache, scratch, extra) for kernels, seed in cells]
+                                       main_cache, scratch, extra, perturb) for kernels, seed, perturb in cells]
                 for future in as_completed(futures):
                     for line in future.result():
                         record_run(line, args.out, preset=preset)

@@ -21,10 +21,9 @@ need.
 
 import argparse
 import time
-from dataclasses import replace
 
 from tutorial_lib.evaluation.evaluate import evaluate_policy
-from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings
+from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings, with_sft_changes
 from tutorial_lib.presets import get_preset
 from tutorial_lib.records import record_run
 from tutorial_lib.rl.ppo import train_ppo
@@ -47,8 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     preset = get_preset(args.preset)
     if args.sft_epochs is not None:
-        game = preset.game("tictactoe")
-        preset = replace(preset, games={**preset.games, "tictactoe": replace(game, sft={**game.sft, "epochs": args.sft_epochs})})
+        preset = with_sft_changes(preset, "tictactoe", epochs=args.sft_epochs)
     sft_epochs = sft_settings("tictactoe", preset).epochs
     for seed in args.seeds:
         start = time.perf_counter()

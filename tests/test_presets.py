@@ -195,3 +195,19 @@ def test_rl_settings_apply_a_runs_changes_in_one_place():
         rl_settings("tictactoe", preset, clip_range=0.1)
     with pytest.raises(ValueError, match="iterations must be at least 1"):  # the settings' own checks run
         rl_settings("tictactoe", preset, iterations=0)
+
+
+def test_a_changed_sft_recipe_gets_checkpoints_of_its_own_and_leaves_the_rest(tmp_path, monkeypatch):
+    from tutorial_lib.pipeline import expert_data_path, rl_settings, sft_dir, sft_settings, with_sft_changes
+
+    monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
+    ci = presets.get_preset("ci")
+    shorter = with_sft_changes(ci, "tictactoe", epochs=30)
+    assert sft_settings("tictactoe", shorter).epochs == 30 and sft_settings("tictactoe", ci).epochs == 45
+    assert sft_settings("tictactoe", shorter).learning_rate == sft_settings("tictactoe", ci).learning_rate
+    assert sft_dir("tictactoe", shorter) != sft_dir("tictactoe", ci)  # never loads the preset's checkpoint
+    assert expert_data_path("tictactoe", shorter) == expert_data_path("tictactoe", ci)  # the same data
+    assert rl_settings("tictactoe", shorter) == rl_settings("tictactoe", ci)
+    assert sft_dir("math", shorter) == sft_dir("math", ci)  # other games untouched
+    with pytest.raises(ValueError, match="SFTSettings has no field epoch"):
+        with_sft_changes(ci, "tictactoe", epoch=30)

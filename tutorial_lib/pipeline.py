@@ -102,6 +102,14 @@ def sft_settings(game: str, preset: Preset):
     return SFTSettings(**{**asdict(base), **preset.sft, **preset.game(game).sft})
 
 
+def with_sft_changes(preset: Preset, game: str, **changes: Any) -> Preset:
+    """``preset`` with ``game``'s SFT recipe changed (``epochs=30``): the benchmarks' studies of the
+    recipe. Its checkpoints get folders of their own (:func:`sft_dir` is named by the settings);
+    an unknown field is a ``ValueError`` (``GameSettings`` checks its overrides)."""
+    settings = preset.game(game)
+    return replace(preset, games={**preset.games, game: replace(settings, sft={**settings.sft, **changes})})
+
+
 def lora_for(preset: Preset):
     """What ``load_policy(preset.model, lora=...)`` gets: LoRA for a pretrained model, none for tiny."""
     return (preset.lora or True) if is_pretrained(preset.model) else None
