@@ -4,7 +4,7 @@ single moves): does RL improve on SFT, and how reliably?
     python benchmarks/tictactoe_rl_seeds.py --algo reinforce [--seeds 0 1 2] [--preset ci] [--out F]
     python benchmarks/tictactoe_rl_seeds.py --algo ppo [--seeds 0 1 2] [--preset ci] [--out F]
     python benchmarks/tictactoe_rl_seeds.py --algo grpo [--seeds 0 1 2] [--preset ci] [--out F]
-    python benchmarks/tictactoe_rl_seeds.py --algo reinforce --sft-epochs 30 ...   (another SFT length)
+    python benchmarks/tictactoe_rl_seeds.py --algo reinforce --sft-epochs 30 [--iterations 120] ...
 
 For each seed s: chapter 4's tic-tac-toe SFT with data-order seed s (seed 0 is the chapter's own
 checkpoint, from the cache), then the preset's RL run of the chosen algorithm with RL seed s,
@@ -15,8 +15,8 @@ tiny model's training is deterministic on one CPU but not across CPUs: the sprea
 the spread a reader's machine can land anywhere in.
 
 ``--sft-epochs N`` trains the SFT start with N epochs instead of the preset's (its own cached
-checkpoints; the row says ``sft_epochs``): how much of chapter 4's tic-tac-toe run the RL chapters
-need.
+checkpoints; the row says ``sft_epochs``), ``--iterations`` runs RL longer or shorter than the
+preset: how much of chapter 4's tic-tac-toe run the RL chapters need, and what RL makes of it.
 """
 
 import argparse
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--preset", default="ci")
     parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
     parser.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: the preset's)")
+    parser.add_argument("--iterations", type=int, default=None, help="RL iterations (default: the preset's)")
     args = parser.parse_args()
     preset = get_preset(args.preset)
     if args.sft_epochs is not None:
@@ -53,16 +54,15 @@ def main() -> None:
         policy = sft_policy("tictactoe", preset, data_seed=seed)
         sft_seconds = time.perf_counter() - start
         before = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
-        out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}-sft-{sft_epochs}-epochs"
+        settings = rl_settings("tictactoe", preset, args.algo, seed=seed, iterations=args.iterations)
+        iterations = settings.steps if args.algo == "grpo" else settings.iterations
+        out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}-sft-{sft_epochs}-epochs-{iterations}"
         if args.algo == "grpo":
-            settings = rl_settings("tictactoe", preset, "grpo", seed=seed)
             run = train_grpo_on_moves(policy, settings, out_dir=out_dir)
         else:
-            settings = rl_settings("tictactoe", preset, args.algo, seed=seed)
             train = train_ppo if args.algo == "ppo" else train_reinforce
             run = train(policy, "tictactoe", settings, out_dir=out_dir)
         after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
-        iterations = settings.steps if args.algo == "grpo" else settings.iterations
         row = {"algo": args.algo, "sft_seed": seed, "sft_epochs": sft_epochs, "rl_seed": seed, "iterations": iterations,
                "action_tokens": sum(r.get("action_tokens", 0) for r in run.history),
                "learning_rate": settings.learning_rate, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1)}
@@ -71,6 +71,8 @@ def main() -> None:
                         f"{when}_invalid": results["random"]["invalid_rate"],
                         f"{when}_minimax_draw": results["minimax"]["draw_rate"],
                         f"{when}_minimax_invalid": results["minimax"]["invalid_rate"]})
+        if args.algo != "grpo":
+            row["return_curve"] = [round(r["mean_return"], 3) for r in run.history]
         record_run(row, args.out, preset=preset)
 
 
