@@ -157,8 +157,9 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
 
 def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normalises: list[str], preset: str,
               main_cache: Path, scratch: Path, extra: list[str], perturb: int | None = None) -> list[dict]:
-    """Every recipe of one (kernels, threads, seed) cell, one fresh process each, in one cache of its own:
-    recipes on the same game share the SFT checkpoint, as chapters 5 and 6 do."""
+    """Every recipe of one (kernels, threads, seed, perturbation) cell, one fresh process each, in one
+    cache per (kernels, threads, seed): recipes on the same game share the SFT checkpoint, as chapters
+    5 and 6 do, and so do a seed's perturbed cells (each perturbs its own loaded copy)."""
     cache = scratch / f"{kernels}-{threads}-{seed}"  # perturbed cells share their SFT checkpoint
     # the tiny model and its tokenizer are built from a config, not trained: copied as they are
     for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
