@@ -642,7 +642,7 @@ else:
 
 # %% [markdown]
 # Read the verdicts first, then the curves. Each point is the mean of the games one iteration
-# sampled, as many as its 64 turns took (a win pays 1, a draw 0, a loss -1; `success_rate` is the
+# sampled, as many as its turn budget took (a win pays 1, a draw 0, a loss -1; `success_rate` is the
 # share won), against opponents drawn from that iteration's seeds: a single point, the first one
 # included, moves by a few tenths with the draw, so the curves show a trend at best, and the greedy
 # evaluation on the same 200 games before and after is the verdict. A run whose losses to random
