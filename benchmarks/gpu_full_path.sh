@@ -11,7 +11,8 @@
 #                                              # (rollout_engine.py, sft_sizing.py) and the CUDA tests
 #   bash benchmarks/gpu_full_path.sh pretrained-rl   # pretrained_rl.py at the gpu preset: SmolLM2's
 #                                              # SFT + RL over seeds, a record line per finished run
-#                                              # (SEEDS, TASKS narrow it; it stops before BUDGET_S)
+#                                              # (SEEDS, TASKS narrow it, ITERATIONS and REWARD set
+#                                              # them; it stops before BUDGET_S)
 #
 # Writes OUT/log-PART.txt (every stage's output) and OUT/results-PART.jsonl (a line per stage: its exit
 # code, seconds and last JSON line); OUT defaults to _build/gpu. Each stage has its own time limit and a
@@ -123,7 +124,7 @@ smollm2)
     rm -rf "$work/data" "$work/sft-lora" "$work/sft-qlora" "$work/reinforce"  # no stage reads an earlier run's
     stage "convert the GGUF file" 120 "$py" -c '
 import json, time
-from tutorial_lib.models import offline_model_dir
+from tutorial_lib.lm.models import offline_model_dir
 start = time.perf_counter()
 folder = offline_model_dir("smollm2-135m")
 print(json.dumps({"folder": str(folder), "seconds": round(time.perf_counter() - start, 1)}))'
@@ -186,7 +187,8 @@ pretrained-rl)
     left=$((budget - ($(date +%s) - started) - 30))
     stage "pretrained rl" "$left" "$py" benchmarks/pretrained_rl.py --preset "$(count gpu ci)" \
         --tasks ${TASKS:-ttt-x ttt-o math gtn-100} --seeds ${SEEDS:-0 1 2} --time-limit "$((left - 30))" \
-        --episodes "$(count 200 8)" $( [ "$smoke" = 1 ] && echo --iterations 1) --out "$out/pretrained_rl_gpu.jsonl"
+        --episodes "$(count 200 8)" $( [ "$smoke" = 1 ] && echo --iterations 1) ${ITERATIONS:+--iterations "$ITERATIONS"} \
+        ${REWARD:+--reward "$REWARD"} --out "$out/pretrained_rl_gpu.jsonl"
     ;;
 esac
 echo "$part: done in $(($(date +%s) - started)) s; results in $results"

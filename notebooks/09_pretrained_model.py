@@ -682,8 +682,7 @@ if cost_rows:
 #   the policy being trained; the update groups turns of like length so that little of it is padding.
 #   The engine and cost tables give each change's factor where it was measured.
 # - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, longer
-#   than a chapter: the record section reads the recorded runs (on a CPU, and on a GPU once there are
-#   some) and says, recipe by recipe, in how many seeds the success rate rose beyond noise; its
+#   than a chapter: the record section reads the recorded runs (on a CPU and on a GPU) and says, recipe by recipe, in how many seeds the success rate rose beyond noise; its
 #   curves and example games show what changed, and a run on a reward for the find only tests
 #   whether GEM's payment for a close last guess is what holds the success rate. Tic-tac-toe as x,
 #   whose better moves the SFT policy samples, is the second task; its section says which way

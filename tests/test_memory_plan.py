@@ -139,3 +139,27 @@ def test_rl_sizing_changes_nothing_and_checkpointing_is_switched_on_apart(tiny_p
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes", lambda device=None: 64 * GiB)
     checkpoint_if_needed(settings, fresh, batch)
     assert not checkpointing(fresh)
+
+
+def test_the_estimate_covers_what_autograd_keeps():
+    """The plan's bytes for one turn are at least what a real update's forward keeps for backward
+    (a SmolLM2-shaped block, narrower, with LoRA, in bfloat16, padded rows), and not far above: an
+    estimate below it ran an H200 out of memory (benchmarks/results/gpu_pretrained_rl.md)."""
+    from peft import get_peft_model
+
+    from tutorial_lib.rl.rollout import action_logprobs
+    from tutorial_lib.runtime.memory_plan import saved_activation_bytes
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=192, num_hidden_layers=2, intermediate_size=512, num_attention_heads=3,
+                         num_key_value_heads=1, vocab_size=4096)
+    model = get_peft_model(LlamaForCausalLM(config).to(torch.bfloat16), lora_config(True))
+    model.train()
+    rows, length, actions = 4, 256, 16
+    attention = torch.ones(rows, length, dtype=torch.long)
+    attention[: rows // 2, : length // 4] = 0  # left padding in half the rows
+    inputs = {"input_ids": torch.randint(0, 4096, (rows, length)), "attention_mask": attention,
+              "action_mask": torch.ones(rows, actions, dtype=torch.bool)}
+    kept = saved_activation_bytes(model, lambda: action_logprobs(model, inputs, with_entropy=True))
+    estimate = rows * example_bytes(model, length, checkpointing=False, scored_tokens=actions)
+    assert kept <= estimate <= 2 * kept, (kept, estimate)

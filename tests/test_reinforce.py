@@ -269,3 +269,42 @@ def test_a_fixed_training_split_is_cycled_through(tiny_cache, tmp_path, monkeypa
     train_reinforce(fresh_policy(tiny_cache), "math", settings, out_dir=tmp_path, progress=False)
     assert seen[0][:7] == [7, 8, 9, 10, 11, 7, 8]  # one-turn episodes: the split repeats
     assert all(7 <= s < 12 for batch in seen for s in batch)
+
+
+def test_an_update_out_of_memory_is_redone_with_smaller_micro_batches(tiny_cache, monkeypatch):
+    """The device runs out of memory on the second pass of 4 turns, after a first pass of 6 has put
+    its gradients in: the update drops them, halves the turns a pass for the rest of the run, and
+    ends with the gradient of an update that never ran out."""
+    import tutorial_lib.rl.reinforce as reinforce_module
+
+    policy = fresh_policy(tiny_cache)
+    turns = collect(policy, "tictactoe", range(4), num_envs=4).turns[:10]
+    advantages = [(-1.0) ** i * (1 + i / 10) for i in range(10)]
+
+    def gradients(settings):
+        reinforce_step(policy, torch.optim.SGD(policy.model.parameters(), lr=0.0), batch_of(policy, turns, advantages),
+                       settings)
+        return {name: p.grad.clone() for name, p in policy.model.named_parameters() if p.grad is not None}
+
+    expected = gradients(small_settings(microbatch_turns=10))
+    scored = reinforce_module.action_logprobs
+
+    def short_of_memory(model, inputs, **kwargs):
+        if inputs["input_ids"].shape[0] == 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return scored(model, inputs, **kwargs)
+
+    monkeypatch.setattr(reinforce_module, "action_logprobs", short_of_memory)
+    reinforce = Reinforce(policy, small_settings(microbatch_turns=6))
+    reinforce.optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)
+    with pytest.warns(UserWarning, match="out of memory at 6 turns a pass: 3 from now on"):
+        reinforce.step(batch_of(policy, turns, advantages))
+    got = {name: p.grad for name, p in policy.model.named_parameters() if p.grad is not None}
+    assert got.keys() == expected.keys()
+    for name, grad in expected.items():  # the same sum in another order: float32 rounding apart
+        assert torch.allclose(got[name], grad, rtol=1e-4, atol=1e-6 * float(grad.abs().max())), name
+    assert reinforce.micro_batches.size(batch_of(policy, turns, advantages)) == 3
+    monkeypatch.setattr(reinforce_module, "action_logprobs",  # one turn a pass still out of memory: it stands
+                        lambda *args, **kwargs: (_ for _ in ()).throw(torch.OutOfMemoryError("simulated")))
+    with pytest.raises(torch.OutOfMemoryError), pytest.warns(UserWarning):
+        reinforce.step(batch_of(policy, turns, advantages))

@@ -35,13 +35,13 @@ from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size
 from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
 from tutorial_lib.rl.advantages import gae, whiten
 from tutorial_lib.rl.rl_loop import (
+    MicroBatches,
     RLResult,
     RLSettings,
     Run,
     checkpoint_if_needed,
     global_token_count,
     masked_log_ratio,
-    microbatch_size,
     sampler_kl_sums,
     shared_minibatches,
     step_schedule,
@@ -197,6 +197,10 @@ class OldScores:
     kl_k3: float  # sampler is the policy being trained (chapter 5)
 
 
+#: the statistics of one clipped step, summed over its micro-batches
+STEP_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+
+
 class PPO:
     """PPO's state between iterations (the policy, a value model, a frozen reference, one optimiser,
     the learning-rate schedule) and its update; :func:`train_ppo` is the loop around it."""
@@ -218,6 +222,7 @@ class PPO:
             betas=settings.adam_betas, weight_decay=0.0,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda it: lr_multiplier(it, settings))
+        self.micro_batches = MicroBatches(settings, model)
 
     def modules(self) -> dict[str, torch.nn.Module]:
         return {"value_model": self.value_model}
@@ -245,21 +250,26 @@ class PPO:
         logprobs = torch.zeros_like(batch.sampler_logprobs)  # (T, A)
         values = torch.zeros(len(batch))
         ref_kl = torch.zeros(len(batch))
-        k1 = k3 = 0.0
         self.policy.model.eval()
-        for rows in batch.microbatch_rows(microbatch_size(self.settings, self.policy.model, batch)):
-            micro = batch.select(rows)
-            inputs = micro.model_inputs()
-            scores, micro_values = self.logprobs_and_values(inputs)
-            micro = micro.to(scores.logprobs.device)
-            mask = micro.action_mask  # (turns, a) with a <= A: this micro-batch's longest action
-            chunk_k1, chunk_k3 = sampler_kl_sums(masked_log_ratio(scores.logprobs, micro.sampler_logprobs, mask), mask)
-            k1, k3 = k1 + chunk_k1, k3 + chunk_k3
-            logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
-            values[rows] = micro_values.float().cpu()
-            if self.reference is not None:
-                ref = action_logprobs(self.reference, inputs, temperature=self.settings.temperature).logprobs
-                ref_kl[rows] = ((scores.logprobs - ref) * mask).sum(1).cpu()
+
+        def passes(size: int) -> tuple[float, float]:
+            k1 = k3 = 0.0
+            for rows in batch.microbatch_rows(size):
+                micro = batch.select(rows)
+                inputs = micro.model_inputs()
+                scores, micro_values = self.logprobs_and_values(inputs)
+                micro = micro.to(scores.logprobs.device)
+                mask = micro.action_mask  # (turns, a) with a <= A: this micro-batch's longest action
+                chunk_k1, chunk_k3 = sampler_kl_sums(masked_log_ratio(scores.logprobs, micro.sampler_logprobs, mask), mask)
+                k1, k3 = k1 + chunk_k1, k3 + chunk_k3
+                logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
+                values[rows] = micro_values.float().cpu()
+                if self.reference is not None:
+                    ref = action_logprobs(self.reference, inputs, temperature=self.settings.temperature).logprobs
+                    ref_kl[rows] = ((scores.logprobs - ref) * mask).sum(1).cpu()
+            return k1, k3
+
+        k1, k3 = self.micro_batches.run(batch, passes)
         tokens = batch.action_tokens
         return OldScores(logprobs, values, ref_kl, k1 / tokens, k3 / tokens)
 
@@ -348,28 +358,34 @@ class PPO:
         the whole minibatch's ``tokens`` and ``turns``. Returns the minibatch's statistics, and
         False if a loss was not finite (detail 12: the step is then skipped)."""
         settings = self.settings
-        stats = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"), 0.0)
-        if minibatch:
-            checkpoint_if_needed(settings, self.policy.model, minibatch)
-        for micro in minibatch.split(microbatch_size(settings, self.policy.model, minibatch)) if minibatch else []:
-            scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
-            micro = micro.to(values.device)
-            mask = micro.action_mask  # (turns, a)
-            policy_loss, ratio = clipped_surrogate(  # detail 7
-                scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, settings.clip_range, tokens)
-            value_loss = clipped_value_loss(values, micro.old_values, micro.returns, settings.value_clip_range, turns)  # detail 8
-            entropy = scores.entropy[mask].sum() / tokens  # detail 9
-            loss = policy_loss + settings.value_coef * value_loss - settings.entropy_coef * entropy
-            if not torch.isfinite(loss):  # never step on a non-finite loss
-                return stats, False
-            loss.backward()
-            with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
-                stats["policy_loss"] += float(policy_loss)
-                stats["value_loss"] += float(value_loss)
-                stats["entropy"] += float(entropy)
-                stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
-                stats["clipfrac"] += float(((ratio - 1).abs() > settings.clip_range)[mask].sum()) / tokens
-        return stats, True
+        if not minibatch:
+            return dict.fromkeys(STEP_STATS, 0.0), True
+        checkpoint_if_needed(settings, self.policy.model, minibatch)
+
+        def passes(size: int) -> tuple[dict[str, float], bool]:
+            self.optimizer.zero_grad(set_to_none=True)
+            stats = dict.fromkeys(STEP_STATS, 0.0)
+            for micro in minibatch.split(size):
+                scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
+                micro = micro.to(values.device)
+                mask = micro.action_mask  # (turns, a)
+                policy_loss, ratio = clipped_surrogate(  # detail 7
+                    scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, settings.clip_range, tokens)
+                value_loss = clipped_value_loss(values, micro.old_values, micro.returns, settings.value_clip_range, turns)  # detail 8
+                entropy = scores.entropy[mask].sum() / tokens  # detail 9
+                loss = policy_loss + settings.value_coef * value_loss - settings.entropy_coef * entropy
+                if not torch.isfinite(loss):  # never step on a non-finite loss
+                    return stats, False
+                loss.backward()
+                with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
+                    stats["policy_loss"] += float(policy_loss)
+                    stats["value_loss"] += float(value_loss)
+                    stats["entropy"] += float(entropy)
+                    stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
+                    stats["clipfrac"] += float(((ratio - 1).abs() > settings.clip_range)[mask].sum()) / tokens
+            return stats, True
+
+        return self.micro_batches.run(minibatch, passes)
 
 
 def train_ppo(

@@ -22,13 +22,13 @@ import torch
 
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
 from tutorial_lib.rl.rl_loop import (
+    MicroBatches,
     RLResult,
     RLSettings,
     Run,
     checkpoint_if_needed,
     global_token_count,
     masked_log_ratio,
-    microbatch_size,
     sampler_kl_sums,
     synchronised_step,
     whole_batch,
@@ -105,6 +105,7 @@ class Reinforce:
         self.policy, self.settings = policy, settings
         self.optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad],
                                            lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
+        self.micro_batches = MicroBatches(settings, policy.model)
 
     def modules(self) -> dict[str, torch.nn.Module]:
         return {}  # nothing beside the policy
@@ -137,23 +138,28 @@ class Reinforce:
         if tokens == 0:
             raise ValueError("no action tokens to train on")
         model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        stats = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
         checkpoint_if_needed(settings, model, batch)
-        for micro in batch.split(microbatch_size(settings, model, batch)):  # micro-batches: memory, not maths
-            scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
-            micro = micro.to(scores.logprobs.device)
-            mask = micro.action_mask  # (turns, A)
-            loss, log_ratio = policy_gradient_loss(
-                scores.logprobs, micro.sampler_logprobs, micro.advantages.unsqueeze(1), mask, tokens)
-            loss.backward()  # gradients add up over the micro-batches into one step
-            with torch.no_grad():
-                stats["loss"] += float(loss)
-                stats["entropy"] += float(scores.entropy[mask].sum())
-                k1, k3 = sampler_kl_sums(log_ratio, mask)
-                stats["kl_k1"] += k1
-                stats["kl_k3"] += k3
-                stats["ratio"] += float(log_ratio.exp()[mask].sum())
+
+        def passes(size: int) -> dict[str, float]:  # forward and backward in micro-batches: memory, not maths
+            self.optimizer.zero_grad(set_to_none=True)
+            stats = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
+            for micro in batch.split(size):
+                scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
+                micro = micro.to(scores.logprobs.device)
+                mask = micro.action_mask  # (turns, A)
+                loss, log_ratio = policy_gradient_loss(
+                    scores.logprobs, micro.sampler_logprobs, micro.advantages.unsqueeze(1), mask, tokens)
+                loss.backward()  # gradients add up over the micro-batches into one step
+                with torch.no_grad():
+                    stats["loss"] += float(loss)
+                    stats["entropy"] += float(scores.entropy[mask].sum())
+                    k1, k3 = sampler_kl_sums(log_ratio, mask)
+                    stats["kl_k1"] += k1
+                    stats["kl_k3"] += k3
+                    stats["ratio"] += float(log_ratio.exp()[mask].sum())
+            return stats
+
+        stats = self.micro_batches.run(batch, passes)
         grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm)
         stats = distributed.sum_metrics(stats)
         return {

@@ -108,6 +108,47 @@ def microbatch_size(settings: RLSettings, model, batch) -> int:
     return settings.microbatch_turns if plan is None else plan.micro_batch
 
 
+class MicroBatches:
+    """One run's micro-batch sizes: :func:`microbatch_size`'s, scaled down for the rest of the run
+    each time the device runs out of memory. The memory plan is an estimate (and the written
+    ``microbatch_turns`` a guess for some device): an update that does not fit is redone with half
+    the turns per pass instead of ending the run. Gradients add up over the passes of one update, so
+    the update is the same at any size."""
+
+    def __init__(self, settings: RLSettings, model):
+        self.settings, self.model, self.scale = settings, model, 1.0
+
+    def size(self, batch) -> int:
+        """Turns per forward/backward pass for ``batch``."""
+        return max(1, int(microbatch_size(self.settings, self.model, batch) * self.scale))
+
+    def run(self, batch, passes, *, restart=lambda: None):
+        """``passes(size)`` with this run's size for ``batch``; if the device runs out of memory,
+        ``restart()`` (drop the partial gradients), free what the failed try held, halve the size
+        and run ``passes`` again, down to one turn a pass (then the error stands)."""
+        while True:
+            size = self.size(batch)
+            try:
+                return passes(size)
+            except torch.OutOfMemoryError:
+                if size == 1:
+                    raise
+            # out of the ``except`` block, the failed try's tensors (held by the traceback) are free
+            restart()
+            release_device_memory(self.model)
+            self.scale *= (size // 2) / size
+            warnings.warn(f"out of memory at {size} turns a pass: {self.size(batch)} from now on", stacklevel=2)
+
+
+def release_device_memory(model) -> None:
+    """Hand the allocator's cached blocks back after a failed pass (on CUDA; a CPU has no cache)."""
+    import gc
+
+    gc.collect()
+    if next(model.parameters()).device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def checkpoint_if_needed(settings: RLSettings, model, batch) -> None:
     """Switch activation checkpointing on in ``model`` when, sized to the device, not even one turn
     of ``batch`` fits without it (never off again: a later, shorter batch would fit either way)."""

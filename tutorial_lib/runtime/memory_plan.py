@@ -14,16 +14,22 @@ costs in memory and takes the largest micro-batch that fits, with checkpointing 
 one example fits without it.
 
 The estimate, per token and layer, of what backpropagation keeps (16-bit activations take 2
-bytes an element, 32-bit 4): the inputs of the attention and MLP projections, the attention
-output, the normalisations and residuals (about ``8 x hidden`` elements) and the MLP's gate, up,
-activation and product (``4 x intermediate``); attention itself keeps O(length) per token with
-PyTorch's fused kernels. Korthikanti et al. (2022, arXiv:2205.05198) count ``34 x hidden`` bytes per
-token and layer for a GPT block in 16-bit, the same order. The output layer keeps the float32
-logits and their gradient, ``8 x vocabulary`` bytes for each token scored (a 49k vocabulary:
-0.4 MB a token, more than all of SmolLM2's layers together). Checkpointing keeps one layer's input
-per layer instead, and one layer's activations at a time. The weights, their gradients and Adam's
-two moments come first. It is an estimate: ``headroom`` leaves the rest for the allocator's
-fragmentation and what it does not count.
+bytes an element, 32-bit 4): ``16 x hidden + 8 x intermediate`` elements. Counted by hand, the
+inputs of the attention and MLP projections, the attention output, the normalisations and
+residuals come to about ``8 x hidden`` and the MLP's gate, up, activation and product to
+``4 x intermediate``; what autograd really keeps is about twice that (RMSNorm's float32 copies,
+rotary embeddings' copies of q and k, LoRA's inputs and the padding mask's effects), measured with
+:func:`saved_activation_bytes` on SmolLM2's blocks with LoRA: 39.5 KiB a token and layer where the
+hand count said 21 (``benchmarks/results/gpu_pretrained_rl.md``). Attention itself keeps O(length)
+per token with PyTorch's fused kernels. Korthikanti et al. (2022, arXiv:2205.05198) count
+``34 x hidden`` bytes per token and layer for a GPT block in 16-bit, the same order. The output
+layer keeps the float32 logits, their log-softmax and what the entropy reads: ``16 x vocabulary``
+bytes for each token scored (13 measured; a 49k vocabulary: 0.75 MB a token, more than all of
+SmolLM2's layers together). Checkpointing keeps one layer's input per layer instead, and one
+layer's activations at a time. The weights, their gradients and Adam's two moments come first. It
+is an estimate: ``headroom`` leaves the rest for the allocator's fragmentation and what it does
+not count, and an update that runs out of memory all the same halves its micro-batch
+(:class:`tutorial_lib.rl.rl_loop.MicroBatches`).
 """
 
 from __future__ import annotations
@@ -89,10 +95,28 @@ def example_bytes(model, tokens: int, *, checkpointing: bool, scored_tokens: int
     hidden, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     intermediate = getattr(config, "intermediate_size", 4 * hidden)
     width = next(model.parameters()).element_size()
-    per_layer = tokens * (8 * hidden + 4 * intermediate) * width
+    per_layer = tokens * (16 * hidden + 8 * intermediate) * width
     body = (tokens * hidden * width * layers + per_layer) if checkpointing else per_layer * layers
-    logits = (scored_tokens if scored_tokens is not None else tokens) * vocab * 8
+    logits = (scored_tokens if scored_tokens is not None else tokens) * vocab * 16
     return body + logits
+
+
+def saved_activation_bytes(model, forward) -> int:
+    """Bytes of the tensors autograd keeps for the backward pass while ``forward()`` runs: each
+    storage counted once, ``model``'s parameters left out (they are the training state, counted
+    apart). What :func:`example_bytes` estimates, measured on any device, a CPU included."""
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def keep(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        forward()
+    return sum(saved.values())
 
 
 def plan_training(
