@@ -17,6 +17,8 @@ the spread a reader's machine can land anywhere in.
 ``--sft-epochs N`` trains the SFT start with N epochs instead of the preset's (its own cached
 checkpoints; the row says ``sft_epochs``), ``--iterations`` runs RL longer or shorter than the
 preset: how much of chapter 4's tic-tac-toe run the RL chapters need, and what RL makes of it.
+``--lr-schedule warmup_cosine`` lets the learning rate fall to 0 over the run (its own folders; the
+row says ``lr_schedule``): whether the last iterations' checkpoint is steadier than at a constant rate.
 """
 
 import argparse
@@ -28,6 +30,7 @@ from tutorial_lib.presets import get_preset
 from tutorial_lib.records import record_run
 from tutorial_lib.rl.ppo import train_ppo
 from tutorial_lib.rl.reinforce import train_reinforce
+from tutorial_lib.rl.rl_loop import LR_SCHEDULES
 from tutorial_lib.rl.tictactoe_moves import train_grpo_on_moves
 from tutorial_lib.runtime.cache import cache_root
 
@@ -44,7 +47,13 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="append the JSON lines to this file too")
     parser.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: the preset's)")
     parser.add_argument("--iterations", type=int, default=None, help="RL iterations (default: the preset's)")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=None,
+                        help="RL learning-rate schedule (default: the preset's; warmup_cosine with no warm-up "
+                             "here: a cosine from the preset's rate to 0 at the last iteration)")
     args = parser.parse_args()
+    if args.lr_schedule and args.algo == "grpo":
+        parser.error("--lr-schedule is for REINFORCE and PPO (GRPO's schedule is TRL's)")
+    schedule = dict(lr_schedule=args.lr_schedule, warmup_iterations=0) if args.lr_schedule else {}
     preset = get_preset(args.preset)
     if args.sft_epochs is not None:
         preset = with_sft_changes(preset, "tictactoe", epochs=args.sft_epochs)
@@ -54,9 +63,10 @@ def main() -> None:
         policy = sft_policy("tictactoe", preset, data_seed=seed)
         sft_seconds = time.perf_counter() - start
         before = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
-        settings = rl_settings("tictactoe", preset, args.algo, seed=seed, iterations=args.iterations)
+        settings = rl_settings("tictactoe", preset, args.algo, seed=seed, iterations=args.iterations, **schedule)
         iterations = settings.steps if args.algo == "grpo" else settings.iterations
-        out_dir = cache_root() / "runs" / preset.name / f"{args.algo}-ttt-seed-{seed}-sft-{sft_epochs}-epochs-{iterations}"
+        out_dir = cache_root() / "runs" / preset.name / (f"{args.algo}-ttt-seed-{seed}-sft-{sft_epochs}-epochs-{iterations}"
+                                                         + (f"-{args.lr_schedule}" if args.lr_schedule else ""))
         if args.algo == "grpo":
             run = train_grpo_on_moves(policy, settings, out_dir=out_dir)
         else:
@@ -65,7 +75,8 @@ def main() -> None:
         after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
         row = {"algo": args.algo, "sft_seed": seed, "sft_epochs": sft_epochs, "rl_seed": seed, "iterations": iterations,
                "action_tokens": sum(r.get("action_tokens", 0) for r in run.history),
-               "learning_rate": settings.learning_rate, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1)}
+               "learning_rate": settings.learning_rate, **({"lr_schedule": args.lr_schedule} if schedule else {}),
+               "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1)}
         for when, results in (("before", before), ("after", after)):
             row.update({f"{when}_win": results["random"]["win_rate"], f"{when}_loss": results["random"]["loss_rate"],
                         f"{when}_invalid": results["random"]["invalid_rate"],

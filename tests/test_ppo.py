@@ -18,9 +18,9 @@ from tutorial_lib.rl.ppo import (
     clipped_surrogate,
     clipped_value_loss,
     explained_variance,
-    lr_multiplier,
     train_ppo,
 )
+from tutorial_lib.rl.rl_loop import lr_multiplier
 from tutorial_lib.rl.rollout import TurnBatch, collect
 
 from .conftest import SMALL

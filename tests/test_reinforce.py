@@ -308,3 +308,24 @@ def test_an_update_out_of_memory_is_redone_with_smaller_micro_batches(tiny_cache
                         lambda *args, **kwargs: (_ for _ in ()).throw(torch.OutOfMemoryError("simulated")))
     with pytest.raises(torch.OutOfMemoryError), pytest.warns(UserWarning):
         reinforce.step(batch_of(policy, turns, advantages))
+
+
+def test_a_cosine_schedule_decays_the_rate_and_a_stopped_run_resumes_on_it(tiny_cache, tmp_path):
+    settings = small_settings(lr_schedule="warmup_cosine", warmup_iterations=1)
+    straight = fresh_policy(tiny_cache)
+    full = train_reinforce(straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
+    rates = [group["lr"] for group in full.algorithm.optimizer.param_groups]
+    assert rates == [0.0]  # warm-up, then a cosine that ends at the last iteration
+    constant = train_reinforce(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path / "c",
+                               progress=False)
+    assert constant.algorithm.optimizer.param_groups[0]["lr"] == settings.learning_rate
+
+    first = fresh_policy(tiny_cache)  # the same run in two parts, the second in a fresh policy
+    train_reinforce(first, "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(1, 2))
+    resumed_policy = fresh_policy(tiny_cache)
+    train_reinforce(resumed_policy, "tictactoe", settings, out_dir=tmp_path / "b", resume=True, progress=False,
+                    stage=(2, 2))
+    a, b = weights(straight.model), weights(resumed_policy.model)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="lr_schedule"):
+        ReinforceSettings(lr_schedule="linear")

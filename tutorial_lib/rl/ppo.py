@@ -24,7 +24,6 @@ before the update (``pi_old``), which agrees with the sampler's log-probs to flo
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from tutorial_lib.rl.rl_loop import (
     Run,
     checkpoint_if_needed,
     global_token_count,
+    lr_schedule,
     masked_log_ratio,
     sampler_kl_sums,
     shared_minibatches,
@@ -51,7 +51,6 @@ from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_log
 from tutorial_lib.runtime import distributed
 
 CRITICS = ("shared", "separate")
-LR_SCHEDULES = ("constant", "warmup_cosine")
 
 
 @dataclass
@@ -85,9 +84,8 @@ class PPOSettings(RLSettings):
     critic: str = "shared"
     #: learning rate of the critic (the value head, and the separate critic's body)
     critic_learning_rate: float = 1e-3
-    #: ``"warmup_cosine"`` or ``"constant"``, stepped once per iteration
+    #: PPO's default schedule: one iteration of warm-up, then a cosine to 0 (RLSettings' fields)
     lr_schedule: str = "warmup_cosine"
-    #: iterations of linear warm-up
     warmup_iterations: int = 1
     #: bootstrap from V(last state) when an episode is truncated by its turn limit
     bootstrap_truncated: bool = True
@@ -96,8 +94,6 @@ class PPOSettings(RLSettings):
         super().__post_init__()
         if self.critic not in CRITICS:
             raise ValueError(f"critic must be one of {', '.join(CRITICS)}; got {self.critic!r}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}; got {self.lr_schedule!r}")
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
         if not 0 <= self.gae_lambda <= 1:
@@ -107,7 +103,7 @@ class PPOSettings(RLSettings):
         for name in ("ppo_epochs", "minibatch_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
-        for name in ("value_coef", "entropy_coef", "kl_coef", "warmup_iterations"):
+        for name in ("value_coef", "entropy_coef", "kl_coef"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
 
@@ -175,16 +171,6 @@ def clipped_value_loss(
     return 0.5 * error.sum() / num_turns
 
 
-def lr_multiplier(iteration: int, settings: PPOSettings) -> float:
-    """The learning-rate factor of ``iteration`` (0-based): linear warm-up, then cosine to 0."""
-    if settings.lr_schedule == "constant":
-        return 1.0
-    if iteration < settings.warmup_iterations:
-        return (iteration + 1) / (settings.warmup_iterations + 1)
-    span = max(settings.iterations - settings.warmup_iterations, 1)
-    return 0.5 * (1 + math.cos(math.pi * (iteration - settings.warmup_iterations) / span))
-
-
 @dataclass
 class OldScores:
     """The no-gradient pass before an update: the policy and the critic as they were when the
@@ -221,7 +207,7 @@ class PPO:
             [{"params": actor, "lr": settings.learning_rate}, {"params": critic, "lr": settings.critic_learning_rate}],
             betas=settings.adam_betas, weight_decay=0.0,
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda it: lr_multiplier(it, settings))
+        self.scheduler = lr_schedule(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, model)
 
     def modules(self) -> dict[str, torch.nn.Module]:

@@ -28,8 +28,10 @@ from tutorial_lib.rl.rl_loop import (
     Run,
     checkpoint_if_needed,
     global_token_count,
+    lr_schedule,
     masked_log_ratio,
     sampler_kl_sums,
+    step_schedule,
     synchronised_step,
     whole_batch,
 )
@@ -105,16 +107,18 @@ class Reinforce:
         self.policy, self.settings = policy, settings
         self.optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad],
                                            lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
+        self.scheduler = lr_schedule(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, policy.model)
 
     def modules(self) -> dict[str, torch.nn.Module]:
         return {}  # nothing beside the policy
 
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return {"scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        if "scheduler" in state:  # a checkpoint from before REINFORCE had a schedule: constant
+            self.scheduler.load_state_dict(state["scheduler"])
 
     def prepare(self, rollout: Rollout) -> TurnBatch:
         """This process's turns as a :class:`TurnBatch`, each with its advantage: returns, baseline
@@ -126,8 +130,11 @@ class Reinforce:
                             advantages=torch.tensor(advantages, dtype=torch.float32))
 
     def update(self, rollout: Rollout) -> dict[str, float]:
-        """One REINFORCE update on ``rollout``: :meth:`prepare` it, then one optimiser step."""
-        return self.step(self.prepare(rollout))
+        """One REINFORCE update on ``rollout``: :meth:`prepare` it, then one optimiser step; the
+        learning-rate schedule moves once per iteration."""
+        metrics = self.step(self.prepare(rollout))
+        step_schedule(self.scheduler)
+        return metrics
 
     def step(self, batch: TurnBatch) -> dict[str, float]:
         """One optimiser step over ``batch`` (its ``advantages`` set); returns its metrics."""

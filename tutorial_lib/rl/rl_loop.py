@@ -25,6 +25,7 @@ process each is the plain computation.
 from __future__ import annotations
 
 import json
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -47,6 +48,9 @@ from tutorial_lib.runtime.tracking import (
     set_rng_state,
 )
 
+#: learning-rate schedules over a run's iterations
+LR_SCHEDULES = ("constant", "warmup_cosine")
+
 
 @dataclass
 class RLSettings:
@@ -61,6 +65,11 @@ class RLSettings:
     #: games played side by side while collecting
     num_envs: int = 32
     learning_rate: float = 1e-4
+    #: ``"constant"``, or ``"warmup_cosine"``: linear warm-up over ``warmup_iterations``, then a
+    #: cosine to 0 at the last iteration (:func:`lr_multiplier`); stepped once per iteration
+    lr_schedule: str = "constant"
+    #: iterations of linear warm-up (``"warmup_cosine"`` only)
+    warmup_iterations: int = 0
     adam_betas: tuple[float, float] = (0.9, 0.95)
     max_grad_norm: float = 1.0
     #: turns per forward/backward pass (a micro-batch): memory, not maths; their gradients add up
@@ -90,6 +99,10 @@ class RLSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}; got {self.lr_schedule!r}")
+        if self.warmup_iterations < 0:
+            raise ValueError(f"warmup_iterations must be >= 0; got {self.warmup_iterations}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive; got {self.temperature}")
         if self.train_seeds is not None and self.train_seeds < 1:
@@ -286,6 +299,22 @@ def synchronised_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, fi
     if finite_loss:
         distributed.sum_gradients(trainable_parameters(optimizer))
     return clip_and_step(optimizer, max_grad_norm, finite_loss=finite_loss)
+
+
+def lr_multiplier(iteration: int, settings: RLSettings) -> float:
+    """The learning-rate factor of ``iteration`` (0-based): 1 with a constant schedule; else a
+    linear warm-up, then a cosine to 0 at the run's last iteration."""
+    if settings.lr_schedule == "constant":
+        return 1.0
+    if iteration < settings.warmup_iterations:
+        return (iteration + 1) / (settings.warmup_iterations + 1)
+    span = max(settings.iterations - settings.warmup_iterations, 1)
+    return 0.5 * (1 + math.cos(math.pi * (iteration - settings.warmup_iterations) / span))
+
+
+def lr_schedule(optimizer: torch.optim.Optimizer, settings: RLSettings) -> torch.optim.lr_scheduler.LambdaLR:
+    """``settings.lr_schedule`` over ``optimizer``'s learning rates, one :func:`step_schedule` per iteration."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: lr_multiplier(iteration, settings))
 
 
 def step_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
