@@ -135,10 +135,11 @@ class MicroBatches:
         """Turns per forward/backward pass for ``batch``."""
         return max(1, int(microbatch_size(self.settings, self.model, batch) * self.scale))
 
-    def run(self, batch, passes, *, restart=lambda: None):
+    def run(self, batch, passes):
         """``passes(size)`` with this run's size for ``batch``; if the device runs out of memory,
-        ``restart()`` (drop the partial gradients), free what the failed try held, halve the size
-        and run ``passes`` again, down to one turn a pass (then the error stands)."""
+        free what the failed try held, halve the size and run ``passes`` again, down to one turn a
+        pass (then the error stands). ``passes`` starts by zeroing the gradients, so a try that
+        failed half-way leaves nothing behind."""
         while True:
             size = self.size(batch)
             try:
@@ -147,7 +148,6 @@ class MicroBatches:
                 if size == 1:
                     raise
             # out of the ``except`` block, the failed try's tensors (held by the traceback) are free
-            restart()
             release_device_memory(self.model)
             self.scale *= (size // 2) / size
             warnings.warn(f"out of memory at {size} turns a pass: {self.size(batch)} from now on", stacklevel=2)
