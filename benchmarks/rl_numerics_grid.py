@@ -100,6 +100,7 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
     from tutorial_lib.evaluation.evaluate import evaluate_policy
     from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings, with_sft_changes
     from tutorial_lib.presets import get_preset
+    from tutorial_lib.records import recipe_settings
     from tutorial_lib.rl.ppo import train_ppo
     from tutorial_lib.rl.reinforce import train_reinforce
     from tutorial_lib.runtime.cache import cache_root
@@ -150,7 +151,9 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
             "sft_epochs": sft_settings(game, preset).epochs,
             "perturbation": None if perturb is None else {"seed": perturb, "scale": perturb_scale},
             "overrides": overrides or {}, "train_opponent": settings.env_options.get("opponent"),
-            "iterations": settings.iterations, "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
+            "iterations": settings.iterations,
+            # the whole recipe, so a chapter shows only the cells of the recipe it runs (records.tictactoe_recipe_runs)
+            "settings": recipe_settings(settings), "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
             "return_curve": [round(row["mean_return"], 3) for row in run.history]}
 

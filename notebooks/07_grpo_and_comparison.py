@@ -62,10 +62,10 @@ from tutorial_lib.evaluation.stats import (
     run_verdicts,
     spread,
 )
-from tutorial_lib.pipeline import grpo_settings, sft_policy
+from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs
+from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
 from tutorial_lib.report import (
     across_runs,
     count_phrase,
@@ -520,11 +520,12 @@ if grpo_ttt_seeds:
         across_runs(grpo_ttt_seeds, "losses against random", "before_loss", "after_loss", 200,
                     higher_is_better=False) + ".")
     # the three tic-tac-toe algorithms of Part 3 by SFT data order (their budgets, and the records'
-    # machines, differ): chapters 5 and 6 from their grid's cells with torch's own kernels and one thread
+    # machines, differ): chapters 5 and 6 from their recipe's grid cells with torch's own kernels, one
+    # thread and an unperturbed start
     ttt_runs = {f"{name} (ch. {chapter})": [(row["seed"], row["before_minimax_draw_rate"], row["after_minimax_draw_rate"])
-                                       for row in tictactoe_opponent_runs(recipe, "mixed", preset)
-                                       if (row["kernels"], row["threads"]) == ("default", 1)]
-            for name, chapter, recipe in (("REINFORCE", 5, "ttt-reinforce"), ("PPO", 6, "ttt-ppo"))}
+                                       for row in tictactoe_recipe_runs(recipe, rl_settings("tictactoe", preset, algo), preset)
+                                       if (row["kernels"], row["threads"], row.get("perturbation")) == ("default", 1, None)]
+            for name, chapter, recipe, algo in (("REINFORCE", 5, "ttt-reinforce", "reinforce"), ("PPO", 6, "ttt-ppo", "ppo"))}
     ttt_runs["GRPO on moves"] = [(row["sft_seed"], row["before_minimax_draw"], row["after_minimax_draw"])
                              for row in grpo_ttt_seeds]
     table = pd.DataFrame({name: {seed: f"{start:.3f} -> {end:.3f}" for seed, start, end in rows}
@@ -552,8 +553,8 @@ if grpo_ttt_seeds:
 # draw away, which is exactly what the reward penalises, even though no training position came
 # from a game against it. So the result to look for is a draw rate against minimax that rose beyond
 # noise in this run (the sentence under the before-and-after table) and in most of the recorded
-# seeds (the sentence above). The table's three algorithms did not get the same budget (chapter
-# 5's REINFORCE samples the most, from whole games), nor the same training games (chapters 5 and 6
+# seeds (the sentence above). The table's three algorithms did not get the same budget (chapters
+# 5 and 6 sample the most, the same number of turns from whole games), nor the same training games (chapters 5 and 6
 # play minimax in half of theirs), and their records come from different runs of chapter 4's SFT
 # (each row's own start is before its arrow): it shows where each run went, not which algorithm is
 # better. An earlier setting, with every position of the random games and a larger

@@ -95,6 +95,17 @@ def test_tictactoe_opponent_records_hold_several_seeds_of_each_recipe(recipe, op
             assert 0.0 <= run[f"before_{key}"] <= 1.0 and 0.0 <= run[f"after_{key}"] <= 1.0
 
 
+@pytest.mark.parametrize("recipe, algo", [("ttt-reinforce", "reinforce"), ("ttt-ppo", "ppo")])
+def test_the_chapters_tictactoe_recipes_have_recorded_cells_over_seeds(recipe, algo):
+    # chapters 5 and 6 show the grid cells of the recipe they run: a change to the preset's recipe
+    # needs its grid recorded again (benchmarks/rl_numerics_grid.py), or the chapters show none
+    from tutorial_lib.pipeline import rl_settings
+
+    preset = presets.get_preset("ci")
+    runs = records.tictactoe_recipe_runs(recipe, rl_settings("tictactoe", preset, algo), preset)
+    assert len({run["seed"] for run in runs}) >= 3
+
+
 def test_math_record_has_each_study_and_algorithm_over_several_seeds():
     runs = records.recorded_runs("math_rl_seeds.jsonl")
     studies = {(run["study"], run["algo"]) for run in runs}
@@ -158,7 +169,10 @@ def test_tictactoe_grid_counts_each_change_and_tabulates_every_cell(capsys):
     # two cells rose from .5 to .8 over 200 games (beyond noise), one stayed; the losses never moved
     assert "draws against minimax: better in 2 of 3 runs, within noise in 1 of 3 runs" in said
     assert "losses against random: within noise in all 3 runs" in said
-    assert list(table.index.names) == ["kernels", "threads", "seed"] and len(table) == 3
+    assert list(table.index.names) == ["kernels", "threads", "seed", "perturbed"] and len(table) == 3
+    assert set(table.index.get_level_values("perturbed")) == {"no"}
+    perturbed = dict(cells[0], perturbation={"seed": 2, "scale": 1e-6}, after_minimax_draw_rate=0.4)
+    assert report.tictactoe_grid([*cells, perturbed]).index[-1] == ("default", 1, 0, "noise seed 2, 1e-06")
     # a cell that repeats another's run exactly (same seed, same curve, same results) counts once
     twin = dict(cells[0], kernels="avx2")
     report.tictactoe_grid([*cells, twin])
@@ -294,3 +308,35 @@ def test_grid_holds_counts_what_a_grid_covers_and_says_what_it_lacks():
                     "recorded on 1 CPU (AMD EPYC)")
     assert report.grid_holds(pd.DataFrame(rows).to_dict("records")) == said  # NaN where a row lacks a column
     assert "0 CPUs (none named)" in report.grid_holds([{"seed": 0}])
+    perturbed = [*rows, {"seed": 0, "threads": 2, "perturbation": {"seed": 1, "scale": 1e-6}}]
+    assert report.grid_holds(perturbed).endswith("; 1 of them from a perturbed start")
+    assert report.grid_holds(pd.DataFrame(perturbed).to_dict("records")).endswith("; 1 of them from a perturbed start")
+
+
+def test_tictactoe_recipe_runs_are_the_cells_of_the_recipe_a_chapter_trains(monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from tutorial_lib.rl.ppo import PPOSettings
+
+    chapter = PPOSettings(iterations=20, learning_rate=1e-3, env_options={"opponent": "mixed"})
+    other = replace(chapter, learning_rate=3e-4)
+    # plumbing (the seed, micro-batches) is not part of a recipe
+    assert records.recipe_settings(replace(chapter, seed=3, microbatch_turns=8)) == records.recipe_settings(chapter)
+    assert records.recipe_settings(chapter)["adam_betas"] == [0.9, 0.95]  # as JSON reads it back
+
+    def cell(settings, perturbation=None, recipe="ttt-ppo", **extra):
+        return dict(preset="ci", model="tiny", recipe=recipe, seed=0, threads=2, kernels="default",
+                    perturbation=perturbation, settings=records.recipe_settings(settings), **extra)
+    older = records.recipe_settings(chapter)
+    del older["warmup_iterations"]  # a row recorded before the library had this setting (default then)
+    by_file = {"tictactoe_rl_mixed_opponent.jsonl": [cell(chapter), cell(other), cell(chapter, recipe="ttt-reinforce"),
+                                                     dict(cell(chapter), settings=older)],
+               "tictactoe_rl_perturbed.jsonl": [cell(chapter, {"seed": 1, "scale": 1e-6}), {"recipe": "ttt-ppo"}]}
+    for name, rows in by_file.items():
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    runs = records.tictactoe_recipe_runs("ttt-ppo", chapter)
+    # this recipe's cells from both files; not another learning rate, algorithm, or a row naming no settings
+    assert [run["perturbation"] for run in runs] == [None, None, {"seed": 1, "scale": 1e-6}]
+    assert len(records.tictactoe_recipe_runs("ttt-ppo", other)) == 1
+    assert records.tictactoe_recipe_runs("ttt-ppo", replace(chapter, iterations=60)) == []

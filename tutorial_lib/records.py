@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,38 @@ def distinct_runs(rows: Sequence[dict]) -> list[dict]:
 #: --train-opponent``), and the rows of each that are that recipe (chapters 5 and 6)
 TICTACTOE_OPPONENT_RECORDS = {"random": "tictactoe_rl_grid.jsonl", "minimax": "tictactoe_rl_minimax_opponent.jsonl",
                               "mixed": "tictactoe_rl_mixed_opponent.jsonl"}
+
+
+#: every tic-tac-toe grid record: a chapter's recipe may have cells in any of them (the perturbed
+#: and two-thread cells of ``rl_numerics_grid.py --perturb`` were recorded apart)
+TICTACTOE_GRID_RECORDS = (*TICTACTOE_OPPONENT_RECORDS.values(), "tictactoe_rl_perturbed.jsonl")
+
+#: RL settings that change how a run computes, not what it learns: a grid row does not record them
+PLUMBING_SETTINGS = frozenset({"seed", "save_every", "microbatch_turns", "size_to_device"})
+
+
+def recipe_settings(settings) -> dict:
+    """What an RL recipe is, as a grid row records it: every field of ``settings`` (an
+    ``RLSettings`` dataclass) but the plumbing ones, in JSON's types (a tuple reads back as a list)."""
+    return json.loads(json.dumps({f.name: getattr(settings, f.name) for f in fields(settings)
+                                  if f.name not in PLUMBING_SETTINGS}))
+
+
+def same_recipe(recorded: dict, settings) -> bool:
+    """Whether a row's recorded settings are ``settings``' recipe. A setting the row does not name
+    was added to the library after it was recorded and is taken to have its default then."""
+    current = recipe_settings(settings)
+    return all(current.get(key, value) == value for key, value in recorded.items())
+
+
+def tictactoe_recipe_runs(recipe: str, settings, preset: Preset | None = None) -> list[dict]:
+    """Every recorded grid cell of ``recipe`` (``ttt-reinforce``, ``ttt-ppo``) run with exactly the
+    RL settings ``settings`` (the ones a chapter trains with): seeds, thread counts, kernel sets and
+    perturbed starts, from every tic-tac-toe record. A row without recorded settings is not counted:
+    nothing says which recipe it ran."""
+    present = [name for name in TICTACTOE_GRID_RECORDS if (RESULTS_DIR / name).exists()]
+    rows = [row for name in present or TICTACTOE_GRID_RECORDS[:1] for row in recorded_runs(name, preset)]
+    return [row for row in rows if row["recipe"] == recipe and "settings" in row and same_recipe(row["settings"], settings)]
 
 
 def tictactoe_opponent_runs(recipe: str, opponent: str, preset: Preset | None = None) -> list[dict]:

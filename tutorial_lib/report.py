@@ -119,26 +119,37 @@ def grid_holds(rows: Sequence[dict]) -> str:
                        key=str)
         return f"{len(found)} {what}{'s' if len(found) != 1 else ''} ({', '.join(map(str, found)) or 'none named'})"
 
+    perturbed = sum(isinstance(row.get("perturbation"), dict) for row in rows)  # NaN from a data frame: none
     return (f"{len(rows)} runs over {values('seed', 'seed')}, {values('threads', 'thread count')}, "
-            f"{values('kernels', 'kernel set')}, recorded on {values('cpu', 'CPU')}")
+            f"{values('kernels', 'kernel set')}, recorded on {values('cpu', 'CPU')}"
+            + (f"; {perturbed} of them from a perturbed start" if perturbed else ""))
+
+
+def perturbation_label(perturbation: dict | None) -> str:
+    """A grid cell's start as its table shows it: ``"no"``, or the noise's seed and scale
+    (``rl_numerics_grid.py --perturb``: the SFT weights times 1 + scale x N(0, 1))."""
+    if not isinstance(perturbation, dict):  # None, or NaN where a data frame's row lacks it
+        return "no"
+    return f"noise seed {perturbation['seed']}, {perturbation['scale']:g}"
 
 
 def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
     """Tic-tac-toe runs over the numerics grid (``benchmarks/rl_numerics_grid.py``): says how each
     change of :data:`TICTACTOE_CHANGES` fared (:func:`across_runs`) and returns the runs as a table,
-    one row per kernel set, thread count and seed (chapters 5 and 6)."""
+    one row per kernel set, thread count, seed and perturbation of the start (chapters 5 and 6)."""
     import pandas as pd
 
     distinct = distinct_runs(rows)
     repeats = len(rows) - len(distinct)
     machines = " and ".join(sorted({row.get("cpu", "an unnamed CPU") for row in rows}))
-    say(f"Over the numerics grid (seeds x threads x kernels, recorded on {machines}, {episodes} games each"
+    say(f"Over the numerics grid (seeds, thread counts, kernel sets, perturbed starts; recorded on {machines}, {episodes} games each"
         + (f"; {count_phrase(repeats, len(rows), 'cells')} repeated another cell's run bit for bit and count once"
            if repeats else "") + "):",
         "; ".join(across_runs(distinct, name, f"before_{key}", f"after_{key}", episodes, higher_is_better=better)
                   for name, key, better in TICTACTOE_CHANGES) + ".")
     columns = [f"{when}_{key}" for _, key, _ in TICTACTOE_CHANGES for when in ("before", "after")]
-    table = pd.DataFrame(list(rows)).set_index(["kernels", "threads", "seed"])[columns]
+    frame = pd.DataFrame([{**row, "perturbed": perturbation_label(row.get("perturbation"))} for row in rows])
+    table = frame.set_index(["kernels", "threads", "seed", "perturbed"])[columns]
     return table.rename(columns=lambda column: column.replace("_rate", "").replace("_", " ")).round(3)
 
 

@@ -8,7 +8,8 @@ The ``full`` preset is what a GPU user runs, yet CI has no GPU and no hub. This 
 ``TUTORIAL_SCALE=full`` and the offline model, at the smallest counts: expert data, LoRA SFT, evaluation,
 REINFORCE (then resumed), evaluation of the RL policy, PPO with its value head, and math at ``full``
 offline (GSM8K must fail with a clear message, and the generator work when asked). Each stage's
-JSON line is checked; a stage that fails stops the run with its output. Takes a few minutes on a CPU.
+JSON line is checked; a stage that fails stops the run with its output. After SFT the stages run in two
+lanes side by side. Takes a few minutes on a CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -44,26 +46,42 @@ def run(out: Path, model: str) -> None:
     shutil.rmtree(out, ignore_errors=True)  # every run starts from nothing, like CI
     env = {**os.environ, "TUTORIAL_SCALE": "full", "TUTORIAL_MODEL": model, "HF_HUB_OFFLINE": "1"}
     game = ["--game", "guess_the_number"]
-    data = _stage("data", ["data", *game, "--episodes", "8", "--out", str(out / "data"), "--quiet"], env)
+    # 3 games (~10 examples): the one SFT step trains on every example, and on a CPU each costs
+    # SmolLM2's whole forward and backward (36 examples, 8 games: ~70 s of a ~260-s smoke run)
+    data = _stage("data", ["data", *game, "--episodes", "3", "--out", str(out / "data"), "--quiet"], env)
     assert data["examples"] > 8 and data["preset"] == "full"
     sft = _stage("sft (LoRA, 1 step)", ["sft", *game, "--data", data["path"], "--max-steps", "1",
                                          "--out", str(out / "sft"), "--quiet"], env)
     assert (out / "sft" / "adapter_config.json").exists(), "LoRA SFT should save adapters"
     assert sft["last_loss"] is not None
-    metrics = _stage("evaluate sft", ["evaluate", *game, "--policy", str(out / "sft"), "--episodes", "4", "--json"], env)
-    assert metrics["episodes"] == 4
-    rl = ["rl", "--algo", "reinforce", *game, "--init", str(out / "sft"), "--turns-per-iteration", "8",
-          "--out", str(out / "reinforce"), "--quiet"]
-    _stage("rl reinforce (1 iteration)", [*rl, "--iterations", "1"], env)
-    resumed = _stage("rl reinforce --resume", [*rl, "--iterations", "2", "--resume"], env)
-    assert resumed["iterations"] == 2, "resume should continue to iteration 2, not start again"
-    _stage("evaluate rl", ["evaluate", *game, "--policy", resumed["model"], "--episodes", "4", "--json"], env)
-    _stage("rl ppo (1 iteration)", ["rl", "--algo", "ppo", *game, "--init", str(out / "sft"), "--iterations", "1",
-                                    "--turns-per-iteration", "8", "--out", str(out / "ppo"), "--quiet"], env)
-    assert (out / "ppo" / "model" / "value_model.pt").exists(), "PPO saves its critic beside the policy"
-    math = ["evaluate", "--game", "math", "--policy", model, "--episodes", "2", "--json"]
-    _stage("evaluate math (GSM8K offline)", math, env, expect_error="--math-source generated")
-    _stage("evaluate math (generator)", [*math, "--math-source", "generated"], env)
+
+    def reinforce_lane(env: dict[str, str]) -> None:
+        metrics = _stage("evaluate sft", ["evaluate", *game, "--policy", str(out / "sft"), "--episodes", "4", "--json"], env)
+        assert metrics["episodes"] == 4
+        rl = ["rl", "--algo", "reinforce", *game, "--init", str(out / "sft"), "--turns-per-iteration", "8",
+              "--out", str(out / "reinforce"), "--quiet"]
+        _stage("rl reinforce (1 iteration)", [*rl, "--iterations", "1"], env)
+        resumed = _stage("rl reinforce --resume", [*rl, "--iterations", "2", "--resume"], env)
+        assert resumed["iterations"] == 2, "resume should continue to iteration 2, not start again"
+        _stage("evaluate rl", ["evaluate", *game, "--policy", resumed["model"], "--episodes", "4", "--json"], env)
+
+    def ppo_and_math_lane(env: dict[str, str]) -> None:
+        _stage("rl ppo (1 iteration)", ["rl", "--algo", "ppo", *game, "--init", str(out / "sft"), "--iterations", "1",
+                                        "--turns-per-iteration", "8", "--out", str(out / "ppo"), "--quiet"], env)
+        assert (out / "ppo" / "model" / "value_model.pt").exists(), "PPO saves its critic beside the policy"
+        math = ["evaluate", "--game", "math", "--policy", model, "--episodes", "2", "--json"]
+        _stage("evaluate math (GSM8K offline)", math, env, expect_error="--math-source generated")
+        _stage("evaluate math (generator)", [*math, "--math-source", "generated"], env)
+
+    # The stages after SFT need only its adapters: two lanes side by side, one torch thread each (two
+    # processes that each spin threads on every core slow each other far more than 2x). Each process
+    # spends much of its time importing torch, transformers and TRL on one core, so two lanes finish
+    # sooner than one.
+    one_thread = {**env, "TUTORIAL_THREADS": "1"}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        running = [pool.submit(lane, one_thread) for lane in (reinforce_lane, ppo_and_math_lane)]
+        for finished in running:
+            finished.result()  # a stage's SystemExit, or a failed check, is raised here
 
 
 def main(argv: list[str] | None = None) -> int:
