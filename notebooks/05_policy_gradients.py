@@ -593,6 +593,9 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # kernels (`ATEN_CPU_CAPABILITY=default`), which round the way another CPU would. Each cell of the
 # grid is a run a reader's machine could produce; the table's index says which kernel sets, thread
 # counts and seeds the record holds, and a cell that repeated another bit for bit is counted once.
+# Some cells start from the SFT checkpoint with every weight multiplied by 1 + 1e-6 times a normal
+# draw (`--perturb`, the `perturbed` column): a few float32 roundings, which alter no greedy move
+# before training, and a cheap stand-in for another CPU's arithmetic.
 # The claim about the draws against minimax is as strong as the count of cells where they rose
 # beyond noise:
 
