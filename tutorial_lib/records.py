@@ -63,10 +63,10 @@ def recipe_settings(settings) -> dict:
                                   if f.name not in PLUMBING_SETTINGS}))
 
 
-def same_recipe(recorded: dict, settings) -> bool:
-    """Whether a row's recorded settings are ``settings``' recipe. A setting the row does not name
-    was added to the library after it was recorded and is taken to have its default then."""
-    current = recipe_settings(settings)
+def same_recipe(recorded: dict, current: dict) -> bool:
+    """Whether a row's recorded settings are the recipe ``current`` (:func:`recipe_settings`). A
+    setting the row does not name was added to the library after it was recorded and is taken to
+    have its default then."""
     return all(current.get(key, value) == value for key, value in recorded.items())
 
 
@@ -77,7 +77,8 @@ def tictactoe_recipe_runs(recipe: str, settings, preset: Preset | None = None) -
     nothing says which recipe it ran."""
     present = [name for name in TICTACTOE_GRID_RECORDS if (RESULTS_DIR / name).exists()]
     rows = [row for name in present or TICTACTOE_GRID_RECORDS[:1] for row in recorded_runs(name, preset)]
-    return [row for row in rows if row["recipe"] == recipe and "settings" in row and same_recipe(row["settings"], settings)]
+    current = recipe_settings(settings)
+    return [row for row in rows if row["recipe"] == recipe and "settings" in row and same_recipe(row["settings"], current)]
 
 
 def tictactoe_opponent_runs(recipe: str, opponent: str, preset: Preset | None = None) -> list[dict]:
