@@ -18,6 +18,8 @@ from tutorial_lib.book_tools.book_execute import (
     execute_chapters,
     kernel_threads,
 )
+from tutorial_lib.data.sft import STAGED_RUN
+from tutorial_lib.runtime.durable import write_text
 
 
 def notebook(folder, name, body="time.sleep(1.5)"):
@@ -177,5 +179,27 @@ def test_each_chapter_after_chapter_4_waits_for_this_builds_checkpoints(tmp_path
         finish(game)
     assert tests["05_policy_gradients"]() and tests["07_grpo_and_comparison"]()
     assert not tests["06_ppo"]() and not tests["08_evaluation_gap"]()  # CookingWorld is not trained yet
+    # chapter 6 loads CookingWorld's only in its last cells: it starts once chapter 4's staged run has
+    # begun (sft_policy waits for it there); chapter 8 loads it first, so it waits for the seal
+    write_text(sft_dir("cookingworld", preset) / STAGED_RUN, "{}")
+    assert tests["06_ppo"]() and not tests["08_evaluation_gap"]()
     finish("cookingworld")
     assert all(test() for test in tests.values())
+
+
+def test_a_staged_run_left_by_an_earlier_build_starts_nothing_early(tmp_path, monkeypatch):
+    from tutorial_lib.book_tools.book_execute import checkpoints_written_since
+    from tutorial_lib.pipeline import sft_dir
+    from tutorial_lib.presets import get_preset
+    from tutorial_lib.runtime.durable import seal
+
+    monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
+    monkeypatch.setenv("TUTORIAL_SCALE", "ci")
+    preset = get_preset()
+    write_text(sft_dir("cookingworld", preset) / STAGED_RUN, "{}")  # a killed earlier build's
+    time.sleep(0.05)
+    test = checkpoints_written_since(time.time(), {"06_ppo": ("tictactoe",)}, {"06_ppo": ("cookingworld",)})["06_ppo"]
+    seal(sft_dir("tictactoe", preset))
+    assert not test()  # tic-tac-toe is this build's, CookingWorld's staged run is not
+    write_text(sft_dir("cookingworld", preset) / STAGED_RUN, "{}")
+    assert test()

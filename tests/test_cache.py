@@ -43,3 +43,46 @@ def test_a_locked_folder_makes_another_process_wait(tmp_path):
             held = subprocess.run([sys.executable, "-c", probe, str(folder)], timeout=60)
     free = subprocess.run([sys.executable, "-c", probe, str(folder)], timeout=60)
     assert held.returncode == 3 and free.returncode == 0
+
+
+def test_a_reader_waits_for_a_live_process_training_the_folder_in_stages(tmp_path):
+    """Between two parts of a staged SFT run (chapter 4's cells) no lock is held: a reader
+    (pipeline.sft_policy) waits while the process named in the folder's marker lives, and not for
+    a dead one, nor for itself."""
+    import json
+    import os
+    import socket
+    import threading
+
+    from tutorial_lib.data.sft import STAGED_RUN, staged_run_writer
+    from tutorial_lib.pipeline import wait_for_staged_run
+
+    folder = tmp_path / "sft" / "game-key"
+    assert staged_run_writer(folder) is None
+    wait_for_staged_run(folder, poll_seconds=0.01)  # nothing to wait for
+
+    def mark(pid):
+        write_text(folder / STAGED_RUN, json.dumps({"pid": pid, "host": socket.gethostname(),
+                                                    "parts_done": 2, "parts": 4}))
+
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        mark(writer.pid)
+        assert staged_run_writer(folder)["pid"] == writer.pid
+        said, done = [], threading.Event()
+        waiter = threading.Thread(target=lambda: (wait_for_staged_run(folder, poll_seconds=0.02, log=said.append),
+                                                  done.set()))
+        waiter.start()
+        assert not done.wait(0.5)  # still waiting while the writer lives
+        assert len(said) == 1 and str(writer.pid) in said[0] and "2 of 4 parts" in said[0]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert done.wait(10)  # the writer died: the reader goes on (and trains the checkpoint itself)
+    waiter.join()
+    assert len(said) == 1 and staged_run_writer(folder) is None
+    mark(os.getpid())  # a staged run of this very process: waiting for it would never end
+    wait_for_staged_run(folder, poll_seconds=0.01, log=said.append)
+    assert len(said) == 1
+    write_text(folder / STAGED_RUN, "{not json")  # a marker that cannot be read names no writer
+    assert staged_run_writer(folder) is None

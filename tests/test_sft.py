@@ -1,13 +1,23 @@
 import json
+import os
 
 import pytest
 
 from tutorial_lib.data.expert_data import expert_examples
-from tutorial_lib.data.sft import LengthBatches, SFTSettings, completion_logits, tokenize_examples, train_sft
+from tutorial_lib.data.sft import (
+    STAGED_RUN,
+    LengthBatches,
+    SFTSettings,
+    completion_logits,
+    staged_run_writer,
+    tokenize_examples,
+    train_sft,
+)
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.lm.tokenization import IGNORE_INDEX, collate_examples
+from tutorial_lib.runtime.durable import is_complete
 
 from .conftest import SMALL
 
@@ -227,9 +237,15 @@ def test_a_run_in_stages_trains_what_one_call_trains(tiny_cache, gtn_examples, t
     staged_dir = tmp_path / "staged"
     with pytest.raises(FileNotFoundError, match="run stage 1 first"):
         train_sft(load_policy("tiny", tiny_config=SMALL), gtn_examples[:40], settings, output_dir=staged_dir, stage=(2, 3))
-    parts = [train_sft(load_policy("tiny", tiny_config=SMALL), gtn_examples[:40], settings, output_dir=staged_dir,
-                       stage=(i, 3)) for i in (1, 2, 3)]
+    parts, writers = [], []
+    for i in (1, 2, 3):
+        parts.append(train_sft(load_policy("tiny", tiny_config=SMALL), gtn_examples[:40], settings,
+                               output_dir=staged_dir, stage=(i, 3)))
+        writers.append(staged_run_writer(staged_dir))  # between parts, the folder names who trains it
     assert [p.finished for p in parts] == [False, False, True]
+    assert [(w["pid"], w["parts_done"], w["parts"]) for w in writers[:2]] == [(os.getpid(), 1, 3), (os.getpid(), 2, 3)]
+    assert writers[2] is None and not (staged_dir / STAGED_RUN).exists()  # gone before the seal
+    assert is_complete(staged_dir)
     assert [p.step for p in parts] == [5, 10, 15] and whole.step == whole.total_steps == 15
     assert json.loads((staged_dir / "sft_result.json").read_text())["examples"] == 40
     assert not list(staged_dir.glob("checkpoint-*"))  # the finished run keeps only its model

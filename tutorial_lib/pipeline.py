@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
+import time
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ from tutorial_lib.data.expert_data import (
     save_examples,
     tictactoe_examples,
 )
-from tutorial_lib.data.sft import SFTSettings, train_sft
+from tutorial_lib.data.sft import SFTSettings, staged_run_writer, train_sft
 from tutorial_lib.lm.models import is_pretrained, load_policy
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS
 from tutorial_lib.lm.tiny_model import RECIPE_VERSION, TinyConfig
@@ -177,12 +180,38 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
     if data_seed is not None and data_seed != settings.seed:
         settings = replace(settings, seed=data_seed)
         folder = folder.with_name(f"{folder.name}-data-seed-{data_seed}")
-    # under the folder's lock: a chapter running beside chapter 4 (make book) waits for its training
-    # to finish, or trains the checkpoint itself, instead of loading half of one
-    with folder_lock(folder):
-        if not durable.recover(folder):  # none, or one whose training was killed: (re)trained whole
-            policy = load_policy(preset.model, lora=lora_for(preset))
-            # the trainer's live table and log lines only when asked for (a notebook would fill with them)
-            train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),
-                      output_dir=folder)
-        return load_policy(str(folder), **policy_options)
+    while True:
+        # a chapter running beside chapter 4 (make book, or two notebooks open) waits while chapter 4
+        # trains this checkpoint in stages (no lock is held between its cells) ...
+        wait_for_staged_run(folder)
+        # ... and under the folder's lock for a run in one piece, instead of loading half of one
+        with folder_lock(folder):
+            if not durable.recover(folder):  # none, or one whose training was killed: (re)trained whole
+                if _trained_elsewhere(folder):  # a staged run began since the wait: wait for it
+                    continue
+                policy = load_policy(preset.model, lora=lora_for(preset))
+                # the trainer's live table and log lines only when asked for (a notebook would fill with them)
+                train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),
+                          output_dir=folder)
+            return load_policy(str(folder), **policy_options)
+
+
+def _trained_elsewhere(folder: Path) -> dict | None:
+    """The live process, other than this one, that is training ``folder`` in stages (or ``None``)."""
+    writer = staged_run_writer(folder)
+    mine = writer is not None and writer["pid"] == os.getpid() and writer["host"] == socket.gethostname()
+    return None if mine else writer
+
+
+def wait_for_staged_run(folder: str | Path, poll_seconds: float = 10.0, log=print) -> None:
+    """Return once no other live process is training ``folder`` in stages (``train_sft(stage=...)``
+    over a notebook's cells: chapter 4's tic-tac-toe and CookingWorld). Says once whom it waits for.
+    A run in this process is not waited for (that would never end); a killed one is not either."""
+    said = False
+    while (writer := _trained_elsewhere(Path(folder))) is not None:
+        if not said:
+            log(f"waiting for process {writer['pid']}, which is training {Path(folder).name} in stages "
+                f"({writer['parts_done']} of {writer['parts']} parts done): it is about to finish the "
+                "checkpoint this loads (stop that process to have this one train it instead)")
+            said = True
+        time.sleep(poll_seconds)

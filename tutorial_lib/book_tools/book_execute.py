@@ -10,7 +10,8 @@ numbers are then the same in every build on one machine, busy or idle, alone or 
 chapter (:mod:`tutorial_lib.runtime.cpu_threads`).
 
 A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`),
-or once this build has written the SFT checkpoints it loads (:data:`CHAPTER_CHECKPOINTS`); a chapter
+or once this build has written the SFT checkpoints it loads (:data:`CHAPTER_CHECKPOINTS`; those it
+loads only in its last cells need only have begun, :data:`CHAPTER_LATE_CHECKPOINTS`); a chapter
 these tables do not know waits for every chapter before it, which is the old serial order.
 A failing chapter fails the build with its traceback; the chapters that need it do not run.
 
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tutorial_lib.book_tools.book import RECORD_NAME, ROOT, chapter_sources
+from tutorial_lib.data.sft import STAGED_RUN
 from tutorial_lib.pipeline import sft_dir
 from tutorial_lib.presets import get_preset, scale_name
 from tutorial_lib.runtime import durable
@@ -62,27 +64,48 @@ CHAPTER_NEEDS: dict[str, tuple[str, ...]] = {
 #: GuessTheNumber, tic-tac-toe and math long before CookingWorld.
 CHAPTER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
     "05_policy_gradients": ("guess_the_number", "tictactoe"),
-    "06_ppo": ("tictactoe", "math", "cookingworld"),
+    "06_ppo": ("tictactoe", "math"),
     "07_grpo_and_comparison": ("math", "tictactoe"),
     "08_evaluation_gap": ("cookingworld",),
 }
 
+#: chapter -> games whose checkpoints it loads only in its last cells. It may start once this build
+#: has begun training them in stages (chapter 4's cells, ``train_sft(stage=...)``): should it get
+#: there first, ``pipeline.sft_policy`` waits for the live process finishing them. Chapter 6's
+#: CookingWorld cells come after ~700 s of tic-tac-toe and math, which then run beside chapter 4's
+#: CookingWorld training instead of after it.
+CHAPTER_LATE_CHECKPOINTS: dict[str, tuple[str, ...]] = {
+    "06_ppo": ("cookingworld",),
+}
 
-def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ...]] | None = None):
+
+def checkpoints_written_since(since: float, checkpoints: dict[str, tuple[str, ...]] | None = None,
+                              late: dict[str, tuple[str, ...]] | None = None):
     """chapter -> a test that every SFT checkpoint it loads was finished after ``since`` (wall clock):
     by this build, not an earlier one (its seal, :data:`~tutorial_lib.runtime.durable.MANIFEST`, is
-    written last, whole, under the folder's lock)."""
+    written last, whole, under the folder's lock); and that those it loads late
+    (:data:`CHAPTER_LATE_CHECKPOINTS`) were finished, or begun in stages, after ``since``."""
 
     preset = get_preset()  # the kernels' preset: they inherit this process's TUTORIAL_SCALE
+    checkpoints = CHAPTER_CHECKPOINTS if checkpoints is None else checkpoints
+    late = CHAPTER_LATE_CHECKPOINTS if late is None else late
 
-    def written(games: tuple[str, ...]):
-        def test() -> bool:
-            results = [sft_dir(game, preset) / durable.MANIFEST for game in games]
-            return all(path.exists() and path.stat().st_mtime >= since for path in results)
-        return test
+    def written_since(path: Path) -> bool:
+        try:
+            return path.stat().st_mtime >= since
+        except OSError:
+            return False
 
-    return {chapter: written(games) for chapter, games in (CHAPTER_CHECKPOINTS if checkpoints is None
-                                                            else checkpoints).items()}
+    def finished(game: str) -> bool:
+        return written_since(sft_dir(game, preset) / durable.MANIFEST)
+
+    def begun(game: str) -> bool:
+        return finished(game) or written_since(sft_dir(game, preset) / STAGED_RUN)
+
+    def test_for(chapter: str):
+        return lambda: all(map(finished, checkpoints.get(chapter, ()))) and all(map(begun, late.get(chapter, ())))
+
+    return {chapter: test_for(chapter) for chapter in {**checkpoints, **late}}
 
 
 #: seconds per cell beyond ``ci``. ``_config.yml``'s 900 s guards ``ci``'s budget (3 minutes a cell,

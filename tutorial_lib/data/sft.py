@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -329,6 +331,34 @@ def _weighted(collate):
     return collate_weighted
 
 
+#: the file that says a folder is being trained in stages (``train_sft(stage=(i, n))``, n > 1), and by
+#: which process: ``{"pid", "host", "parts_done", "parts"}``. Its parts run as separate calls (a
+#: notebook's cells) and no lock is held between them, so a reader that finds no finished model
+#: there learns from this file whether a live process is about to finish one
+#: (``pipeline.sft_policy`` waits for it). Written when part 1 starts, removed by the last part
+#: before the model is sealed.
+STAGED_RUN = "sft_staged_run.json"
+
+
+def staged_run_writer(output_dir: str | Path) -> dict | None:
+    """The process training ``output_dir`` in stages, while it is alive: :data:`STAGED_RUN`'s
+    contents. ``None`` when no staged run is unfinished there or its process has died (a killed
+    kernel will not finish it). A writer on another host (a shared cache) is taken as alive."""
+    try:
+        writer = json.loads((Path(output_dir) / STAGED_RUN).read_text())
+        pid, host = int(writer["pid"]), writer["host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if host == socket.gethostname() and not durable.process_alive(pid):
+        return None
+    return writer
+
+
+def _mark_staged_run(output_dir: Path, parts_done: int, parts: int) -> None:
+    durable.write_text(output_dir / STAGED_RUN, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                            "parts_done": parts_done, "parts": parts}))
+
+
 def _checkpoints(output_dir: Path) -> list[Path]:
     """The run's resumable stops that were written whole, oldest first (half-written ones go)."""
     return durable.trainer_checkpoints(output_dir)
@@ -453,6 +483,8 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         # the folder's files are rewritten in place from here on: until the new seal at the end, no
         # reader takes them for a finished model
         durable.unseal(output_dir)
+        if parts > 1:  # and between this call and the last part's, a reader knows who finishes them
+            _mark_staged_run(output_dir, part - 1, parts)
     dataset = tokenize_examples(policy.tokenizer, examples, settings.max_length, settings.merge_duplicates)
     if settings.size_to_device:
         settings = sized_to_device(settings, policy.model, dataset)
@@ -496,6 +528,7 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         if part < parts:
             if distributed.is_main():
                 durable.write_text(tally_file, json.dumps(tally))
+                _mark_staged_run(output_dir, part, parts)
             return SFTResult(output_dir, list(trainer.state.log_history), seconds, num_examples, int(trained_tokens),
                              finished=False, step=trainer.state.global_step, total_steps=trainer.state.max_steps,
                              **counts)
@@ -513,6 +546,7 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
         for checkpoint in _checkpoints(output_dir):
             shutil.rmtree(checkpoint)
     tally_file.unlink(missing_ok=True)
+    (output_dir / STAGED_RUN).unlink(missing_ok=True)  # before the seal: a sealed folder lists no marker
     real, positions = tally["padding"]
     padding = round(1 - real / positions, 4) if positions else 0.0
     result = SFTResult(output_dir, list(trainer.state.log_history), seconds, num_examples, int(trained_tokens), padding,

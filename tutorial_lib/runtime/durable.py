@@ -74,11 +74,12 @@ def _remove_dead_writers_files(path: Path) -> None:
     writer's process id, and a writer still alive (another process writing the same file) keeps its own."""
     for leftover in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
         pid = leftover.name[len(path.name) + 2:].split(".")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             leftover.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` runs on this machine (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
