@@ -40,11 +40,12 @@ install: $(STAMP)
 
 # First the tests that measure the machine's own load, with nothing of ours beside them (after the
 # parallel run, its workers' and JVMs' exits were seen in their window); then a worker per core
-# (TEST_JOBS=1: one process; tests/conftest.py gives each worker one thread)
+# (TEST_JOBS=1: one process; tests/conftest.py gives each worker one thread). The slowest tests
+# are listed at the end: where the suite's time goes, in every CI log.
 TEST_JOBS ?= auto
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m alone
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not alone"
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not alone" --durations=15
 
 # Every command-line stage at the full preset with the offline pretrained model and the smallest
 # counts (a few minutes on a CPU): the path a GPU user takes, run where no GPU or hub is.

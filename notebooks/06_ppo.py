@@ -238,11 +238,12 @@ show_source(PPO.minibatch_loss)
 #
 # The first run repeats chapter 5's setting with PPO in place of REINFORCE: chapter 4's tic-tac-toe
 # checkpoint, each training game against random or minimax (half and half, chapter 5's
-# `opponent="mixed"`), an illegal move forfeits the game, as many iterations of 256 turns, a
-# constant learning rate. A game is three to five of the policy's turns with one reward at the end
-# (+1, 0, -1), so γ = 1 and GAE's λ = 0.95; each batch is used for two epochs of two minibatches,
-# four optimiser steps where REINFORCE takes one, so the learning rate is lower than chapter 5's
-# (the recorded cells at the end of this section show what chapter 5's rate did). The evaluation
+# `opponent="mixed"`), an illegal move forfeits the game, batches of the same size, a constant
+# learning rate. A game is three to five of the policy's turns with one reward at the end
+# (+1, 0, -1), so γ = 1 and GAE's λ = 0.95; each batch is used for several epochs of minibatches,
+# several optimiser steps where REINFORCE takes one, so the learning rate is lower than chapter 5's
+# (the cell after the recorded grid prints both, and the recorded cells at the end of this section
+# show what chapter 5's rate did). The evaluation
 # plays each opponent separately: the draws against minimax, which punishes every missed block, are
 # the change to look for; the losses to random say whether it cost anything there. The run goes in
 # two parts, one cell each, as chapter 4's longest runs do:
@@ -294,11 +295,19 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 # The same recipe was run from several starts, and under other rounding, by chapter 5's numerics
 # grid (`benchmarks/rl_numerics_grid.py --recipe ttt-ppo`: SFT data orders and RL seeds, thread
 # counts, kernel sets and perturbed starts, each cell a fresh process that trains its own SFT
-# checkpoint). First,
-# which training opponent held up, from the same checkpoints (runs better / within noise / worse):
+# checkpoint). First, which training opponent held up, from the same checkpoints (runs better /
+# within noise / worse). The three opponents were compared with this chapter's earlier recipe
+# (chapter 5's learning rate for a third of the iterations; its cells close this section), so the
+# table holds those runs only:
 
 # %%
-tictactoe_opponents("ttt-ppo", preset)
+EARLIER_ITERATIONS = 20  # the earlier recipe's length (its learning rate was chapter 5's)
+tictactoe_opponents("ttt-ppo", preset, iterations=EARLIER_ITERATIONS)
+
+# %% [markdown]
+# Read each row's `draws vs minimax` cell against its `losses vs random` cell: the opponent to keep
+# is the one whose draws rose without the losses rising. A row of two runs is a hint, not a result;
+# the mixture (chapter 5's choice) is the row with the most runs.
 
 # %% [markdown]
 # And the cells of exactly this chapter's recipe (the settings the run above trained with), one row
@@ -312,6 +321,7 @@ grid = tictactoe_recipe_runs("ttt-ppo", rl_settings("tictactoe", preset, "ppo"),
 for key, verdict in (("minimax_draw_rate", "better"), ("minimax_draw_rate", "worse"),
                      ("random_loss_rate", "worse")):  # for the summary
     glue(f"ppo_{key}_{verdict}", tictactoe_count(grid, key, verdict), display=False)
+glue("ppo_grid_holds", grid_holds(grid) if grid else "none recorded", display=False)
 if grid:
     say(f"The record holds {grid_holds(grid)}.")
     display(tictactoe_grid(grid))
@@ -319,7 +329,8 @@ ttt_settings, reinforce_settings = rl_settings("tictactoe", preset, "ppo"), rl_s
 steps = ttt_settings.ppo_epochs * -(-ttt_settings.turns_per_iteration // ttt_settings.minibatch_turns)
 say(f"Each batch of about {ttt_settings.turns_per_iteration} turns here takes about {steps} optimiser steps "
     f"({ttt_settings.ppo_epochs} epochs of minibatches of {ttt_settings.minibatch_turns} turns) at learning rate "
-    f"{ttt_settings.learning_rate:g}; chapter 5's REINFORCE takes one per batch at {reinforce_settings.learning_rate:g}.")
+    f"{ttt_settings.learning_rate:g}, for {ttt_settings.iterations} batches; chapter 5's REINFORCE takes one step "
+    f"per batch at {reinforce_settings.learning_rate:g}, for {reinforce_settings.iterations} batches.")
 
 # %% [markdown]
 # Read the perturbed rows beside the unperturbed row of their seed: the same start, to a millionth,
@@ -332,7 +343,7 @@ say(f"Each batch of about {ttt_settings.turns_per_iteration} turns here takes ab
 # each: `benchmarks/results/rl_numerics_grid.md`):
 
 # %%
-earlier = replace(ttt_settings, learning_rate=reinforce_settings.learning_rate, iterations=20)
+earlier = replace(ttt_settings, learning_rate=reinforce_settings.learning_rate, iterations=EARLIER_ITERATIONS)
 earlier_grid = tictactoe_recipe_runs("ttt-ppo", earlier, preset)
 if earlier_grid:
     say(f"PPO at learning rate {earlier.learning_rate:g} for {earlier.iterations} iterations; the record holds "
@@ -342,13 +353,15 @@ if earlier_grid:
 # %% [markdown]
 # Where a recipe's rows go both ways, look at how far each batch moves the policy: with several
 # steps per batch at chapter 5's rate, a few unlucky batches can push the policy off moves it knew,
-# the invalid moves rise, and the sampled return does not recover (the "not recovered" case of the
-# sentence under the figure above). A smaller step per batch needs more batches to get as far,
+# the invalid moves rise (the record's account, `benchmarks/results/rl_numerics_grid.md`, lists
+# them), and the sampled return does not recover (the "not recovered" case of the sentence under
+# the figure above). A smaller step per batch needs more batches to get as far,
 # which is why this chapter's run has more iterations than that one.
 
 # %% [markdown]
-# Chapter 5's REINFORCE runs as many batches of the same size from the same starts; this PPO uses
-# each of them twice, in smaller steps, and adds a critic. That is not a race between the two
+# Chapter 5's REINFORCE trains on batches of the same size from the same starts (how many each
+# takes at this preset is printed above); this PPO uses each batch for several epochs, in smaller
+# steps, and adds a critic. That is not a race between the two
 # (chapter 7 holds the sampled tokens equal on math for that), only a second algorithm on the same
 # task and the same evaluation.
 #
@@ -362,8 +375,8 @@ if earlier_grid:
 # two sets: 200 of those training problems, and 400 problems the model has never seen.
 #
 # One more setting matters for a policy that is rarely right: the sampling **temperature**. At
-# T = 1 the tiny model's sampled answers are right far less often than its greedy ones, so almost
-# every sample in a batch is a failure and the gradient mostly pushes wrong answers down, which
+# T = 1 a tiny model's sampled answers can be right far less often than its greedy ones, and then
+# almost every sample in a batch is a failure and the gradient mostly pushes wrong answers down, which
 # spreads probability over other wrong answers. Sampling at T < 1 and *scoring at the same T*
 # (the policy being trained is then $\mathrm{softmax}(\text{logits}/T)$, exactly what the sampler
 # drew from, so the logged KL between the two stays at 0) puts more successes in each batch.
@@ -411,11 +424,14 @@ fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_varian
 # other three say whether the updates behind it were sound. Read them together, with the half-run
 # means printed above. *Explained variance* rises above 0 as the critic learns which problems the
 # policy gets right (a negative value means the critic is worse than predicting the mean).
-# *Approx-KL* (the k3 estimate of KL between the policy before and after the update) and the *clip
-# fraction* say how far each update moved: values near 0 mean the learning rate could go up
-# (unless the schedule is taking it to 0: this run's cosine schedule ends at 0, so both fall
-# towards 0 in its last iterations); a clip
-# fraction above ~0.3 means most tokens hit the clip and the extra epochs are wasted. A dip in the
+# *Approx-KL* estimates the KL divergence from the policy that sampled the batch to the updated
+# one: per action token it averages $k_3 = (r - 1) - \log r$, with $r = \pi_\theta/\pi_\text{old}$ as
+# above (never negative, unbiased on samples from $\pi_\text{old}$; the plain mean of $-\log r$,
+# "k1", is unbiased too but can come out negative). Approx-KL and the *clip fraction* say how far
+# each update moved: values near 0 mean the learning rate could go up, unless the schedule is
+# taking it down (this run's cosine schedule ends at 0, so both shrink through the run); a clip
+# fraction above ~0.3, almost a third of the tokens at the clip, means the epochs after the first
+# are largely wasted. A dip in the
 # accuracy line that recovers is the noise of batches of a few hundred answers. A fall that does
 # not recover means the policy is moving away from answers it used to get right (a drop in the
 # last iteration or two has had no time to recover: judge it by the greedy table): look at approx-KL
@@ -443,14 +459,18 @@ if len(math_seeds):
 # %% [markdown]
 # ## CookingWorld
 #
-# Now a long multi-turn game: chapter 4's CookingWorld policy, in the ci world, with the TextWorld
+# Now a long multi-turn game: chapter 4's CookingWorld policy, in the preset's world (at `ci`
+# smaller than the tutorial's: fewer rooms and ingredients), with the TextWorld
 # tutorial's GAE λ = 0.95 and γ slightly below 1, so that finishing sooner is worth a little more.
 # Rewards are the game's score increments (they sum to 1 for a finished recipe), and an episode
-# cut by the 32-step limit is bootstrapped as above. Unlike math, a KL penalty to the frozen SFT
-# policy (β = 0.1, the tutorial uses 0.2) keeps the policy close to what it imitated: a batch of
-# a few hundred turns holds few episodes (the run prints how many), so each update follows a
-# noisy signal, and without the penalty the invalid-action rate can drift up over a run (exercise
-# 2 removes it). Before and after, on the training games' fold and on held-out test games (the run
+# cut by the step limit is bootstrapped as above. Unlike math, the run keeps a frozen copy of the
+# SFT policy and, as the TextWorld tutorial does (with β = 0.2), subtracts from each turn's reward β
+# times $\log\pi_\text{old} - \log\pi_\text{SFT}$ summed over the turn's action tokens: the *k1*
+# estimate of the KL divergence to the SFT policy, unbiased but noisy, and it can come out negative
+# on a small batch. It is meant to hold a policy that follows a noisy signal (a batch holds few
+# episodes; the run prints how many) near what it imitated; whether it does anything at this scale
+# is not measured in this book: the figure below logs the KL it pays for, and exercise 2 removes
+# it. Before and after, on the training games' fold and on held-out test games (the run
 # goes in two parts, one cell each, as chapter 4's longest runs do):
 
 # %%
@@ -478,8 +498,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 
 # %% [markdown]
 # With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld is a
-# check that the machinery works (GAE with bootstrapping, the value head learning, the KL penalty
-# holding the policy near its start), not a result: expect most greedy rates to move within the
+# check that the machinery runs (GAE with bootstrapping, a value head being trained, the KL to the
+# SFT policy logged), not a result: expect most greedy rates to move within the
 # noise of the evaluation games (the sentence above names any that did not), and the sampled return to wander, dips included. A batch holds
 # only the few episodes printed above, so one lucky or unlucky game moves a point of the faint
 # line a long way. A fall in the return that lasts is worth a look only together with the other
@@ -505,10 +525,11 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 # %% [markdown]
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
 # test RL can move: the policy already knows how to block and win, and RL can make it do
-# so more consistently, provided it trains against the positions where it fails (chapter 5's
-# mixture of opponents). The sign that it did is a draw rate against minimax that rose beyond noise
-# (the sentence under the tic-tac-toe table says whether it did in this run). Over the recorded
-# cells of this recipe the draws rose beyond noise in {glue:text}`ppo_minimax_draw_rate_better` and
+# so more consistently when it trains against the positions where it fails (chapter 5's mixture of
+# opponents; the opponents' table rests on a few runs each). The sign that it did is a draw rate
+# against minimax that rose beyond noise (the sentence under the tic-tac-toe table says whether it
+# did in this run). Over the recorded cells of this recipe ({glue:text}`ppo_grid_holds`) the draws
+# rose beyond noise in {glue:text}`ppo_minimax_draw_rate_better` and
 # fell beyond noise in {glue:text}`ppo_minimax_draw_rate_worse`, and the losses to random rose beyond
 # noise in {glue:text}`ppo_random_loss_rate_worse`: a result is as strong as the count of cells it
 # held in, and a gain against one opponent can be paid for against the other, which is why both

@@ -123,8 +123,10 @@ show_source(group_normalise)
 # %% [markdown]
 # A group whose answers all score the same teaches nothing: the problem was too hard (or too easy)
 # for the policy *as it samples now*. TRL logs the share of such groups as `frac_reward_zero_std`,
-# the first number to read when GRPO does not learn. The baseline is free (no value network), and
-# unbiased for each problem separately, where PPO's critic must learn it across problems.
+# the first number to read when GRPO does not learn. The baseline is free (no value network) and
+# specific to each problem, where PPO's critic must learn it across problems. It is not exactly
+# unbiased: the group's mean includes the answer it credits, and dividing by the group's standard
+# deviation weights problems unequally (exercise 1 removes the division).
 #
 # ## GRPO through TRL
 #
@@ -193,7 +195,7 @@ pd.Series({k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_op
 #
 # Each algorithm starts from chapter 4's math checkpoint, trains on the same split of problems at
 # the same temperature and learning rate (constant, for all three), and stops once it has
-# *sampled* the same number of answer tokens: the budget is what an RL run pays for (generation is most of the time on a GPU, too). Each run is
+# *sampled* the same number of answer tokens: the budget is what an RL run pays for. Each run is
 # timed, and its peak memory measured (on a CPU, resident memory sampled every 20 ms; on a GPU, the
 # allocator's peak).
 
@@ -206,7 +208,8 @@ pd.DataFrame(result.costs).T.round(1)
 # %% [markdown]
 # Read the cost table across a row: the sampled tokens should agree (the budget, overshot by at
 # most the last batch), and the other columns say what the same budget cost each algorithm in
-# updates, seconds and memory on this machine. What the table says, in words:
+# batches (PPO takes several optimiser steps on each, chapter 6), seconds and memory on this
+# machine. What the table says, in words:
 
 # %%
 costs = pd.DataFrame(result.costs).T
@@ -309,7 +312,9 @@ if len(math_seeds):
     say("Recorded seeds, beyond noise in every seed:", "; ".join(held) + "." if held else
         "nothing: no algorithm's change, and no gap between two algorithms, held in all the seeds.",
         "No other change, and no other gap, was beyond noise in the same direction in every seed.")
-# for the summary: how many recorded runs moved the held-out accuracy beyond noise
+# for the summary: what held in every seed, and how many recorded runs moved the held-out accuracy beyond noise
+glue("math_held", "; ".join(held) if held else "no change and no gap held in every seed" if len(math_seeds)
+     else "no recorded run (this installation has no benchmarks/results)", display=False)
 glue("math_new_better", count_phrase(new_better, new_runs, "recorded runs (algorithms x seeds)") if new_runs
      else "no recorded run (this installation has no benchmarks/results)", display=False)
 
@@ -317,7 +322,7 @@ glue("math_new_better", count_phrase(new_better, new_runs, "recorded runs (algor
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
 for name, history in runs.items():
     tokens = pd.Series([r["action_tokens"] for r in history]).cumsum()
-    # smoothed over a tenth of each run: GRPO logs more (smaller) updates than the others (the cost table)
+    # smoothed over a tenth of each run: GRPO logs more (smaller) batches than the others (the cost table)
     accuracy = pd.Series([r["accuracy"] for r in history]).rolling(max(3, len(history) // 10), min_periods=1).mean()
     axes[0].plot(tokens / 1000, accuracy, label=name)
     seconds = pd.Series([r.get("seconds", r.get("sample_seconds", 0) + r.get("train_seconds", 0)) for r in history])
@@ -344,8 +349,9 @@ fig.tight_layout()
 # %%
 for name, history in runs.items():
     unit = "step" if name == "GRPO (TRL)" else "iteration"
+    # the running mean of the plot above (a tenth of the run), so the sentence reads the line drawn
     say(f"{name}, this run, first half of the run to second: sampled {compare_halves(history, 'accuracy', 'accuracy')};",
-        f"{largest_fall(history, 'accuracy', 'accuracy', unit=unit)}.")
+        f"{largest_fall(history, 'accuracy', 'accuracy', smooth=max(3, len(history) // 10), unit=unit)}.")
 
 # %%
 grpo_history = runs["GRPO (TRL)"]
@@ -385,17 +391,19 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #   with the start; a change within two standard errors of its evaluation set is not a finding.
 #   Look for a change beyond noise that recurs in the recorded seeds (the sentence under the
 #   seeds' table names the ones that did).
-# - **Memory**: which algorithm peaked highest in this run is printed under the cost table. What
-#   each one holds is fixed by its design: PPO with a shared critic adds one linear layer on the
-#   hidden state (chapter 6 counts its parameters), and keeps per turn what its epochs reuse (old
-#   log-probs, values, advantages); GRPO keeps G answers per problem in memory at once; REINFORCE
-#   keeps its batch of turns and their returns, with no critic and no groups. Which of these
-#   dominates the measured peak depends on the model's size and the batch, so the order can differ
-#   from run to run and from machine to machine. A separate critic (the
-#   GSM8K tutorial's choice) or a reference model (a KL penalty β above 0) would add a second copy
-#   of the model's weights.
-# - **New problems** are the honest column. The training split is small (the 600 problems of
-#   the settings table, which the model saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
+# - **Memory**: the cost table's peak is how far the process's memory grew during each run (on a
+#   CPU its resident memory; on a GPU the allocator's peak over tensors). The three run one after
+#   another in one process, REINFORCE first, so memory allocated once (buffers, code loaded on first
+#   use) counts against whichever run needs it first; at the tiny model's size that can outweigh
+#   what the algorithms keep, so the column does not rank them. What each keeps is fixed by its
+#   design: PPO with a shared critic adds one linear layer on the hidden state (chapter 6 counts its
+#   parameters) and keeps per turn what its epochs reuse (old log-probs, values, advantages); GRPO
+#   keeps G answers per problem at once; REINFORCE keeps its batch of turns and their returns. With
+#   a model of real size the weights and optimiser state dominate, and a separate critic (the GSM8K
+#   tutorial's choice) or a reference model (a KL penalty β above 0) adds a second copy of the
+#   weights.
+# - **New problems** are the honest column. The training split is small (the problems of the
+#   settings table, which the model saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
 #   those without any gain on new ones.
 # - **GRPO's zero-std groups.** A group whose G answers all got the same reward has advantage 0 for
 #   every answer: a problem the policy gets right every time, or one it gets wrong every time
@@ -462,12 +470,15 @@ pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("rand
 # %% [markdown]
 # Read the table in pairs of rows, before and after against the same opponent. The column that
 # matters against minimax is the draw rate (it never loses, so a draw is the best result); against
-# random, the loss rate. The invalid rate is per move: an illegal move forfeits the game, so a rise
-# there shows up as losses. Which changes were beyond noise, and how the training curves went:
+# random, the loss rate. The invalid rate is per move, and in this evaluation an illegal move is
+# replaced by a random legal one (chapter 1's fallback; only training forfeits the game), so a rise
+# in it need not show up as losses: it is a cost of its own. Which changes were beyond noise, and
+# how the training curves went:
 
 # %%
 ttt_changes = [compare_summaries(f"against {opponent}, the {name}", ttt_before[opponent], ttt_after[opponent], key)
-               for opponent, key, name in (("minimax", "draw_rate", "draw rate"), ("random", "loss_rate", "loss rate"))]
+               for opponent, key, name in (("minimax", "draw_rate", "draw rate"), ("random", "loss_rate", "loss rate"),
+                                           ("random", "invalid_rate", "invalid rate"))]
 say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
     f"Sampled: {trend(ttt_run.history, 'optimal_rate', 'share of optimal moves')};",
     f"{largest_fall(ttt_run.history, 'optimal_rate', 'share of optimal moves', unit='step')};",
@@ -480,8 +491,8 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 
 # %% [markdown]
 # What to look for in the curves. The reward and the share of optimal moves are the two measures
-# of the sampled answers: if the updates teach the policy to prefer better moves, both rise. They
-# need not move together. The reward can fall while the optimal share holds, when the answers
+# of the sampled answers: if the updates teach the policy to prefer better moves, both rise over
+# the run. Step by step they need not move together. The reward can fall while the optimal share holds, when the answers
 # that are not optimal move from a draw (0) to a losing or illegal move (−1); the invalid rates in
 # the table above say whether illegal moves grew. The zero-std share counts the groups whose
 # answers all landed on moves of the same value (all keeping the draw, all taking the win, or all
@@ -554,18 +565,16 @@ if grpo_ttt_seeds:
 # from a game against it. So the result to look for is a draw rate against minimax that rose beyond
 # noise in this run (the sentence under the before-and-after table) and in most of the recorded
 # seeds (the sentence above). The table's three algorithms did not get the same budget (chapters
-# 5 and 6 sample the most, the same number of turns from whole games), nor the same training games (chapters 5 and 6
-# play minimax in half of theirs), and their records come from different runs of chapter 4's SFT
-# (each row's own start is before its arrow): it shows where each run went, not which algorithm is
-# better. An earlier setting, with every position of the random games and a larger
-# learning rate, did not move the draws in its one recorded run
-# (`benchmarks/results/grpo_tictactoe.md`); it changed both at once, so it cannot say which of
-# the two mattered.
+# 5 and 6 sample turns from whole games, GRPO answers to single positions), nor the same training
+# games (chapters 5 and 6 play minimax in half of theirs), and their records come from different
+# runs of chapter 4's SFT (each row's own start is before its arrow): it shows where each run went,
+# not which algorithm is better.
 #
 # ## Summary
 #
 # - Three algorithms, one budget of sampled tokens, one start: the tables above are measured, not
-#   assumed; this chapter's run is one draw, and the recorded seeds say which changes recur. RL can
+#   assumed; this chapter's run is one draw, and the recorded seeds say which changes recur. On
+#   math, beyond noise in every recorded seed: {glue:text}`math_held`. RL can
 #   only reweight answers the policy already samples, so what the tiny model can gain on math is
 #   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
 #   tiny model never learnt (over the recorded seeds, the accuracy on new problems rose beyond
@@ -605,7 +614,8 @@ if grpo_ttt_seeds:
 #
 # ## Exercises
 #
-# 1. Set `scale_rewards="none"` (Dr. GRPO) and compare `frac_reward_zero_std` and accuracy.
+# 1. Set `scale_rewards="none"` (as in Dr. GRPO: advantages are the reward minus the group's mean,
+#    not divided by the group's standard deviation) and compare `frac_reward_zero_std` and accuracy.
 # 2. Double `num_generations` and halve `prompts_per_step` (same tokens per step). Which helps more
 #    on this task: more answers per problem or more problems?
 # 3. Give PPO a separate critic (`critic="separate"`) and rerun the comparison: what happens to

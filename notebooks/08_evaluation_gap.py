@@ -166,8 +166,10 @@ say(f"In this run the {gap}: evaluation reaches {evaluation / max(training_time,
                  "better": "Here evaluation is ahead: the terms below show which change helped."}[gap.verdict])
 
 # %% [markdown]
-# Two things changed between those two rows, the games and the decoding. The other two rows of
-# the table separate them: change one, then the other, in either order.
+# Read the first row (training-time collection: sampled, training games) against the last
+# (evaluation: greedy, test games); the sentence above compares their success. Two things changed
+# between them, the games and the decoding. The two middle rows separate them: change one, then
+# the other, in either order.
 
 # %%
 S = results["success_rate"]
@@ -260,8 +262,8 @@ folds.round(3)
 #
 # What the possible outcomes imply. If the training games score well above the unseen train-fold
 # games, the policy has learnt those particular games beyond what carries over to new ones: its
-# success on training games measures memory, and a curve of training-time returns on the same few
-# hundred games overstates what it does on any other. If the unseen train-fold games score like
+# success on training games measures memory, and a curve of training-time returns on the games of
+# its data overstates what it does on any other. If the unseen train-fold games score like
 # the training games but above the test games, the policy generalises within its fold and the
 # test fold asks for something the training fold never showed. The two call for different data:
 # more, and more varied, games of the kind already in the data for the first; data that covers
@@ -274,9 +276,10 @@ folds.round(3)
 # held-out fold's.
 #
 # This chapter measures the gap; it does not test a remedy. The record of chapter 4's recipe,
-# `benchmarks/results/sft_recipe.md`, is where data changes were tried: there, twice the games at
-# the same number of steps did not raise test success, while rewriting the training episodes with
-# permuted verbs did.
+# `benchmarks/results/sft_recipe.md`, holds single runs of two data changes (twice the games at the
+# same number of steps; training episodes rewritten with permuted verbs), one seed each; the same
+# record shows that the order of the examples alone moves test success as much, so neither is
+# settled.
 #
 # ## b. Sampled against greedy
 #
@@ -353,8 +356,9 @@ draws.groupby(["run", "drew an unlikely action"])["success"].agg(episodes="count
 # Within each run, compare the success of the episodes that drew an unlikely action with those that
 # drew none, and see in the `episodes` column how many there are of each. The comparison favours
 # the hypothesis more than it should: a long episode makes more draws, so it is more likely to
-# contain an unlikely one, and failed episodes are the long ones (they run to the step limit). It
-# shows how often unlikely actions are drawn, not that each one costs success. A cleaner test
+# contain an unlikely one, and a failed episode tends to be longer than a won one (it wanders, or
+# runs to the step limit). It shows how often unlikely actions are drawn, not that each one costs
+# success. A cleaner test
 # plays the same games sampling at lower temperatures (exercise 1): if stepping off the path is
 # what sampling costs, success moves towards greedy's as the temperature falls.
 #
@@ -718,7 +722,7 @@ success = {**S, **folds["success_rate"], **{f"layout: {k}": v for k, v in prompt
            **{f"{k}: {c}": v for c in limits_table for k, v in limits_table[c].items()}}
 on_other_tokens = len(differ) / len(sampled_turns)
 log_ratio = token_rows.get("tokens differ (all kinds)", {})
-FIX = {"a": "report the test fold; train on more, more varied games",
+FIX = {"a": "report the test fold, with unseen train-fold games beside it",
        "b": "compare like with like; greedy held-out evaluation during training",
        "c": "one prompt function and spec everywhere; a parity test",
        "d": "score the sampler's action_ids",
@@ -782,10 +786,12 @@ plt.show()
 # So why did the tutorial's evaluation lag its training? Its training-time returns were sampled
 # episodes on the games it trained on, cut at 16 steps; its evaluation played held-out games. The
 # decomposition at the top of this chapter splits such a gap into its two measured terms, the
-# games (section a) and the decoding (section b), and the step limit caps both curves alike
-# wherever the gold paths are longer than it (section e). The prompt and tokenisation rows are not
-# part of the gap of a correct pipeline, but each is a bug that silently creates one: a prompt
-# laid out differently from the data's, and a trainer that scores re-tokenised text.
+# games (section a) and the decoding (section b). The step limit caps each curve at the share of
+# its games whose gold path fits (section e): the length table prints that share per fold, and the
+# folds need not have the same share, so the cap can widen the gap or narrow it. The prompt and
+# tokenisation rows are not part of the gap of a correct pipeline, but each is a silent bug: a
+# prompt laid out differently from the data's lowers what evaluation reports (section c), and a
+# trainer that scores re-tokenised text pushes on tokens the policy never sampled (section d).
 
 # %%
 section = {"games": "games (a)", "decoding": "decoding (b)"}  # each term, and the section that splits it

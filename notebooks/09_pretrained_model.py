@@ -30,10 +30,11 @@
 # - what a pretrained model does zero-shot in the four games, and why "it knows language" is not
 #   "it follows the answer format";
 # - what LoRA trains: rank, alpha, target modules, the trainable-parameter count, merging;
-# - what pretraining buys over the tiny model on the same data and steps (sample efficiency, numbers
-#   it never saw in training) and what it costs (time per step, memory);
+# - whether pretraining buys anything over the tiny model on the same data and steps (on the range
+#   it trained on, and on numbers it never saw) and what it costs (time per step, memory);
 # - what an RL step costs at this size on a CPU, and so what RL can and cannot show at `ci`;
-# - what REINFORCE did to SmolLM2 in runs recorded on a CPU, seed by seed, and what it did not do.
+# - what REINFORCE did to SmolLM2 in runs recorded on a CPU (the record says how many seeds each
+#   recipe has), and what it did not do.
 #
 # At `ci` this chapter runs SmolLM2 with settings made for it, the counts cut to fit a CPU build of
 # the book (the first cell prints them); `TUTORIAL_SCALE=small` runs the full `small` counts, and `full`
@@ -180,7 +181,9 @@ zero_shot_table = pd.DataFrame(zero_shot).T
 zero_shot_table
 
 # %% [markdown]
-# Read each row's `invalid rate` columns first (the share of actions the game could not parse),
+# Read each row's `invalid rate` columns first (the share of actions the game rejected: unparseable
+# ones, and in GuessTheNumber also guesses out of range or already made, which is why the random
+# policy's is not 0 there),
 # then the metric beside the random policy's; `format accuracy` is math's share of answers in the
 # `#### N` format. The first output of each game, as the model wrote it:
 
@@ -190,9 +193,8 @@ for game, text in examples_of_output.items():
 
 # %%
 invalid = {game: zero_shot[game][f"invalid rate, {real.model}"] for game in zero_shot_options}
-worst = max(invalid, key=invalid.get)
-say(f"Zero-shot, the pretrained model's invalid-action rate is {invalid[worst]:.2f} in {worst} and "
-      + ", ".join(f"{invalid[g]:.2f} in {g}" for g in invalid if g != worst) + ".")
+say("Zero-shot, the pretrained model's invalid-action rate: " + ", ".join(f"{invalid[g]:.2f} in {g}" for g in invalid)
+    + ".")
 fmt = zero_shot["math"]["format accuracy"]
 say(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
       f"(accuracy {zero_shot['math'][real.model]:.2f}).")
@@ -204,8 +206,8 @@ say(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
 # how often the model missed it. Math's format rate is weaker evidence than it looks: the prompt
 # shows an example answer (`#### 42`), and an answer that copies the example parses as well as a
 # right one. In tic-tac-toe the environment replaces an
-# unparseable move by a random legal one (chapter 1), so the win rate there is the random fallback's,
-# not the model's. This is why SFT comes first even for a pretrained model: RL needs actions the game
+# unparseable move by a random legal one (chapter 1), so the win rate there is mostly the random
+# fallback's, in the share of moves its invalid rate counts. This is why SFT comes first even for a pretrained model: RL needs actions the game
 # accepts before a reward can tell good from bad.
 #
 # ## LoRA: what trains
@@ -222,7 +224,8 @@ say(f"In math it writes the '#### N' format in {fmt:.0%} of its answers "
 # say which layers get adapters (here every linear projection of attention and MLP, `all-linear`).
 # After training, $W + \frac{\alpha}{r} BA$ can be **merged** into one matrix
 # (`model.merge_and_unload()`), so inference costs nothing extra; the book keeps the adapters
-# separate, so a checkpoint is a few MB and the base model is shared. The library's call:
+# separate, so a checkpoint holds only the trainable parameters printed below (a few percent of
+# the model) and the base model is shared. The library's call:
 
 # %%
 lora_policy = load_policy(real.model, lora=real.lora)
@@ -346,7 +349,7 @@ costs.round(3)
 # ## RL on the unseen range: what an iteration costs
 #
 # After SFT on the easy game, the hard game is where the policy can improve: it has never seen a
-# range of 50, and the table above shows how far its success there falls short of the easy game's.
+# range of 50, and the SFT table shows its success there against the easy game's.
 # REINFORCE (chapter 5, with its baseline per state) would train the LoRA adapters on hard games,
 # from seeds far from the evaluation seeds. At `ci` the chapter runs one short iteration of it:
 # enough to show the path works (sampled log-probs, advantages, a LoRA update, a checkpoint) and to
@@ -396,9 +399,9 @@ else:
 # %% [markdown]
 # Read the two sentences above together: the seconds per iteration are what this machine pays, and
 # the hours are what chapter 5's amount of RL would cost at that speed. Where that runs to hours,
-# RL that visibly helps this model does not fit a CI chapter: that is what the `small` preset's
-# longer run is for (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with
-# its command).
+# RL long enough to help this model does not fit a chapter built on a CPU. The `small` preset's run
+# (`TUTORIAL_SCALE=small`; `benchmarks/results/smollm2_cpu.md` records one, with its command) is
+# longer but still too short to read a trend into; the record section below reads longer runs.
 #
 # ## On a GPU
 #
@@ -445,7 +448,9 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 # %% [markdown]
 # ## Sampling faster: the rollout engine
 #
-# Most of an RL iteration is sampling, token by token, and `model.generate` on a LoRA model pays
+# On a GPU most of an RL iteration is sampling, token by token (the GPU record above prints the
+# share); on a CPU the update can take most of it (the record section prints that split). Either
+# way `model.generate` on a LoRA model pays
 # three costs that an RL loop need not (`tutorial_lib.lm.engine`):
 #
 # - **LoRA computed unmerged.** PEFT adds two small matrix products to every adapted layer for
@@ -462,8 +467,7 @@ if {"full", "lora", "qlora"} <= gpu_steps.keys() and gpu_rl:
 #   every turn.
 #
 # The sampled log-probabilities stay those of the policy being trained: `tests/test_engine.py`
-# checks each engine against the trainer's recomputation. The RL run above sampled through the
-# merged copy:
+# checks each engine against the trainer's recomputation. How the RL run above sampled:
 
 # %%
 weights = rl_policy.sampling_weights
@@ -495,10 +499,11 @@ if engine_rows:
 # %% [markdown]
 # ## Does RL improve SmolLM2? The record over seeds
 #
-# The book's claim is that RL makes a language-model policy better. For the tiny model, the
-# recorded runs of chapters 5-7 show it over seeds for two results only: tic-tac-toe's draws against
-# minimax (REINFORCE in chapter 5, PPO in chapter 6), and PPO's greedy accuracy on the math problems
-# it trained on (chapter 6). For SmolLM2 it takes many iterations from the model's own SFT
+# The book's claim is that RL makes a language-model policy better. For the tiny model, the one
+# result its recorded runs hold over seeds is tic-tac-toe's draws against minimax with the mixture
+# of opponents (chapters 5 and 6 print in how many recorded runs they rose beyond noise); PPO's
+# accuracy on the math problems it trained on rose beyond noise in only some of chapter 6's
+# recorded runs. For SmolLM2 it takes many iterations from the model's own SFT
 # checkpoint on a task with room to improve: more than a chapter's budget on a CPU.
 # `benchmarks/pretrained_rl.py` runs them and records each run with its command. A run keeps its
 # state in its own folder, so one that is stopped continues where it stopped when the same command is
@@ -535,8 +540,9 @@ for recipe in dict.fromkeys((row["iterations"], pretrained_rl_recipe(row)) for r
         "T: sampling temperature).")
 
 # %% [markdown]
-# Each recorded run's iterations, one line per seed: the success rate and mean return of the games
-# the policy *sampled* in each iteration (16 games, so each point is noisy; the running mean over
+# Each recorded run's iterations, one line per run (recipe and seed in the legend): the success
+# rate and mean return of the games the policy *sampled* in each iteration (the recipe's games per
+# iteration, so each point is noisy; the running mean over
 # three iterations is the solid line), the share of invalid guesses, and the entropy of the action
 # tokens, which says how much the sampler still explores:
 
@@ -603,15 +609,17 @@ for find in [row for row in cpu_runs if row.get("reward") == "find"]:
             f"({find['iterations']}), {versus}.")
 
 # %% [markdown]
-# If the find-only run ends within noise of the other, the partial reward was not what held the
-# success rate: look at its games in the table above for the same climb, and for what follows a
+# If the find-only run ends within noise of the other, the record gives no sign that the partial
+# reward is what held the success rate: look at its games in the table above for the same climb, and for what follows a
 # guess that was too high. The record's notes (`benchmarks/results/pretrained_rl_cpu.md`) look for
 # the reason with `benchmarks/pretrained_rl_guesses.py`, which scores every guess a policy could
 # write after a history replayed through the game. In the recorded seed, after a guess that was too
 # high, the guesses binary search would make get almost none of the probability, before RL and
 # after, at the runs' temperature too. REINFORCE can only reinforce what it samples: a move the
-# policy never samples has no gradient to grow, whatever the reward, the learning rate (the record's
-# run at a larger one grew nearly deterministic on moves the policy already had) or the temperature.
+# policy almost never samples gains only in proportion to its own tiny probability (as the softmax
+# shifts weight off the sampled moves), whatever the reward or the learning rate (the record's run
+# at a larger one grew nearly deterministic on moves the policy already had); the record tried one
+# temperature above 1.
 # From such a start the move has to come from elsewhere: SFT data on more than one range, a task
 # whose better moves the SFT policy already samples, or exploration by design.
 
@@ -647,8 +655,7 @@ else:
 # included, moves by a few tenths with the draw, so the curves show a trend at best, and the greedy
 # evaluation on the same 200 games before and after is the verdict. A run whose losses to random
 # rose made the policy worse where it was already good: the record's notes
-# (`benchmarks/results/pretrained_rl_cpu.md`) put the runs side by side by learning rate and say
-# what the next run changes.
+# (`benchmarks/results/pretrained_rl_cpu.md`) put the runs side by side by learning rate.
 
 # %% [markdown]
 # What an iteration costs, and what the library does about it, was measured by
@@ -703,7 +710,7 @@ if cost_rows:
 #    $W + \frac{\alpha}{r}BA$ is the same function?
 # 3. **Where an RL iteration's time goes.** Each row of `rl_result.history` logs `sample_seconds`
 #    (generating the actions) and `train_seconds` (the update). Split this chapter's iterations into
-#    the two and compare the split with the GPU record's in the last cell. Then change one thing on
+#    the two and compare the split with the GPU record's (section "On a GPU"). Then change one thing on
 #    the larger side and time an iteration again: more or fewer games side by side
 #    (`dataclasses.replace(settings, num_envs=...)`), or the smaller rank of exercise 1. Which
 #    change buys the most turns per second, and what does it cost the policy?

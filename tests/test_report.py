@@ -199,6 +199,13 @@ def test_tictactoe_opponents_counts_each_records_distinct_runs(monkeypatch, tmp_
     assert table.loc["random"].tolist() == [2, "0 / 1 / 1", "1 / 1 / 0"]
     # mixed: draws rose in both; losses held in one and rose (.10 -> .25, worse) in the other
     assert table.loc["mixed"].tolist() == [2, "2 / 0 / 0", "0 / 1 / 1"]
+    # the runs of one length only (a record may hold two recipes of one algorithm)
+    longer = dict(cell(2, 0.2, 0.10), iterations=60)
+    path = tmp_path / records.TICTACTOE_OPPONENT_RECORDS["mixed"]
+    path.write_text(path.read_text() + json.dumps(longer) + "\n")
+    assert report.tictactoe_opponents("ttt-ppo").loc["mixed", "runs"] == 3
+    only = report.tictactoe_opponents("ttt-ppo", iterations=60)
+    assert list(only.index) == ["mixed"] and only.loc["mixed"].tolist() == [1, "0 / 0 / 1", "0 / 1 / 0"]
 
 
 def test_tictactoe_count_phrases_the_distinct_runs_with_a_verdict():

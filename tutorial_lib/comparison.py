@@ -92,6 +92,6 @@ def compare_on_math(preset: Preset, *, runs_dir: str | Path, seed: int = 0, data
         result.histories[name] = run.history
         result.final[name] = math_accuracy(policy, settings["PPO"].env_options)
         result.costs[name] = {"sampled tokens": sum(r["action_tokens"] for r in run.history),
-                              "updates": len(run.history), "wall seconds": run.seconds, "peak memory (MiB)": memory.mib}
+                              "batches": len(run.history), "wall seconds": run.seconds, "peak memory (MiB)": memory.mib}
         result.memory_measure = memory.what
     return result

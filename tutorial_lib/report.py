@@ -78,15 +78,18 @@ TICTACTOE_CHANGES = (("draws against minimax", "minimax_draw_rate", True),
                      ("losses against random", "random_loss_rate", False))
 
 
-def tictactoe_opponents(recipe: str, preset: Preset | None = None, episodes: int = 200):
+def tictactoe_opponents(recipe: str, preset: Preset | None = None, episodes: int = 200, iterations: int | None = None):
     """One row per training opponent: over that record's distinct runs, how many moved each change
     of :data:`TICTACTOE_CHANGES` beyond noise, either way (chapters 5 and 6: which opponent to train
-    against). Each cell counts the runs "better / within noise / worse", e.g. ``"2 / 0 / 0"``."""
+    against). Each cell counts the runs "better / within noise / worse", e.g. ``"2 / 0 / 0"``.
+    ``iterations``: only the runs of that length (the opponents' records hold one recipe of each
+    algorithm, the mixed record more than one)."""
     import pandas as pd
 
     table = {}
     for opponent in TICTACTOE_OPPONENT_RECORDS:
-        runs = distinct_runs(tictactoe_opponent_runs(recipe, opponent, preset))
+        runs = distinct_runs([row for row in tictactoe_opponent_runs(recipe, opponent, preset)
+                              if iterations is None or row.get("iterations") == iterations])
         if not runs:
             continue
         row = {"runs": len(runs)}
