@@ -450,7 +450,7 @@ pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess
 # %%
 fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
                       ["mean_return", "success_rate", "turns_per_episode", "entropy"],
-                      title="REINFORCE on GuessTheNumber (training batches, sampled)")
+                      title="REINFORCE on GuessTheNumber (γ=0.9, baseline per state; sampled batches)")
 
 # %% [markdown]
 # The curves are measured on the training batches, which are *sampled*; the table above is greedy

@@ -370,7 +370,7 @@ say(f"GRPO, this run: {trend(grpo_history, 'frac_reward_zero_std', 'share of gro
 
 # %%
 fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward_zero_std", "entropy"],
-                      title="GRPO on math: reward, groups with nothing to learn, entropy")
+                      title="GRPO on math: reward, groups with nothing to learn, entropy", x_label="GRPO step")
 
 # %% [markdown]
 # GRPO logs one point per step of a few problems, so its faint line is noisier than PPO's, and the
@@ -487,7 +487,7 @@ say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
 
 # %%
 fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_rate", "frac_reward_zero_std"],
-                      title="GRPO on tic-tac-toe moves: reward, optimal moves, zero-std groups")
+                      title="GRPO on tic-tac-toe moves: reward, optimal moves, zero-std groups", x_label="GRPO step")
 
 # %% [markdown]
 # What to look for in the curves. The reward and the share of optimal moves are the two measures

@@ -78,13 +78,32 @@ def token_strip(tokens: Sequence[str], trained: Sequence[bool], *, title: str, a
     return ax
 
 
+#: a panel's title in words for the metrics the RL runs log (any other key: its name, spaced)
+METRIC_TITLES = {
+    "mean_return": "mean return",
+    "accuracy": "share of right answers",
+    "success_rate": "share of games won",
+    "loss_rate": "share of games lost",
+    "invalid_rate": "share of invalid actions",
+    "optimal_rate": "share of optimal moves",
+    "entropy": "entropy of the action tokens",
+    "turns_per_episode": "turns per game",
+    "explained_variance": "critic's explained variance",
+    "clipfrac": "share of tokens clipped",
+    "approx_kl": "KL, policy before -> after update",
+    "kl_ref": "KL to the SFT policy, per token",
+    "frac_reward_zero_std": "groups with one reward for all",
+}
+
+
 def learning_curves(
     runs: Mapping[str, Sequence[Mapping[str, float]]], keys: Sequence[str], *, title: str, smooth: int = 3,
-    columns: int | None = None,
+    columns: int | None = None, x_label: str = "iteration",
 ):
-    """One panel per metric in ``keys``, one line per run; ``runs[name]`` is a list of per-iteration
-    metric dicts (``RLResult.history``). Lines are a running mean over ``smooth`` iterations, the
-    raw values faint behind them: one iteration's batch is noisy.
+    """One panel per metric in ``keys`` (titled in words, :data:`METRIC_TITLES`), one line per run;
+    ``runs[name]`` is a list of per-iteration metric dicts (``RLResult.history``). Lines are a
+    running mean over ``smooth`` iterations, the raw values faint behind them: one iteration's batch
+    is noisy. A legend names the runs when there is more than one (the title names a single run).
 
     The panels fill a grid ``columns`` wide (by default up to three across, two for four panels), so
     that the figure stays within about 8 inches, the width of the book's page, whatever the number
@@ -106,10 +125,11 @@ def learning_curves(
                         for i in range(len(values))]
             (line,) = ax.plot(steps, smoothed, label=name)
             ax.plot(steps, values, color=line.get_color(), alpha=0.25, linewidth=0.8)
-        ax.set_title(key.replace("_", " "), fontsize=11)
-        ax.set_xlabel("iteration")
+        ax.set_title(METRIC_TITLES.get(key, key.replace("_", " ")), fontsize=11)
+        ax.set_xlabel(x_label)
         ax.grid(alpha=0.3)
-    panels[0].legend(fontsize=9)
+    if len(runs) > 1:
+        panels[0].legend(fontsize=9)
     fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     return fig

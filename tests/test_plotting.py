@@ -1,0 +1,29 @@
+"""The book's learning-curve figure: panels titled in words, a legend only where it names something."""
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from tutorial_lib.plotting import METRIC_TITLES, learning_curves  # noqa: E402
+
+
+def history(offset):
+    return [{"step": i, "mean_return": offset + 0.1 * i, "clipfrac": 0.01 * i, "custom_metric": 1.0} for i in range(5)]
+
+
+def test_panels_are_titled_in_words_and_a_single_run_has_no_legend():
+    fig = learning_curves({"only": history(0)}, ["mean_return", "clipfrac", "custom_metric"], title="t")
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [METRIC_TITLES["mean_return"], "share of tokens clipped", "custom metric"]
+    assert all(ax.get_xlabel() == "iteration" for ax in axes)
+    assert axes[0].get_legend() is None
+
+
+def test_several_runs_get_a_legend_and_a_chosen_x_label():
+    fig = learning_curves({"a": history(0), "b": history(1)}, ["mean_return"], title="t", x_label="GRPO step")
+    ax = fig.axes[0]
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["a", "b"]
+    assert ax.get_xlabel() == "GRPO step"
+    smoothed = ax.lines[2].get_ydata()  # run b's running mean over 3 points: 1.0, 1.05, 1.1, 1.2, 1.3
+    assert list(smoothed) == pytest.approx([1.0, 1.05, 1.1, 1.2, 1.3])
