@@ -18,6 +18,8 @@ def test_spread_and_count_phrases():
     assert report.count_phrase(3, 3, "seeds") == "all 3 seeds"
     assert report.count_phrase(0, 3, "seeds") == "none of the 3 seeds"
     assert report.count_phrase(2, 3, "seeds") == "2 of 3 seeds"
+    assert report.count_phrase(2, 2, "runs") == "both runs"
+    assert report.count_phrase(0, 2, "runs") == "neither of the 2 runs"
 
 
 def test_halves_and_trend():
@@ -126,8 +128,8 @@ def test_across_runs_counts_each_runs_verdict():
     assert sentence.startswith("draws: better in 2 of 3 runs, within noise in 1 of 3 runs (before: mean 0.500")
     assert "after: mean 0.740 (min 0.520, max 0.900, 3 runs)" in sentence
     falling = [{"b": 0.2, "a": 0.0}] * 2
-    assert "better in all 2 runs" in report.across_runs(falling, "losses", "b", "a", 200, higher_is_better=False)
-    assert "worse in all 2 runs" in report.across_runs(falling, "wins", "b", "a", 200)
+    assert "better in both runs" in report.across_runs(falling, "losses", "b", "a", 200, higher_is_better=False)
+    assert "worse in both runs" in report.across_runs(falling, "wins", "b", "a", 200)
     with pytest.raises(ValueError, match="no runs"):
         report.across_runs([], "x", "b", "a", 200)
 

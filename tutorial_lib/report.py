@@ -46,13 +46,14 @@ def say(*sentences: str, width: int = WIDTH) -> None:
 
 
 def count_phrase(count: int, of: int, what: str) -> str:
-    """``"2 of 3 seeds"``, ``"all 3 seeds"``, ``"none of the 3 seeds"``, ``"1 of 1 seed"``."""
+    """``"2 of 3 seeds"``, ``"all 3 seeds"``, ``"none of the 3 seeds"``, ``"1 of 1 seed"``,
+    ``"both seeds"``, ``"neither of the 2 seeds"``."""
     if of == 1:
         return f"{count} of 1 {what.removesuffix('s')}"
     if count == of:
-        return f"all {of} {what}"
+        return f"both {what}" if of == 2 else f"all {of} {what}"
     if count == 0:
-        return f"none of the {of} {what}"
+        return f"neither of the 2 {what}" if of == 2 else f"none of the {of} {what}"
     return f"{count} of {of} {what}"
 
 
