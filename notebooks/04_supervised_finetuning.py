@@ -25,8 +25,9 @@
 # - how prompt/completion examples become training batches for TRL's `SFTTrainer`, with the loss
 #   on the action only;
 # - full fine-tuning (the tiny model), LoRA (PEFT) and QLoRA (4-bit, CUDA) in one function;
-# - what SFT buys in each game, measured before and after with the evaluation harness, and why a
-#   model that imitates well can still fail on held-out games (CookingWorld's test fold);
+# - what SFT buys in each game, measured before and after with the evaluation harness, and how to
+#   tell whether a policy does as well on held-out games as on its training games (CookingWorld's
+#   test fold);
 # - why a small model can need to write out intermediate steps before its answer (tic-tac-toe's
 #   worked lines);
 # - how to run the same thing from the command line at full scale.
@@ -99,6 +100,11 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 ]
 
 # %% [markdown]
+# Read the columns where the rows differ: `merge_duplicates` (GuessTheNumber's few distinct
+# examples, below), `micro_batches` (CookingWorld's long prompts) and `lr_scheduler` (a constant
+# rate where decay cut learning short, lesson 2 at the end). `epochs` counts passes over each
+# game's own data, so it says nothing about cost alone.
+#
 # ### The code
 #
 # Step 1 is two functions. `tokenize_examples` renders each prompt with the chat template and
@@ -226,9 +232,8 @@ def finetune(game, stage=(1, 1)):
     # progress=False: the Trainer's live table would fill the page; the loss curves below show the same
     settings = replace(sft_settings(game, preset), progress=False)
     result = train_sft(policy, examples, settings, output_dir=sft_dir(game, preset), stage=stage)
-    if not result.finished:
-        return print(f"part {stage[0]} of {stage[1]}: step {result.step:,} of {result.total_steps:,}, "
-                     f"loss {result.losses[-1][1]:.3f}")
+    if not result.finished:  # the loss curves below show the whole run
+        return None
     results[game].append(evaluate_policy(game, policy, preset=preset, **options))
     curves[game] = result.losses
     timings[game] = {"examples": result.examples, "distinct examples": result.distinct_examples,
@@ -298,11 +303,13 @@ pd.DataFrame(timings).T
 
 # %% [markdown]
 # Each panel is one game's training loss, on a log scale. Look for where a curve flattens: past
-# that point more steps buy little on the training data. A curve already near zero can jump by
-# orders of magnitude at one logged step and come back down: on a log scale a spike from a loss of
-# 1e-6 is a few batches the model got slightly wrong, and with a constant learning rate such steps
-# are not damped at the end. The table gives each run's size and cost:
-# examples, the completion tokens that carry loss, the share of padding, and the training time.
+# that point more steps buy little on the training data. Where a curve jumps up at one logged step
+# and comes back down, a few batches were fitted worse; with a constant learning rate (the
+# `lr_scheduler` column of the settings table) nothing damps such steps at the end. The table gives
+# each run's size and cost: examples, the completion tokens that carry loss, the share of padding,
+# and the training time. Compare `examples` with `distinct examples`: where they differ,
+# `merge_duplicates` trains each distinct example once, weighted, which is why that run is short.
+# The seconds are this machine's and will differ on another.
 
 # %% [markdown]
 # ## Before and after
@@ -322,6 +329,13 @@ for game, (before, after) in results.items():
     for key in headline[game]:
         rows.append({"game": game, "metric": key, "before SFT": before[key], "after SFT": after[key]})
 pd.DataFrame(rows).set_index(["game", "metric"]).round(3)
+
+# %% [markdown]
+# Read each game's `invalid_rate` first. Before SFT it is near 1 everywhere, so the rows beside it
+# are what the game gives a player that never acts validly: tic-tac-toe plays a random legal move
+# in its place (chapter 1), so its wins and losses before SFT are a random player's. After SFT,
+# where `invalid_rate` is near 0 but the headline metric stays low, the policy learnt the format
+# and not the task; where it stays well above 0, it still writes actions the game rejects.
 
 # %% [markdown]
 # ## Tic-tac-toe against stronger opponents
@@ -348,10 +362,10 @@ pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "inv
 # complete a line (and should), or the opponent could complete one next turn (and must be
 # blocked). `completing_squares` reads both off the board.
 #
-# Trained on the move alone, the same model, data and settings did the right thing in only about
-# half of these positions in the recorded runs, and not only in new ones: on the very prompts it
-# was trained on it missed about as often as in its games, and it lost a large share of its games
-# against random (`benchmarks/results/sft_recipe.md`). That is underfitting, not a failure to
+# Trained on the move alone, the same model, data and settings completed or blocked a line in only
+# about half of these positions in the one recorded checkpoint, on the very prompts it was trained
+# on as in its games, and over three data orders it lost far more games against random than the
+# worked-lines runs recorded beside them (`benchmarks/results/sft_recipe.md`). That is underfitting, not a failure to
 # generalise. To find "two of a kind and an empty
 # square" the model must look at three squares of each of eight lines and name the one square
 # left, all while writing a single move token, and a 2-layer model trained from scratch did not
@@ -402,14 +416,17 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
               "SFT policy, 200 games vs random": tactics(played)}).T.round(2)
 
 # %% [markdown]
-# Compare the policy's rows with its labels' (MCTS completes every line it can and blocks every
-# threat that can be blocked; the others are double threats, where the game is lost). Whatever
-# the policy still misses, above all in its own games, costs it games against random, and is what
+# Compare the policy's rows with its labels'. The labels' block rate falls short of 1 only where
+# MCTS faced a double threat: the game is lost whatever it plays, and it often plays neither
+# square, while blocking either counts here, so a policy can score above its labels in that
+# column. Any gap between the policy's rates on its training prompts and in its own games is what
+# it has not generalised; what it still misses in play costs it games against random, and is what
 # chapter 5's RL works on. The price of the lines is length: the completion tokens per move
 # printed above, so every move costs more generation, and the SFT run more time (the timings
 # above). The lines carry no label and no separators for that reason (each line is always four
-# words): a first version with both was longer and learnt no better
-# (`benchmarks/results/sft_recipe.md`).
+# words): with both, completions were a third longer, and the recorded runs without them lost
+# about as many games to random, within the spread between data orders, for a quarter less SFT
+# time (`benchmarks/results/sft_recipe.md`).
 #
 # ## Math: training problems and new problems
 #
@@ -447,7 +464,6 @@ for fold in ["train", "test"]:
             continue
         rows[(fold, name)] = evaluate_policy("cookingworld", policy, preset=preset, episodes=n, fold=fold)
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
-print("world:", preset.game("cookingworld").env_options)
 folds = compare_summaries("SFT success from the train fold to the test fold", rows[("train", "SFT")],
                           rows[("test", "SFT")], "success_rate")
 say(f"In this run, {folds}.", {"noise": "The two folds score alike: the policy reads the recipe about as well in "
@@ -472,8 +488,7 @@ table.round(3)
 #
 # ## What made the tiny model learn
 #
-# The recipe above is not the first one tried. Each change that mattered was measured while
-# building this chapter, one at a time with everything else fixed. The commands, seeds and numbers
+# Each change to the recipe was measured one at a time, everything else fixed. The commands, seeds and numbers
 # are in `benchmarks/results/sft_recipe.md`; its first table lists each change with the result
 # before and after it, and the cell below reads it from the file ("the table above" in a row means
 # one of the record's own tables). Its numbers come from the recorded runs on a 2-core CPU, not
@@ -504,21 +519,23 @@ else:
 #    placed last in the prompt (at a fixed distance from the answer), each cut the invalid moves
 #    several-fold (the first and third rows). Where finding the answer takes more computation than
 #    the model does in one token, the completion can *carry the steps* (the worked lines).
-# 2. **A tiny model's skills arrive late and suddenly.** Legal moves appeared late in training, and
-#    all at once; a schedule that decays the learning rate to zero ended training just before they
-#    did (the second row), so the tic-tac-toe, GuessTheNumber and CookingWorld recipes at `ci` keep it
+# 2. **A tiny model's skills can arrive late and suddenly.** In the recorded tic-tac-toe runs legal
+#    moves appeared late in training; a schedule that decays the learning rate to zero ended
+#    training before they did (the second row: one run, which also changed Adam's β2), so the tic-tac-toe, GuessTheNumber and CookingWorld recipes at `ci` keep it
 #    constant.
 # 3. **Demonstrations without mistakes say nothing about what to do after one.** Without recovery
 #    data, a CookingWorld policy that wrote one invalid command went on writing them until the
-#    step limit. Chapter 3's injected mistakes cut its invalid commands; its success moved only
+#    step limit. Chapter 3's injected mistakes cut its invalid commands in one recorded run (this
+#    page's CookingWorld table shows how many remain); its success moved only
 #    with the counterfactual recipes of the next lesson.
 # 4. **When a shortcut explains the labels, a small model takes it.** In the gold paths each
 #    ingredient is prepared the same few ways, so "cilantro: dice" predicts the label as well as
 #    reading the recipe does, and the test fold asks for combinations the training games never
 #    show (chapter 3 counts them). Rewriting the training episodes with permuted recipes
-#    (counterfactual recipes) makes the recipe the only predictor. Those rows, the rewritten
-#    recipes and then extra rewritten copies of the cut and cook steps, raised test success more
-#    than any other change in the table.
+#    (counterfactual recipes) makes the recipe the only predictor. Those two rows together (the
+#    rewritten recipes, then extra rewritten copies of the cut and cook steps) raised test success
+#    by more than the whole spread of the data-order row; each step alone moved it by less than
+#    that spread, and each is one run.
 #
 # A caution about every line of that record: most are one training run, and the same CookingWorld
 # examples shuffled in other orders moved test success by more than most single changes did (the
@@ -526,20 +543,24 @@ else:
 # `ci` run above is one draw from it (chapter 8 measures how far another draw of the sampler moves
 # a result). That is also why batching by length stays off: it nearly halved the time of the
 # CookingWorld run, but every grouped run ended below the random-order runs. Micro-batches keep
-# the random batch and group only its pieces: the optimiser step is the same (the loss is divided
-# by the whole batch's completion tokens, which the tests check), only most of the padding goes.
+# the random batch and group only its pieces: the optimiser step is the same up to float rounding
+# (the loss is divided by the whole batch's completion tokens, which the tests check), and most of
+# the padding goes; rounding differs, so each seed is a new draw from the data-order spread.
 #
 # ## Summary
-# - SFT teaches the answer format: in GuessTheNumber and math the invalid answers all but disappear
-#   (the before/after table), and GuessTheNumber learns to use the feedback. Math accuracy on the
-#   training problems and on new ones differ (the math table): part of it is memorised answers.
+# - SFT teaches the answer format: compare `invalid_rate` before and after (the before/after table),
+#   and GuessTheNumber's `mean_turns` for whether it uses the feedback. Where math accuracy on the
+#   training problems is well above that on new ones (the math table), part of it is memorised
+#   answers.
 # - Tic-tac-toe: a move-only model learns to copy a legal move first and tactics only much later, if
 #   at all; writing out the board's lines before the move (a scratchpad computed by a program) let
-#   it complete and block lines far more often (the tactics table sets it beside its MCTS labels).
+#   it complete and block lines far more often (the tactics table sets it beside its MCTS labels;
+#   the record, beside the move-only model).
 #   Chapter 5 rewards winning directly.
-# - CookingWorld: counterfactual recipes and recovery data let a policy trained on train-fold gold
-#   paths play held-out test games; the sentence under the CookingWorld table says how the two
-#   folds compared in this run. Chapter 8 takes the gap between training and evaluation apart.
+# - CookingWorld: a policy trained on train-fold gold paths, with recovery data and counterfactual
+#   recipes, is measured on held-out test games; the sentence under the CookingWorld table says how
+#   the two folds compared in this run, and the record's data-order row how widely test success
+#   varies. Chapter 8 takes the gap between training and evaluation apart.
 # - The checkpoints are cached for the RL chapters.
 #
 # ## Exercises

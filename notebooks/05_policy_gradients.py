@@ -21,8 +21,8 @@
 # {cite}`williams1992reinforce`, in the form the GEM training script uses for multi-turn games
 # {cite}`gem2025`: discounted returns per turn, normalised over the whole batch of turns (ReBN,
 # *return batch normalisation*: subtract the batch's mean return, divide by its standard deviation),
-# each turn's advantage applied to that turn's action tokens only; and a flaw of ReBN that can
-# wreck a policy that is already good, with its fix.
+# each turn's advantage applied to that turn's action tokens only; and a flaw of ReBN that pushes
+# an already good policy off its best moves, with its fix.
 #
 # **You will learn**
 # - how a batch of games is collected with one `generate` call per turn, and why the sampler's
@@ -333,14 +333,17 @@ say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probabilit
 # writing no answer at all; whether it gets that far depends on the run's rounding, so it can differ
 # between two machines with the same seed (the grid of recorded runs further down says what the runs
 # recorded so far did). A baseline per state does
-# not have the flaw. `rebn_by_state` compares each turn with the batch's other turns *in the same
-# state* (for a language model, the same prompt), where the batch saw that state more than once,
-# and with the batch mean otherwise; then it scales by the batch's standard deviation as ReBN
-# does. Turns that took the same action in the same state get advantages that add up to exactly
-# zero, so a policy that is sure of a move is left alone until it tries another, and then the two
-# are compared. A baseline that depends only on the state keeps the gradient unbiased
-# {cite}`sutton2018reinforcement`. It is the library's default (`normalise="rebn_state"`); GEM's
-# ReBN stays available as `normalise="rebn"`, and the last section of this chapter runs both.
+# not have the flaw. `rebn_by_state` subtracts from each turn's return the mean return of the
+# batch's turns *in the same state* (for a language model, the same prompt), where the batch saw
+# that state more than once, and the batch mean otherwise; then it divides by the standard
+# deviation of those centred returns, as ReBN does with its own. When every turn of a state took
+# the same action, their advantages add up to exactly zero, so a policy that is sure of a move is
+# left alone until it tries another, and then the two are compared. A baseline that depends only
+# on the state keeps the gradient unbiased {cite}`sutton2018reinforcement`; this one counts the
+# turn's own return in its state's mean, which scales a state's advantages by (n−1)/n (n: its
+# turns), a reweighting per state, never a change of sign. It is the library's default
+# (`normalise="rebn_state"`); GEM's ReBN stays available as `normalise="rebn"`, and the last
+# section of this chapter runs both.
 
 # %%
 show_source(rebn_by_state)
@@ -410,12 +413,12 @@ show_source(policy_gradient_loss)
 show_source(Reinforce.step)
 
 # %% [markdown]
-# It cut the batch into micro-batches of 16 turns and divided each by the *whole* batch's
-# token count, so the sum of their gradients is the gradient of the one loss above. Note what the
+# In the check above, `Reinforce.step` cut the batch into micro-batches of 16 turns and divided
+# each by the *whole* batch's token count, so the sum of their gradients is the gradient of the one loss above. Note what the
 # loss value does not say: at ratio 1 it is the token-weighted mean advantage, close to 0 after
 # ReBN whatever the policy's quality, so a REINFORCE loss curve is no learning curve (watch the
-# returns instead). The settings that matter for the runs below (every setting is in the collapsed
-# cell after it, each documented in `ReinforceSettings`):
+# returns instead). The settings that matter for the runs below (each documented in
+# `ReinforceSettings`):
 
 # %%
 gtn_settings = rl_settings("guess_the_number", preset)
@@ -424,14 +427,17 @@ pd.Series({"iterations": gtn_settings.iterations, "turns per iteration": gtn_set
            "γ": gtn_settings.gamma, "advantages": gtn_settings.normalise,
            "sampling temperature": gtn_settings.temperature}, name="GuessTheNumber REINFORCE").to_frame()
 
-# %% tags=["hide-output"]
-pd.Series({k: str(v) for k, v in gtn_settings.__dict__.items()}, name="every setting").to_frame()
+# %% [markdown]
+# The row this chapter varies is `advantages` (`rebn_state`, the baseline per state; the last
+# section swaps it). A sampling temperature of 1 with no top-k or top-p (nothing truncates the
+# distribution to its likeliest tokens) makes the sampler the policy itself, which is why the
+# importance ratio starts at 1.
 
 # %% [markdown]
 # ## GuessTheNumber
 #
-# The SFT policy before RL, greedy, on 200 evaluation games of the range RL trains on (the easy one
-# at `ci`; at `small`, whose SFT already solves the easy range, the hard one):
+# The SFT policy before RL, greedy, on 200 evaluation games of the range RL trains on (the preset's
+# range: the easy one at `ci`, the hard one at `small`):
 
 # %%
 # evaluated where RL trains: a before/after on a game it does not play would say nothing about RL
@@ -455,11 +461,10 @@ fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
 # %% [markdown]
 # The curves are measured on the training batches, which are *sampled*; the table above is greedy
 # play on held-out seeds (chapter 8 is about the gap between the two). A flat return at the top
-# is what a policy that already wins every game should show. A return that slides towards −0.1
-# (the format-error penalty) while the turns per episode fall to 1 is the collapse of the section
-# on ReBN's blind spot: the policy has stopped writing answers. It is the drift GEM's ReBN pushes
-# towards, and the baseline per state is there to prevent it. Compare the two tables and look at
-# the entropy curve. How sure of itself was the policy when it sampled?
+# is a policy left alone. A dip that recovers means training moved the policy and moved it back. A
+# return that slides towards −0.1 (the format-error penalty) while the turns per episode fall to 1
+# means the policy stopped writing answers: where ReBN's push on the best opening ends if nothing
+# stops it. Look at the entropy curve too. How sure of itself was the policy when it sampled?
 
 # %%
 sampled = [p for t in collect(gtn, "guess_the_number", range(2000, 2000 + speed_games), env_options=gtn_options).turns
@@ -500,12 +505,15 @@ if len(grid):
 # runs did, not what every machine will do.
 #
 # REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
-# deterministic samples, game after game, the very moves it would play greedily: every episode of
-# a given secret number is the same episode. With a baseline per state, the turns of one state and
-# one action cancel exactly, so such a policy is left where SFT put it (with GEM's ReBN it would be
-# pushed off its openings, as the section on ReBN's blind spot shows). To learn more, the policy
-# has to try something else. The fix is upstream:
-# keep entropy in the SFT policy (fewer epochs, a final learning rate that decays), sample with a
+# deterministic samples, game after game, the very moves it would play greedily: nearly every
+# episode of a given secret number is the same episode. With a baseline per state, the turns of one
+# state and one action cancel exactly; only a turn that tries another guess is compared with the
+# usual one. Those rare updates still move weights every state shares, so the sampled curves can
+# dip and recover while greedy play ends where it started (the curves and the before-and-after
+# table above; with GEM's ReBN the policy is pushed off its openings, as the section on ReBN's
+# blind spot shows). To learn more, the policy has to try something else. The fix is upstream:
+# keep entropy in the SFT policy (fewer epochs; a decaying rate, at the cost chapter 4's lesson 2
+# describes), sample with a
 # higher temperature (the importance ratio then corrects for the sampler, since its log-probs
 # are recorded), or add an entropy bonus to the loss (chapter 6). In tic-tac-toe the opponent's
 # random replies make every game different, so even a confident policy meets positions where its
@@ -527,8 +535,8 @@ if len(grid):
 # alone it never sees a won game, and never the positions that only random play reaches. So this
 # chapter's recipe plays each training game against one or the other, drawn from the game's seed,
 # half and half (`opponent="mixed"`). The three choices were run from the same SFT checkpoints
-# (`benchmarks/rl_numerics_grid.py --train-opponent`; the chosen one from more starts since, the
-# `runs` column); the table counts, per choice, the runs in which each evaluation changed beyond
+# (`benchmarks/rl_numerics_grid.py --train-opponent`; the mixture from more starts, the `runs`
+# column); the table counts, per choice, the runs in which each evaluation changed beyond
 # the noise of 200 games:
 
 # %%
@@ -579,8 +587,8 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # sampled at temperature 1, mix games against both opponents, and are noisy from one batch to the
 # next; the half-run averages are steadier than any single point. A return near 0 is the ceiling
 # of the minimax half (a draw), so the sampled return tops out near +0.5, not +1. When RL works
-# here, the sampled return climbs, the losses and the illegal moves (which forfeit a game in
-# training) become rarer, and the entropy falls as the policy grows surer of its moves. The greedy
+# here, the sampled return climbs and the losses become rarer; the illegal moves (which forfeit a
+# game in training) and the entropy may fall too, but need not (the sentences above give both). The greedy
 # draw rate against minimax is the change to look for; the losses to random say whether it was
 # paid for elsewhere.
 #
@@ -590,7 +598,7 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # (chapter 4's SFT, then this chapter's REINFORCE; chapter 6's PPO from the same checkpoint) in
 # fresh processes, each with its own cache, over SFT data orders and RL seeds, a fixed thread count
 # and a chosen set of kernels: `default` is torch's own pick for the CPU, `scalar` its unvectorised
-# kernels (`ATEN_CPU_CAPABILITY=default`), which round the way another CPU would. Each cell of the
+# kernels (`ATEN_CPU_CAPABILITY=default`), which round differently from the vectorised ones. Each cell of the
 # grid is a run a reader's machine could produce; the table's index says which kernel sets, thread
 # counts and seeds the record holds, and a cell that repeated another bit for bit is counted once.
 # Some cells start from the SFT checkpoint with every weight multiplied by 1 + 1e-6 times a normal
@@ -646,9 +654,10 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 
 # %% [markdown]
 # One run of each, as long as the sentence above says: it also says whether their greedy rates differ
-# by more than another set of 200 evaluation games could. Expect little difference from this start
-# in so few iterations. Half the training games are against random, which the SFT policy mostly
-# wins where its win rate above is high, so raw returns
+# by more than another set of 200 evaluation games could; the mean sampled returns come from one
+# run each and cannot rank the three. Expect little difference from this start in so few
+# iterations. Half the training games are against random, which the SFT policy mostly wins (its
+# win rate above), so raw returns
 # push up much of what the policy already does, much as the centred ones do; the opponents reply
 # at random (minimax among its equally good moves), so the positions rarely repeat beyond the
 # first moves, and the baseline per state falls back to the batch mean for most turns and behaves
@@ -688,16 +697,19 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   sampling, dropout on).
 # - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
 #   nothing, so training forfeits it.
-# - A baseline must not ignore the state. ReBN's batch mean scores every opening turn of a won
-#   game below average, a steady push off the best moves that Adam turns into full-size steps;
-#   a baseline per state (the library's default) leaves a sure, correct move alone.
-# - RL needs room and exploration. A GuessTheNumber SFT policy that already wins nearly every game,
-#   nearly deterministically (the entropy and the share of confident tokens printed above say how
-#   nearly, in this run), gives REINFORCE nothing to compare. Where chapter 4's tic-tac-toe policy
+# - A baseline must not ignore the state. In a batch of won games ReBN's batch mean scores the
+#   opening turns below average on the whole (their advantages add up to a negative number, printed
+#   above), a steady push off the best opening that Adam turns into full-size steps; with a
+#   baseline per state (the library's default) the turns of one state and one action cancel.
+# - RL needs room and exploration. Where the GuessTheNumber SFT policy already wins nearly every
+#   game, nearly deterministically (the entropy and the share of confident tokens printed above say
+#   whether it does in this run), greedy play has nowhere to go and REINFORCE almost nothing to
+#   compare. Where chapter 4's tic-tac-toe policy
 #   already wins most games against random, the greedy rates there have little room (the sentence
 #   under the run says whether any moved beyond noise); against minimax the missed blocks are what
 #   loses, and that is where RL can help.
-# - The opponent decides what RL fixes. Over the recorded starts, the draws against minimax rose
+# - The training opponent matters. Over the recorded starts (two each for a single opponent, all on
+#   one CPU), the draws against minimax rose
 #   beyond noise in {glue:text}`ttt_random_rose` trained against random alone,
 #   {glue:text}`ttt_minimax_rose` against minimax alone, and {glue:text}`ttt_mixed_rose` against
 #   the mixture (the opponents table and the grid above). The sentence under this chapter's run
