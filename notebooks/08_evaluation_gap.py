@@ -104,7 +104,8 @@ print("the TextWorld tutorial's world:      ", TUTORIAL_WORLD)
 # rule that turns those probabilities into the action. **Greedy** decoding takes the most probable
 # token every time, so the same prompt always gives the same action. **Sampled** decoding draws
 # each token at random from the probabilities; at *temperature 1* they are used as the model gives
-# them, with no top-k or top-p cut of the unlikely tokens, which makes the sampler exactly the
+# them, with no top-k or top-p cut (keeping only the k likeliest tokens, or the likeliest up to a
+# total probability p), which makes the sampler exactly the
 # stochastic policy that a policy-gradient method trains. Everything below runs through two
 # functions: greedy evaluation with the harness of chapter 1, and training-time collection with
 # chapter 5's `collect`, which samples with the `rl` preset (temperature 1).
@@ -214,8 +215,8 @@ draw_terms.round(3)
 # A term with one sign in every draw and both orders is one only if it is also larger than the
 # noise of the games each rate was measured on (the sentences above say which). The draws only
 # show the sampler's noise: the games stay the same, so a term that is the same in every draw can
-# still be luck of the games. (The greedy-only term is the same in every draw by construction:
-# greedy play does not depend on the sampling seed.) The next two sections take the two terms in
+# still be luck of the games. (The term that compares two greedy rates, "games (decoding first)",
+# is the same in every draw by construction: greedy play does not depend on the sampling seed.) The next two sections take the two terms in
 # turn.
 #
 # ## a. Memorisation: training games against held-out games
@@ -373,7 +374,7 @@ draws.groupby(["run", "drew an unlikely action"])["success"].agg(episodes="count
 # The policy only ever read prompts with "Your actions so far" and the remembered recipe, and no
 # window of past observations (chapter 2 explains that layout). Suppose the evaluation script
 # builds its prompt as the TextWorld tutorial did, with a window of recent observations and no
-# action list or memory; or keeps our layout but adds a window of two recent turns. `PromptSpec`
+# list of past actions or remembered recipe; or keeps our layout but adds a window of two recent turns. `PromptSpec`
 # describes a layout, and `LanguagePolicy(prompt_spec=...)` plays with another layout than the
 # game's (by default a policy uses the game's own, so the mismatch takes a deliberate choice, or
 # a second, hand-written prompt builder in an evaluation script). What the model reads at the
@@ -384,7 +385,7 @@ tutorial_style = replace(prompt_spec("cookingworld"), history_window=3, action_h
 layouts = {
     "as in the data": LanguagePolicy(policy.model, tokenizer),
     "data layout + window of 2": LanguagePolicy(policy.model, tokenizer, history_window=2),
-    "tutorial style (window of 3, no action list, no recipe)": LanguagePolicy(policy.model, tokenizer,
+    "tutorial style (window of 3, no past actions, no recipe)": LanguagePolicy(policy.model, tokenizer,
                                                                              prompt_spec=tutorial_style),
 }
 gold_game = run_episodes("cookingworld", ExpertPolicy(), [0], env_options={**world, "fold": "test"})[0]
@@ -681,6 +682,11 @@ ax = plotting.length_histogram({name: lengths[(name, "train")] for name in gold_
 plt.show()
 
 # %% [markdown]
+# Each row of the table is one world and fold: `max` is the longest gold path, and each `fits in`
+# column the share of gold paths that a step limit leaves room for (the sentence above the table
+# prints the tutorial's limit). The histogram shows the train-fold lengths against both limits.
+
+# %% [markdown]
 # A game whose gold path is longer than the limit cannot be won in time, by the expert or by
 # anything that imitates it: the limit caps success. Playing the gold path (the expert policy)
 # under both limits, and the SFT policy (greedy, test games) under both:
@@ -805,6 +811,9 @@ say(f"Training-time success {training_time:.2f}, evaluation success {evaluation:
 per_draw.round(3)
 
 # %% [markdown]
+# Each row is one sampling draw, each column one term's cost averaged over the two orders; the
+# sentence above says whether the same term is larger in every draw and whether it exceeds the noise.
+#
 # What to take away:
 #
 # - Measure memorisation on held-out games, and add unseen games of the training fold to tell

@@ -305,16 +305,16 @@ sft_table.round(3)
 # %%
 smol_name, tiny_name, own_name = (f"{real.model}, {steps} steps", f"tiny, {steps} steps", "tiny, chapter 4's budget")
 success = {key: row["success_rate"] for key, row in sft_rows.items()}
-say(f"Easy game after {steps} steps: {real.model} {success[(smol_name, 'easy')]:.2f}, "
-      f"the tiny model {success[(tiny_name, 'easy')]:.2f} "
-      + ("(in this run the pretrained model learnt far more from the same few examples)."
-         if success[(smol_name, "easy")] > success[(tiny_name, "easy")] + 0.2 else "."))
-say(f"Hard game (numbers never seen in training): {real.model} {success[(smol_name, 'hard')]:.2f}, "
-      f"the tiny model with chapter 4's budget {success[(own_name, 'hard')]:.2f} "
-      + ("-- in this run pretraining carried the idea of halving a range to numbers the fine-tuning data "
-         "never held."
-         if success[(smol_name, "hard")] > success[(own_name, "hard")] + 0.1
-         else "-- in this run pretraining did not carry the strategy to the unseen range better than the tiny model."))
+evaluated = real.game("guess_the_number").eval_episodes  # games per rate: the noise of each comparison
+easy = compare_rates(f"easy game after {steps} steps, success from the tiny model to {real.model}",
+                     success[(tiny_name, "easy")], success[(smol_name, "easy")], evaluated)
+hard = compare_rates(f"hard game (numbers never seen in training), success from the tiny model with chapter 4's "
+                     f"budget to {real.model}", success[(own_name, "hard")], success[(smol_name, "hard")], evaluated)
+say(f"{str(easy)[0].upper()}{str(easy)[1:]}"
+    + (": in this run the pretrained model learnt more from the same few examples." if easy.verdict == "better" else "."))
+say(f"{str(hard)[0].upper()}{str(hard)[1:]}"
+    + (": in this run pretraining carried the idea of halving a range to numbers the fine-tuning data never held."
+       if hard.verdict == "better" else ": this run does not show pretraining carrying the strategy to the unseen range."))
 
 # %% [markdown]
 # ## What it costs
