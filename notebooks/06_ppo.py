@@ -242,9 +242,9 @@ show_source(PPO.minibatch_loss)
 # learning rate. A game is three to five of the policy's turns with one reward at the end
 # (+1, 0, -1), so γ = 1 and GAE's λ = 0.95; each batch is used for several epochs of minibatches,
 # several optimiser steps where REINFORCE takes one, so the learning rate is lower than chapter 5's
-# (the cell after the recorded grid prints both, and the recorded cells at the end of this section
-# show what chapter 5's rate did). The evaluation
-# plays each opponent separately: the draws against minimax, which punishes every missed block, are
+# (the sentence printed under this recipe's recorded grid gives both, and the recorded cells at
+# the end of this section show what chapter 5's rate did). The evaluation plays each opponent
+# separately: the draws against minimax, which punishes every missed block, are
 # the change to look for; the losses to random say whether it cost anything there. The run goes in
 # two parts, one cell each, as chapter 4's longest runs do:
 

@@ -172,7 +172,9 @@ def test_each_chapter_after_chapter_4_waits_for_this_builds_checkpoints(tmp_path
 
     finish("tictactoe")  # an earlier build's checkpoint
     time.sleep(0.05)
-    tests = checkpoints_written_since(time.time())
+    # a file's time stamp comes from a coarser clock than time.time() and can lag it by a tick:
+    # "since" a little before now, well after the earlier build's write
+    tests = checkpoints_written_since(time.time() - 0.02)
     assert set(tests) == {"05_policy_gradients", "06_ppo", "07_grpo_and_comparison", "08_evaluation_gap"}
     assert not any(test() for test in tests.values())
     for game in ("guess_the_number", "tictactoe", "math"):
@@ -198,7 +200,8 @@ def test_a_staged_run_left_by_an_earlier_build_starts_nothing_early(tmp_path, mo
     preset = get_preset()
     write_text(sft_dir("cookingworld", preset) / STAGED_RUN, "{}")  # a killed earlier build's
     time.sleep(0.05)
-    test = checkpoints_written_since(time.time(), {"06_ppo": ("tictactoe",)}, {"06_ppo": ("cookingworld",)})["06_ppo"]
+    test = checkpoints_written_since(time.time() - 0.02,  # a tick before now (file time stamps lag), after the marker
+                                     {"06_ppo": ("tictactoe",)}, {"06_ppo": ("cookingworld",)})["06_ppo"]
     seal(sft_dir("tictactoe", preset))
     assert not test()  # tic-tac-toe is this build's, CookingWorld's staged run is not
     write_text(sft_dir("cookingworld", preset) / STAGED_RUN, "{}")

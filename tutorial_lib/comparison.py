@@ -40,7 +40,7 @@ class Comparison:
     final: dict[str, dict[str, float]] = field(default_factory=dict)
     #: each run's per-update log
     histories: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    #: sampled tokens, updates, wall seconds and peak memory per algorithm
+    #: sampled tokens, batches, wall seconds and peak memory per algorithm
     costs: dict[str, dict[str, float]] = field(default_factory=dict)
     #: what the peak-memory figure measures on this device
     memory_measure: str = ""
