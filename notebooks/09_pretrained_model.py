@@ -499,11 +499,12 @@ if engine_rows:
 # %% [markdown]
 # ## Does RL improve SmolLM2? The record over seeds
 #
-# The book's claim is that RL makes a language-model policy better. For the tiny model, the one
-# result its recorded runs hold over seeds is tic-tac-toe's draws against minimax with the mixture
-# of opponents (chapters 5 and 6 print in how many recorded runs they rose beyond noise); PPO's
-# accuracy on the math problems it trained on rose beyond noise in only some of chapter 6's
-# recorded runs. For SmolLM2 it takes many iterations from the model's own SFT
+# The book's claim is that RL makes a language-model policy better. For the tiny model, the
+# recorded runs hold it over seeds for tic-tac-toe's draws against minimax with the mixture of
+# opponents (chapters 5 and 6 print in how many runs they rose beyond noise), and on the math
+# problems it trained on only in part: PPO at chapter 7's constant learning rate, while chapter
+# 6's own recipe raised them beyond noise in some of its recorded runs (each chapter prints its
+# count), and chapter 7 counts the runs that improved the new problems. For SmolLM2 it takes many iterations from the model's own SFT
 # checkpoint on a task with room to improve: more than a chapter's budget on a CPU.
 # `benchmarks/pretrained_rl.py` runs them and records each run with its command. A run keeps its
 # state in its own folder, so one that is stopped continues where it stopped when the same command is
