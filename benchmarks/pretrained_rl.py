@@ -18,6 +18,11 @@ those the book's claim rests on (a pretrained model that RL makes better):
   split) and on training problems.
 * ``gtn-50``, ``gtn-100``: GuessTheNumber on 1-50 in 7 turns or 1-100 in 8, ranges and turn limits
   the SFT data (1-10 in 4 at ``small``/``gpu``) never had; REINFORCE on it; success rate.
+* ``gtn-50-ranges``: ``gtn-50`` from an SFT start whose binary-search games were on three ranges
+  (1-10 in 4 turns, 1-20 in 5, 1-30 in 5; the game's ``ranges`` option), none of them 1-50: the
+  preset's SFT recipe otherwise. From 1-10 alone SmolLM2 counts up by one above 10 and RL never
+  samples a bisection there (``benchmarks/results/pretrained_rl_cpu.md``); over several ranges it
+  learns binary search as a rule of the stated range, which 1-50 then tests.
 
 ``--reward find`` trains GuessTheNumber on a reward for finding the number only (GEM's rules pay a
 wrong last guess by how close it is: 0.94 for one 3 away on 1-50, nearly a win); the evaluation
@@ -61,11 +66,28 @@ TASKS = {
     "gtn-100": dict(game="guess_the_number", algo="reinforce",
                     train={"preset": None, "low": 1, "high": 100, "max_turns": 8},
                     eval={"preset": None, "low": 1, "high": 100, "max_turns": 8}),
+    "gtn-50-ranges": dict(game="guess_the_number", algo="reinforce",
+                          sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5]]},
+                          train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
+                          eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
 }
 #: what each task's before/after compares (the first is the claim's metric)
 HEADLINE = {"ttt-x": "minimax_draw_rate", "ttt-o": "minimax_draw_rate", "math": "accuracy (new problems)",
-            "gtn-50": "success_rate", "gtn-100": "success_rate"}
+            "gtn-50": "success_rate", "gtn-100": "success_rate", "gtn-50-ranges": "success_rate"}
 CURVES = ("mean_return", "success_rate", "invalid_rate", "entropy", "kl_k3", "turns", "sample_seconds", "train_seconds")
+
+
+def sft_start(task: str, preset, seed: int):
+    """The task's SFT policy (data-order seed ``seed``): the preset's checkpoint of the game, or,
+    where the task names its own expert games (``sft``), the same recipe on those games, cached
+    apart (the expert data and checkpoint folders are named by the settings)."""
+    from tutorial_lib.pipeline import sft_policy
+
+    spec = TASKS[task]
+    if "sft" in spec:
+        settings = preset.game(spec["game"])
+        preset = replace(preset, games={**preset.games, spec["game"]: replace(settings, env_options=spec["sft"])})
+    return sft_policy(spec["game"], preset, data_seed=seed)
 
 
 def evaluate(task: str, policy, preset, episodes: int) -> dict[str, float]:
@@ -156,7 +178,6 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     (not yet recorded)."""
     import torch
 
-    from tutorial_lib.pipeline import sft_policy
     from tutorial_lib.rl.ppo import train_ppo
     from tutorial_lib.rl.reinforce import train_reinforce
     from tutorial_lib.runtime.tracking import has_checkpoint
@@ -179,7 +200,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
         # recorded before the records kept games: play them with the SFT and the trained model
         from tutorial_lib.lm.models import load_policy
 
-        row["before_games"] = example_games(task, sft_policy(game, preset, data_seed=seed))
+        row["before_games"] = example_games(task, sft_start(task, preset, seed))
         row["after_games"] = example_games(task, load_policy(str(folder / "model")))
         return row, True
     stages = json.loads((folder / "seconds.json").read_text()) if (folder / "seconds.json").exists() else {}
@@ -189,7 +210,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
         (folder / "seconds.json").write_text(json.dumps(stages))
 
     began = time.perf_counter()
-    policy = sft_policy(game, preset, data_seed=seed)
+    policy = sft_start(task, preset, seed)
     if "sft" not in stages:  # a later call only loads the checkpoint the first one trained
         note("sft", began)
     if (folder / "before.json").exists():
@@ -211,7 +232,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     after = evaluate(task, policy, preset, episodes)
     note("evaluate_after", began, add=False)  # an extended run's earlier evaluation is not part of it
     if game == "guess_the_number":
-        games = {"before_games": example_games(task, sft_policy(game, preset, data_seed=seed)),
+        games = {"before_games": example_games(task, sft_start(task, preset, seed)),
                  "after_games": example_games(task, policy)}
     else:
         games = {}
@@ -220,7 +241,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
            "learning_rate": settings.learning_rate, "temperature": settings.temperature,
            "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
-           "train_options": settings.env_options, "eval_episodes": episodes, "headline": HEADLINE[task],
+           "train_options": settings.env_options, "sft_options": spec.get("sft"), "eval_episodes": episodes, "headline": HEADLINE[task],
            "turns": int(sum(r.get("turns", 0) for r in history)),
            **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
            **{f"before_{k}": v for k, v in standard_errors(before, episodes).items()},

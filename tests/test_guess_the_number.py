@@ -101,3 +101,44 @@ def test_same_seed_same_secret_and_bad_options():
         envs.make("guess_the_number", preset=None, low=5, high=5, max_turns=3)
     with pytest.raises(RuntimeError, match="reset"):
         envs.make("guess_the_number").step("\\boxed{1}")
+
+
+RANGES = [(1, 10, 4), (1, 20, 5), (1, 30, 5)]
+
+
+def test_ranges_draw_one_range_per_game_and_state_it():
+    env = envs.make("guess_the_number", preset=None, ranges=RANGES)
+    seen = {}
+    for seed in range(90):
+        env.reset(seed=seed)
+        seen.setdefault((env.low, env.high, env.max_turns), []).append(env.target)
+        assert f"between {env.low} and {env.high}" in env.task and f"within {env.max_turns} turns" in env.task
+        assert env.low <= env.target <= env.high
+        while not env.done:  # binary search over the range drawn wins every one of them
+            _, reward, *_ = env.step(env.expert_action())
+        assert reward == 1.0
+    assert set(seen) == set(RANGES)  # every range is drawn
+    assert max(seen[(1, 30, 5)]) > 20  # the wide range's secrets are not the narrow one's
+    again = envs.make("guess_the_number", preset=None, ranges=RANGES)
+    again.reset(seed=7)
+    env.reset(seed=7)
+    assert (again.high, again.target) == (env.high, env.target)  # the seed fixes range and secret
+
+
+def test_ranges_reject_bad_specs_and_a_second_way_to_set_the_range():
+    with pytest.raises(ValueError, match="takes the place"):
+        envs.make("guess_the_number", ranges=RANGES)  # the default preset "easy" is a second range
+    with pytest.raises(ValueError, match="takes the place"):
+        envs.make("guess_the_number", preset=None, high=50, ranges=RANGES)
+    with pytest.raises(ValueError, match="three integers"):
+        envs.make("guess_the_number", preset=None, ranges=[(1, 10)])
+    with pytest.raises(ValueError, match="three integers"):
+        envs.make("guess_the_number", preset=None, ranges=[(1, 10.5, 4)])
+    with pytest.raises(ValueError, match="low < high"):
+        envs.make("guess_the_number", preset=None, ranges=[(1, 10, 4), (9, 9, 3)])
+    with pytest.raises(ValueError, match="empty"):
+        envs.make("guess_the_number", preset=None, ranges=[])
+    # JSON-shaped options (lists, as a settings file or a record holds them) work the same
+    env = envs.make("guess_the_number", preset=None, ranges=[[1, 10, 4], [1, 20, 5]])
+    env.reset(seed=3)
+    assert (env.low, env.high, env.max_turns) in {(1, 10, 4), (1, 20, 5)}

@@ -85,3 +85,24 @@ def test_the_find_reward_trains_without_the_closeness_payment_in_a_run_of_its_ow
                                       "--runs", str(runs)])
     with pytest.raises(SystemExit, match="GuessTheNumber"):
         script.main()
+
+
+def test_a_task_with_its_own_sft_games_starts_from_a_checkpoint_trained_on_them(script, monkeypatch, tmp_path):
+    from tutorial_lib import pipeline
+    from tutorial_lib.lm.models import load_policy
+
+    asked = []
+    monkeypatch.setattr(pipeline, "sft_policy", lambda game, preset, **options: asked.append(
+        (preset.game(game).env_options, options)) or load_policy("tiny", tiny_config=SMALL))
+    runs, out = tmp_path / "runs", tmp_path / "record.jsonl"
+    call(script, monkeypatch, runs, out, 1)
+    call(script, monkeypatch, runs, out, 1, "--tasks", "gtn-50-ranges")  # the later --tasks wins
+    plain, ranges = (json.loads(line) for line in out.read_text().splitlines())
+    assert asked[0][0] == {"preset": "easy"} and plain["sft_options"] is None
+    wide = [options for options, _ in asked if "ranges" in options]
+    assert wide and all(options["ranges"] == [[1, 10, 4], [1, 20, 5], [1, 30, 5]] for options in wide)
+    assert all(extra == {"data_seed": 3} for _, extra in asked)
+    assert ranges["task"] == "gtn-50-ranges" and ranges["sft_options"]["ranges"][2] == [1, 30, 5]
+    # RL and the evaluation play 1-50 in 7, whatever the SFT games were
+    assert ranges["train_options"]["high"] == 50 and all(1 <= g["secret"] <= 50 for g in ranges["after_games"])
+    assert len(list(runs.iterdir())) == 2

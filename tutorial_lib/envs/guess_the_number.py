@@ -26,11 +26,19 @@ same flag.
 
 Two presets: ``easy`` (1-10, 4 turns) and ``hard`` (1-50, 7 turns). Binary search, the expert,
 always wins both: it needs at most ceil(log2(10 + 1)) = 4 and ceil(log2(50 + 1)) = 6 guesses.
+
+``ranges`` (with ``preset=None``) makes one game of several: each reset draws one ``(low, high,
+max_turns)`` from the list with the episode's seed, and the task states it. Expert data over
+several ranges teaches binary search as a rule of the stated range rather than as one fixed
+sequence of guesses (chapter 9's SmolLM2 runs: a policy that saw 1-10 only counts up by one
+above 10).
 """
 
 from __future__ import annotations
 
+import operator
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from tutorial_lib.envs.base import StepResult, TextEnv
@@ -43,6 +51,19 @@ PRESETS: dict[str, dict[str, int]] = {
 
 SUCCESS_REWARD = 1.0
 FORMAT_ERROR_REWARD = -0.1
+
+
+def _checked_range(spec: Sequence[int]) -> tuple[int, int, int]:
+    """``(low, high, max_turns)`` as ints, or a ``ValueError`` that says what is wrong."""
+    try:
+        low, high, max_turns = (operator.index(v) for v in spec)
+    except (TypeError, ValueError):
+        raise ValueError(f"a range is (low, high, max_turns), three integers; got {spec!r}") from None
+    if not low < high:
+        raise ValueError(f"need low < high, got low={low}, high={high}")
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    return low, high, max_turns
 
 
 class GuessTheNumberEnv(TextEnv):
@@ -59,22 +80,28 @@ class GuessTheNumberEnv(TextEnv):
         max_turns: int | None = None,
         invalid_guess_reward: float = 0.0,
         closeness_reward: bool = True,
+        ranges: Sequence[Sequence[int]] | None = None,
     ) -> None:
         super().__init__()
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)} or None")
-        settings = dict(PRESETS[preset]) if preset else {}
-        for key, value in (("low", low), ("high", high), ("max_turns", max_turns)):
-            if value is not None:
-                settings[key] = value
-        missing = {"low", "high", "max_turns"} - settings.keys()
-        if missing:
-            raise ValueError(f"preset=None needs low, high and max_turns; missing {sorted(missing)}")
-        self.low, self.high, self.max_turns = settings["low"], settings["high"], settings["max_turns"]
-        if not self.low < self.high:
-            raise ValueError(f"need low < high, got low={self.low}, high={self.high}")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        if ranges is not None:
+            if preset is not None or any(v is not None for v in (low, high, max_turns)):
+                raise ValueError("ranges takes the place of preset, low, high and max_turns: "
+                                 "pass preset=None and none of the others")
+            self.ranges = tuple(_checked_range(r) for r in ranges)
+            if not self.ranges:
+                raise ValueError("ranges is empty: give at least one (low, high, max_turns)")
+        else:
+            settings = dict(PRESETS[preset]) if preset else {}
+            for key, value in (("low", low), ("high", high), ("max_turns", max_turns)):
+                if value is not None:
+                    settings[key] = value
+            missing = {"low", "high", "max_turns"} - settings.keys()
+            if missing:
+                raise ValueError(f"preset=None needs low, high and max_turns (or ranges); missing {sorted(missing)}")
+            self.ranges = (_checked_range((settings["low"], settings["high"], settings["max_turns"])),)
+        self.low, self.high, self.max_turns = self.ranges[0]
         self.invalid_guess_reward = float(invalid_guess_reward)
         self.closeness_reward = bool(closeness_reward)
         self.target = self.low
@@ -91,6 +118,8 @@ class GuessTheNumberEnv(TextEnv):
         )
 
     def _reset(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        if len(self.ranges) > 1:  # one range draws nothing here: its games keep the secrets they always had
+            self.low, self.high, self.max_turns = self._rng.choice(self.ranges)
         self.target = self._rng.randint(self.low, self.high)
         self.guesses = []
         self.known_low, self.known_high = self.low, self.high
