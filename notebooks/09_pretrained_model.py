@@ -76,6 +76,7 @@ from tutorial_lib.records import (
     ENGINE_RECORD,
     PRETRAINED_RL_COST_RECORD,
     PRETRAINED_RL_CPU_RECORD,
+    PRETRAINED_RL_GUESSES_RECORD,
     PRETRAINED_RL_RECORD,
     RESULTS_DIR,
     latest_runs,
@@ -87,6 +88,7 @@ from tutorial_lib.report import (
     TICTACTOE_CHANGES,
     across_runs,
     engine_speedups,
+    guess_mass,
     guessing_games,
     pretrained_rl_histories,
     pretrained_rl_summary,
@@ -531,9 +533,10 @@ for where, rows in pretrained_records.items():
         display(pretrained_rl_summary(rows))
     else:
         say(f"No {where} run of benchmarks/pretrained_rl.py is recorded yet.")
-# the GuessTheNumber runs this section describes; a run recorded at several lengths: its longest
+# the GuessTheNumber runs this section describes (from the SFT start on 1-10; the start trained on
+# several ranges has a section of its own below); a run recorded at several lengths: its longest
 cpu_runs = [row for row in longest_runs(pretrained_records["CPU"])
-            if row["game"] == "guess_the_number" and "after_games" in row]
+            if row["game"] == "guess_the_number" and "after_games" in row and not row.get("sft_options")]
 for recipe in dict.fromkeys((row["iterations"], pretrained_rl_recipe(row)) for row in cpu_runs):
     seeds = [row["seed"] for row in cpu_runs if (row["iterations"], pretrained_rl_recipe(row)) == recipe]
     say(f"CPU runs of seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {recipe[0]} iterations, "
@@ -612,17 +615,76 @@ for find in [row for row in cpu_runs if row.get("reward") == "find"]:
 # %% [markdown]
 # If the find-only run ends within noise of the other, the record gives no sign that the partial
 # reward is what held the success rate: look at its games in the table above for the same climb, and for what follows a
-# guess that was too high. The record's notes (`benchmarks/results/pretrained_rl_cpu.md`) look for
-# the reason with `benchmarks/pretrained_rl_guesses.py`, which scores every guess a policy could
-# write after a history replayed through the game. In the recorded seed, after a guess that was too
-# high, the guesses binary search would make get almost none of the probability, before RL and
-# after, at the runs' temperature too. REINFORCE can only reinforce what it samples: a move the
+# guess that was too high. The record looks for the reason with `benchmarks/pretrained_rl_guesses.py`,
+# which scores every whole guess a policy could write after a history replayed through the game
+# (seed 0's policies: the SFT start and the runs above; the first guess, and two histories with a
+# guess that was too high). Per history, the table gives the probability of a guess inside the
+# range the feedback left, of one within 2 of that range's middle (where binary search guesses),
+# and the likeliest guess:
+
+# %%
+guesses_record = RESULTS_DIR / PRETRAINED_RL_GUESSES_RECORD
+if guesses_record.exists():
+    masses = guess_mass(json.loads(guesses_record.read_text()))
+    display(masses)
+    after_too_high = masses[~masses.index.get_level_values("history").str.startswith("first guess")]
+    say(f"After a guess that was too high, the most any of these policies put within 2 of the middle of the range "
+        f"left, at either temperature: {after_too_high['within 2 of its middle'].max():.1e}.")
+else:
+    say("(The record benchmarks/results/pretrained_rl_guesses.json ships with the repository, which this "
+        "installation does not have.)")
+
+# %% [markdown]
+# A run of the recipe above plays 16 games an iteration, about two hundred in all, and reaches such a
+# history in a fraction of them, so a bisecting
+# guess with the probability printed above is expected far less than once in a whole run.
+# REINFORCE can only reinforce what it samples: a move the
 # policy almost never samples gains only in proportion to its own tiny probability (as the softmax
 # shifts weight off the sampled moves), whatever the reward or the learning rate (the record's run
 # at a larger one grew nearly deterministic on moves the policy already had); the record tried one
 # temperature above 1.
 # From such a start the move has to come from elsewhere: SFT data on more than one range, a task
-# whose better moves the SFT policy already samples, or exploration by design.
+# whose better moves the SFT policy already samples, or exploration by design. The next two
+# sections try the first two.
+
+# %% [markdown]
+# ### A start that bisects: SFT on several ranges
+#
+# The same SFT recipe (the `small` preset's 40 LoRA steps of 8 examples, the run's seed as the
+# order of the examples) on 300 binary-search games whose range is drawn for each game from 1-10 in
+# 4 turns, 1-20 in 5 and 1-30 in 5 (the game's `ranges` option; the prompt states the range drawn),
+# then the same REINFORCE recipe as above on 1-50 in 7, a range none of its games had. Halving the
+# range it is told is now a rule the data shows three times over rather than one fixed sequence of
+# guesses, so on 1-50 the policy may bisect where the first start counted up; where it still
+# errs, its errors are moves it samples, which REINFORCE can weigh. It is another start than the
+# first one, so each run is compared with its own evaluation before RL. The cell reads the runs:
+
+# %%
+ranges_runs = [row for row in longest_runs(pretrained_records["CPU"]) if row["task"] == "gtn-50-ranges"]
+for recipe in dict.fromkeys((row["iterations"], pretrained_rl_recipe(row)) for row in ranges_runs):
+    runs = [row for row in ranges_runs if (row["iterations"], pretrained_rl_recipe(row)) == recipe]
+    say(f"GuessTheNumber 1-50 from the start trained on several ranges, {recipe[0]} iterations, {recipe[1]}:",
+        across_runs(runs, "the greedy success rate", "before_success_rate", "after_success_rate",
+                    runs[0]["eval_episodes"]) + ".")
+if ranges_runs and cpu_runs:
+    say(f"The start trained on 1-10 alone began at {spread([row['before_success_rate'] for row in cpu_runs])} "
+        "on the same 200 games.")
+if ranges_runs:
+    learning_curves(pretrained_rl_histories(ranges_runs), ["success_rate", "mean_return", "invalid_rate", "entropy"],
+                    title="SmolLM2 + REINFORCE, GuessTheNumber 1-50 from SFT on several ranges (sampled games)")
+    plt.show()
+    changed = guessing_games(ranges_runs, limit=4)
+    display(changed) if len(changed) else say("In the recorded example games RL changed no guess.")
+else:
+    say("No run from the start trained on several ranges is recorded yet "
+        "(benchmarks/pretrained_rl.py --tasks gtn-50-ranges).")
+
+# %% [markdown]
+# Read the verdict line first: it counts, over the recorded seeds, the runs whose greedy success
+# on the 200 games rose, stayed within two standard errors, or fell. Then the games: after a guess
+# that was too high, does the next one fall between the last too-low guess and it, and did RL
+# change that? The curves are the sampled games of each iteration (noisy, as above); the greedy
+# evaluation is the verdict.
 
 # %% [markdown]
 # ### A task whose better moves the policy samples: tic-tac-toe as x
@@ -692,7 +754,9 @@ if cost_rows:
 # - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, longer
 #   than a chapter: the record section reads the recorded runs (on a CPU and on a GPU) and says, recipe by recipe, in how many seeds the success rate rose beyond noise; its
 #   curves and example games show what changed, and a run on a reward for the find only tests
-#   whether GEM's payment for a close last guess is what holds the success rate. Tic-tac-toe as x,
+#   whether GEM's payment for a close last guess is what holds the success rate. A start trained
+#   on several ranges is the second GuessTheNumber start: its section says in how many seeds RL
+#   raised its success on 1-50 beyond noise. Tic-tac-toe as x,
 #   whose better moves the SFT policy samples, is the second task; its section says which way
 #   the recorded runs moved the draws against minimax and the losses to random.
 #

@@ -349,3 +349,18 @@ def test_tictactoe_recipe_runs_are_the_cells_of_the_recipe_a_chapter_trains(monk
     assert [run["perturbation"] for run in runs] == [None, None, {"seed": 1, "scale": 1e-6}]
     assert len(records.tictactoe_recipe_runs("ttt-ppo", other)) == 1
     assert records.tictactoe_recipe_runs("ttt-ppo", replace(chapter, iterations=60)) == []
+
+
+def test_guess_mass_tabulates_the_guesses_record():
+    found = {"inside": .59, "near_middle": 1.05e-4, "range_left": [11, 19], "likeliest": [[11, .59], [3, .137]]}
+    record = {"device": "CPU A", "note": "seed 0",
+              "temperature 1": {"SFT": {"after 20 too high (11-19 left)": {**found, "likeliest": [[11, .7134]]}}},
+              "temperature 1.5": {"SFT": {"after 20 too high (11-19 left)": found},
+                                  "RL": {"after 20 too high (11-19 left)": {**found, "near_middle": .4},
+                                         "first guess (1-50)": {**found, "range_left": [1, 50]}}}}
+    table = report.guess_mass(record)
+    assert len(table) == 4 and set(table.index.get_level_values("temperature")) == {1.0, 1.5}
+    assert table.loc[(1.0, "SFT", "20 too high (11-19 left)"), "likeliest guess"] == "11 (0.713)"
+    assert table.loc[(1.5, "SFT", "20 too high (11-19 left)"), "within 2 of its middle"] == 1.05e-4
+    assert table.loc[(1.5, "RL", "20 too high (11-19 left)"), "within 2 of its middle"] == .4
+    assert list(table["range left"]) == ["11-19", "11-19", "11-19", "1-50"]

@@ -146,6 +146,9 @@ PRETRAINED_RL_RECORD = "pretrained_rl_gpu.jsonl"
 PRETRAINED_RL_CPU_RECORD = "pretrained_rl_cpu.jsonl"
 #: ``benchmarks/pretrained_rl_cost.py``'s record: one RL update of SmolLM2 under each setting
 PRETRAINED_RL_COST_RECORD = "pretrained_rl_cost.jsonl"
+#: ``benchmarks/pretrained_rl_guesses.py``'s record: the probability each recorded policy gives every
+#: guess after a replayed history (one JSON object, :func:`tutorial_lib.report.guess_mass` tabulates it)
+PRETRAINED_RL_GUESSES_RECORD = "pretrained_rl_guesses.json"
 
 
 def latest_runs(rows: Sequence[dict]) -> list[dict]:

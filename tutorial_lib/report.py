@@ -340,3 +340,25 @@ def guessing_games(rows: Sequence[dict], limit: int = 6):
             table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations{recipe}",
                           "secret": before["secret"], "SFT's guesses": shown(before), "after RL": shown(after)})
     return pd.DataFrame(table)
+
+
+def guess_mass(record: dict):
+    """The table of ``benchmarks/pretrained_rl_guesses.py``'s record (``pretrained_rl_guesses.json``):
+    one row per temperature, policy and replayed history, with the probability the policy gives
+    the guesses inside the range the feedback left, those within 2 of its middle (where binary
+    search guesses), and its likeliest guess."""
+    import pandas as pd
+
+    table = []
+    for temperature, policies in record.items():
+        if not temperature.startswith("temperature "):
+            continue  # the record's device and note
+        for policy, states in policies.items():
+            for state, found in states.items():
+                low, high = found["range_left"]
+                (guess, probability), *_ = found["likeliest"]
+                table.append({"temperature": float(temperature.removeprefix("temperature ")), "policy": policy,
+                              "history": state.removeprefix("after "), "range left": f"{low}-{high}",
+                              "on the range left": found["inside"], "within 2 of its middle": found["near_middle"],
+                              "likeliest guess": f"{guess} ({probability:.3f})"})
+    return pd.DataFrame(table).set_index(["temperature", "policy", "history"])
