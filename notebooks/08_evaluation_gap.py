@@ -58,7 +58,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from tutorial_lib import envs, plotting
+from tutorial_lib import plotting
 from tutorial_lib.data.expert_data import recipe_permutations, rewrite_recipe
 from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
 from tutorial_lib.evaluation.episodes import run_episodes
@@ -69,15 +69,17 @@ from tutorial_lib.evaluation.generalisation_gap import (
     fold_finding,
     gap_decomposition,
     gap_terms,
+    gold_lengths,
     larger_term_finding,
     sign_across_draws,
     success_bars,
     summary_table,
 )
+from tutorial_lib.evaluation.parity import log_ratios, prompt_parity, ratio_row, retokenised, why_different
 from tutorial_lib.evaluation.stats import compare_rates, rate_noise, spread
-from tutorial_lib.lm.policies import ExpertPolicy, LanguagePolicy, Sample
+from tutorial_lib.lm.policies import ExpertPolicy, LanguagePolicy
 from tutorial_lib.lm.prompts import prompt_spec, render_chat
-from tutorial_lib.lm.tokenization import boundary_mismatch, encode_prompt_completion
+from tutorial_lib.lm.tokenization import boundary_mismatch
 from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.report import say
@@ -433,26 +435,18 @@ prompt_table.round(3)
 # before the comparison.)
 
 # %%
-def prompt_parity(policy, seeds):
-    """Share of the SFT data's prompts (train games ``seeds``) that ``policy`` reproduces exactly."""
-    stored = {}
-    for e in examples:  # the first example of a step is the episode's own (later ones: extra rewrites)
-        stored.setdefault((e["seed"], e["turn"]), e)
-    gold = run_episodes("cookingworld", ExpertPolicy(), seeds, env_options={**world, "fold": "train"}, batch_size=1)
-    same = []
-    for record in gold:
-        permutations = recipe_permutations(stored[(record.seed, 0)].get("recipe_swap", ""))
-        for t in range(record.length):
-            read = rewrite_recipe(policy.prompt_for("cookingworld", record.task, record.turns[: t + 1]),
-                                  *permutations)
-            trained = render_chat(tokenizer, [{"role": "user", "content": stored[(record.seed, t)]["prompt"]}])
-            same.append(read == trained)
-    return statistics.fmean(same)
+def as_in_the_data(prompt, example):
+    """The policy's prompt with the verbs permuted as the data's episode ``example`` permuted them."""
+    return rewrite_recipe(prompt, *recipe_permutations(example.get("recipe_swap", "")))
 
 
+# prompt_parity (tutorial_lib.evaluation.parity) replays each game's gold path and compares, turn by
+# turn, the prompt the policy builds (rewritten as above) with the prompt the data holds
 with_mistakes = {e["seed"] for e in examples if e.get("mistakes_before")}
 clean_games = [seed for seed in data_seeds if seed not in with_mistakes][:5]
-parity = {name: prompt_parity(layout, clean_games) for name, layout in layouts.items()}
+data_world = {**world, "fold": "train"}  # the world and fold the SFT data was played in
+parity = {name: prompt_parity(layout, examples, clean_games, data_world, rewrite=as_in_the_data)
+          for name, layout in layouts.items()}
 say("Share of the prompts of the SFT data's first games without mistakes rebuilt exactly: "
     + "; ".join(f"{name}: {share:.1%}" for name, share in parity.items()) + "."
     + ("" if parity["as in the data"] == 1 else " The data's own layout should rebuild all of them: a bug."))
@@ -483,30 +477,6 @@ pd.Series(parity, name="prompts identical to the SFT data's").round(3)
 # differ, if they do, and counts the actions the game rejected:
 
 # %%
-eos = tokenizer.eos_token_id
-
-
-def retokenised(sample):
-    """The ids a trainer that kept only the action text would score: the text encoded, plus end-of-turn."""
-    return encode_prompt_completion(tokenizer, "", sample.text)["input_ids"]
-
-
-def why_different(sample):
-    """Why re-tokenising a turn's text does not give back its sampled ids (``"same tokens"`` if it does)."""
-    again = retokenised(sample)
-    if sample.action_ids == again:
-        return "same tokens"
-    if sample.action_ids[-1] != eos:  # the re-encoding ends with end-of-turn; the cut action did not
-        if sample.action_ids == again[:-1]:
-            return "cut at the token limit, only end-of-turn added"
-        return "cut at the token limit, and re-spelled"
-    if any(i in tokenizer.all_special_ids for i in sample.action_ids[:-1]):
-        return "special token inside the action"
-    if "\ufffd" in sample.text:
-        return "bytes that are not UTF-8"
-    return "re-spelled: same text, other tokens"
-
-
 def turns_of(names):
     """(sample, whether the game rejected the action) for every turn of the runs ``names``."""
     return [(s, bad) for k in names for r in runs[k] for s, bad in zip(r.samples, r.invalid)]
@@ -514,8 +484,10 @@ def turns_of(names):
 
 turn_samples = {"sampled (T=1)": turns_of(["sampled, training games", "sampled, test games"]),
                 "greedy": turns_of(["greedy, training games", "greedy, test games"])}
+# why_different (tutorial_lib.evaluation.parity) names why a turn's text, encoded again with an
+# end-of-turn appended (retokenised), does not give back its sampled ids
 reasons = pd.concat({
-    name: pd.DataFrame([{"reason": why_different(s), "rejected": bad} for s, bad in turns])
+    name: pd.DataFrame([{"reason": why_different(s, tokenizer), "rejected": bad} for s, bad in turns])
     .groupby("reason")["rejected"].agg(turns="count", rejected_by_the_game="sum")
     for name, turns in turn_samples.items()
 }, axis=1).fillna(0).astype(int)
@@ -536,41 +508,30 @@ reasons
 
 # %%
 sampled_turns = [s for s, _ in turn_samples["sampled (T=1)"]]
-differ = [s for s in sampled_turns if s.action_ids != retokenised(s)]
-agree = [s for s in sampled_turns if s.action_ids == retokenised(s)][:200]
+differ = [s for s in sampled_turns if s.action_ids != retokenised(s, tokenizer)]
+agree = [s for s in sampled_turns if s.action_ids == retokenised(s, tokenizer)][:200]
 
 
-def log_ratios(group):
-    """Per turn, |log ratio| at unchanged weights against the sampler's record: scored on the sampled
-    ids, and on the text tokenised again (with the signed difference of the latter)."""
-    sampler = [sum(s.logprobs) for s in group]
-    on_sampled = turn_logprobs(policy.model, group, tokenizer.pad_token_id)
-    on_text = turn_logprobs(policy.model, [Sample(s.text, s.prompt_ids, ids, [0.0] * len(ids))
-                                           for s in group for ids in [retokenised(s)]], tokenizer.pad_token_id)
-    return [(abs(a - c), abs(b - c), b - c) for a, b, c in zip(on_sampled, on_text, sampler)]
+def trainer_logprobs(turns):
+    """Each turn's total log-probability as chapter 5's trainer computes it, at unchanged weights."""
+    return turn_logprobs(policy.model, turns, tokenizer.pad_token_id)
 
 
-def ratio_row(ratios):
-    return {"turns": len(ratios),
-            "mean |log ratio|, sampled ids": statistics.fmean(r[0] for r in ratios),
-            "mean |log ratio|, text tokenised again": statistics.fmean(r[1] for r in ratios),
-            "max |log ratio|, text tokenised again": max(r[1] for r in ratios),
-            "share where the text tokenised again is less likely": statistics.fmean(r[2] < -1e-4 for r in ratios)}
-
-
+# log_ratios: per turn, |log ratio| against the sampler's record, scored on the sampled ids and on the
+# text tokenised again; ratio_row: a group's row of the table (tutorial_lib.evaluation.parity)
 token_rows = {}
 by_turn = {}  # id of a turn whose tokens differ -> its log ratios
 for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
     if not group:
         continue
-    ratios = log_ratios(group)
+    ratios = log_ratios(group, tokenizer, trainer_logprobs)
     token_rows[name if name == "tokens agree" else "tokens differ (all kinds)"] = ratio_row(ratios)
     if name == "tokens differ":
         by_turn = dict(zip(map(id, group), ratios))
-kinds = pd.Series([why_different(s) for s in differ], dtype=object)
+kinds = pd.Series([why_different(s, tokenizer) for s in differ], dtype=object)
 for kind in dict.fromkeys(kinds):  # the differing turns again, one row per kind
     token_rows[f"differ: {kind}"] = ratio_row([by_turn[id(s)] for s, k in zip(differ, kinds) if k == kind])
-rejected = sum(bad for s, bad in turn_samples["sampled (T=1)"] if s.action_ids != retokenised(s))
+rejected = sum(bad for s, bad in turn_samples["sampled (T=1)"] if s.action_ids != retokenised(s, tokenizer))
 if differ:
     say(f"{len(differ)} of {len(sampled_turns)} sampled turns give other ids when their text is tokenised "
         "again: " + "; ".join(f"{count} {kind}" for kind, count in kinds.value_counts().items())
@@ -602,8 +563,9 @@ pd.DataFrame(token_rows).T.map(lambda value: f"{value:.3g}")  # 3 significant di
 
 # %%
 for s in differ[:4]:
-    print(f"{s.text!r} ({why_different(s)})\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
-          f"\n  tokenised again: {tokenizer.convert_ids_to_tokens(retokenised(s))}")
+    print(f"{s.text!r} ({why_different(s, tokenizer)})"
+          f"\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
+          f"\n  tokenised again: {tokenizer.convert_ids_to_tokens(retokenised(s, tokenizer))}")
 
 # %% [markdown]
 # The second tokenisation trap of chapter 2 is at the prompt/completion boundary: tokenising
@@ -649,18 +611,7 @@ pd.Series(boundary, name=f"examples whose tokens differ together vs apart ({len(
 # path of each game, in the tutorial's world and in this preset's:
 
 # %%
-def gold_lengths(options, fold, seeds):
-    env = envs.make("cookingworld", fold=fold, **options)
-    try:
-        lengths = []
-        for seed in seeds:
-            env.reset(seed=seed)
-            lengths.append(len(env.gold_path))
-        return lengths
-    finally:
-        env.close()
-
-
+# gold_lengths (tutorial_lib.evaluation.generalisation_gap): the gold path's length of each game
 gold_worlds = {"this preset's world": world, "the tutorial's world": TUTORIAL_WORLD}
 lengths = {(name, fold): gold_lengths(options, fold, range(200))
            for name, options in gold_worlds.items() for fold in ["train", "test"]}

@@ -6,18 +6,21 @@ from types import SimpleNamespace
 
 import pytest
 
+from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.generalisation_gap import (
     Effect,
     averaged_over_orders,
     fold_finding,
     gap_decomposition,
     gap_terms,
+    gold_lengths,
     larger_term_finding,
     sign_across_draws,
     success_bars,
     summary_table,
 )
 from tutorial_lib.evaluation.stats import compare_rates
+from tutorial_lib.lm.policies import ExpertPolicy
 
 VERDICTS = ("better", "noise", "worse")
 GAMES = 100  # games behind each rate in the comparisons built below
@@ -198,3 +201,16 @@ def test_summary_table_gives_each_effect_its_fix():
     assert table.loc[4, "value (mismatched)"] == 0.1 and table.loc[4, "matched / fixed"] == "sampled ids kept"
     with pytest.raises(KeyError):  # an effect without a fix is a mistake, not a blank cell
         summary_table(EFFECTS, {k: v for k, v in fixes.items() if k != "e"})
+
+
+# --- the step limit's cap ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fold", ["train", "test"])
+def test_gold_lengths_are_how_long_the_expert_plays_each_game(fold):
+    world = dict(num_locations=1, num_ingredients=1, num_distractor_items=1)
+    seeds = [3, 0, 1]
+    lengths = gold_lengths(world, fold, seeds)
+    assert len(lengths) == len(seeds)  # one per game, in the order given
+    expert = run_episodes("cookingworld", ExpertPolicy(), seeds, env_options={**world, "fold": fold}, batch_size=1)
+    assert all(r.success for r in expert)  # the gold path wins, in exactly its own number of steps
+    assert dict(zip(seeds, lengths)) == {r.seed: r.length for r in expert}

@@ -2,7 +2,9 @@
 
 Training-time returns are sampled play on the training games; evaluation is greedy play on the
 test fold. This module splits the gap between them into what each change costs, and turns the
-measured comparisons into sentences that claim no more than their verdicts.
+measured comparisons into sentences that claim no more than their verdicts. :func:`gold_lengths`
+measures the cap a step limit puts on both: a game whose gold path is longer than the limit cannot
+be won in time by anything that imitates the expert.
 
 Every sentence builder takes verdicts already judged against noise (``"better"``, ``"noise"`` or
 ``"worse"``, as :class:`tutorial_lib.evaluation.stats.Change` gives them).
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import statistics
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from tutorial_lib import envs
 from tutorial_lib.evaluation.stats import Change
 
 #: the two changes between training-time collection and evaluation
@@ -198,3 +202,14 @@ def success_bars(effects: Sequence[Effect]) -> dict[str, dict[str, dict[str, flo
                                                                           "matched / fixed": e.value_matched}
                         for e in pairs}
     return panels
+
+
+def gold_lengths(env_options: Mapping[str, Any], fold: str, seeds: Iterable[int]) -> list[int]:
+    """The length of the gold path (the expert's plan) of each CookingWorld game ``seeds`` of
+    ``fold``, in the world ``env_options``: what a step limit must leave room for."""
+    with envs.make("cookingworld", fold=fold, **env_options) as env:  # closing the game stops its JVM
+        lengths = []
+        for seed in seeds:
+            env.reset(seed=seed)
+            lengths.append(len(env.gold_path))
+        return lengths
