@@ -513,14 +513,20 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # %% [markdown]
 # ## Summary
 #
-# Greedy evaluation, before and after PPO:
+# Greedy evaluation, before and after PPO, with each row's verdict (the two-standard-error rule of
+# the sections above: better, worse, or within noise):
 
 # %%
 keys = {"tictactoe vs random": ["win_rate", "loss_rate", "invalid_rate"], "tictactoe vs minimax": ["draw_rate"],
-        "math": list(before["math"]), "cookingworld train": ["success_rate", "invalid_rate"],
-        "cookingworld test": ["success_rate", "invalid_rate"]}
-pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT + PPO": after[name][key]}
-              for name, metrics in keys.items() for key in metrics]).set_index(["workload", "metric"]).round(3)
+        "cookingworld train": ["success_rate", "invalid_rate"], "cookingworld test": ["success_rate", "invalid_rate"]}
+# each row's verdict: the two-standard-error rule of the sections above, over the same counts
+changes = {(name, key): compare_summaries(key, before[name], after[name], key) for name, metrics in keys.items()
+           for key in metrics}
+changes |= {("math", f"accuracy ({which} problems)"): change
+            for which, change in zip(("training", "new"), compare_math(before["math"], after["math"]))}
+pd.DataFrame([{"workload": name, "metric": key, "SFT": change.before, "SFT + PPO": change.after,
+               "verdict": "within noise" if change.verdict == "noise" else change.verdict}
+              for (name, key), change in changes.items()]).set_index(["workload", "metric"]).round(3)
 
 # %% [markdown]
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
@@ -537,8 +543,8 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": before[name][key], "SFT +
 # a start whose held-out test needs knowledge RL cannot supply (the new problems need arithmetic
 # the tiny model never learnt), so the change to look for is on the training problems only.
 # CookingWorld at `ci` is a long game with too few episodes per update for a result: a check of
-# the machinery. The table above puts every before and after side by side; whether a difference
-# in it is more than noise is what the sentences in each section print.
+# the machinery. The table above puts every before and after side by side, and its verdict column
+# says which differences are more than noise in this run.
 #
 # The implementation, detail by detail (the numbers are the `# detail N` marks in `tutorial_lib/rl/ppo.py`; the
 # PPO details follow Huang et al. {cite}`huang2022ppodetails` and CleanRL's `ppo.py`):
