@@ -26,7 +26,10 @@
 #   coverage -- measured against a perfect (minimax) labeller;
 # - how the 8 symmetries of the board multiply the distinct examples for free;
 # - how CookingWorld's gold paths (train fold only), GuessTheNumber's binary search and the math
-#   generator's worked answers become prompt/completion examples;
+#   generator's worked answers become examples: each a *prompt* (the text the policy reads) and a
+#   *completion* (the text it is trained to write after it: the label);
+# - how CookingWorld's data is made robust: injected mistakes teach the way back to the gold path,
+#   and rewritten recipes make the recipe the only guide to how an ingredient is cut and cooked;
 # - how the data is saved (JSON lines), loaded (`datasets`) and cached for the next chapter.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
@@ -84,12 +87,18 @@ tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else N
 
 # %%
 config, versus_config = selfplay_configs(preset)
-print(config)
+say(f"{config.episodes} self-play games: {config.simulations} simulations per move, UCT c = {config.uct_c:.2f}, "
+    f"epsilon {config.epsilon}, {config.rollouts} random rollout per leaf.")
 start = time.perf_counter()
 records = mcts_selfplay(config, progress=False)
 selfplay_seconds = time.perf_counter() - start
 frame = pd.DataFrame(records)
 frame[["episode", "turn", "mark", "action_text", "optimal", "explored"]].head(8)
+
+# %% [markdown]
+# Each row is one move of the first game: `action_text` is MCTS's move (the label), `optimal` says
+# whether perfect play allows it, and `explored` marks a move where a random legal move was played
+# instead -- there the next row's board follows from the random move, not from `action_text`.
 
 # %%
 positions = frame.drop_duplicates(["board", "mark"])
@@ -99,16 +108,18 @@ summary = {
     "distinct positions": len(positions),
     "MCTS move optimal": f"{frame['optimal'].mean():.1%}",
     "moves played at random (epsilon)": f"{frame['explored'].mean():.1%}",
-    "seconds per MCTS move": f"{frame['seconds'].mean():.4f}",
+    "ms per MCTS move": f"{1000 * frame['seconds'].mean():.1f}",
     "total time": f"{selfplay_seconds:.0f} s",
 }
 pd.Series(summary).to_frame("self-play")
 
 # %% [markdown]
-# MCTS with 1000 simulations almost always finds an optimal move. Where does it not? Below are
-# the first three distinct positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`)
-# gives the value of every legal move under perfect play by both sides: MCTS's move, and all the
-# moves that keep the position's best value.
+# Read `MCTS move optimal` as the quality of the labels and `distinct positions` as their coverage:
+# far fewer positions than moves, since strong players repeat the same openings. The times are this
+# machine's and depend on what else it runs. Where was MCTS wrong? Below are up to three of the
+# distinct positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`) gives
+# the value of every legal move under perfect play by both sides: MCTS's move, and all the moves
+# that keep the position's best value.
 
 # %%
 OUTCOME = {1: "a win", 0: "a draw", -1: "a loss"}
@@ -141,13 +152,13 @@ for _, row in mistakes.drop_duplicates("board").head(3).iterrows():
 # %%
 rows = []
 for simulations in [10, 30, 100, 300, 1000]:
-    start = time.perf_counter()
     sweep = mcts_selfplay(SelfPlayConfig(episodes=30, simulations=simulations, epsilon=0.1, seed=1), progress=False)
     rows.append(
         {
             "simulations": simulations,
             "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep),
-            "ms per move": 1000 * (time.perf_counter() - start) / len(sweep),
+            # MCTS's search alone, as in the table above (not the minimax check of each record)
+            "ms per MCTS move": 1000 * sum(r["seconds"] for r in sweep) / len(sweep),
         }
     )
 by_simulations = pd.DataFrame(rows).set_index("simulations")
@@ -155,8 +166,8 @@ fig, ax = plt.subplots(figsize=(7, 3))
 ax.plot(by_simulations.index, by_simulations["optimal move rate"], "o-", label="optimal move rate")
 ax.set(xscale="log", xlabel="MCTS simulations per move", ylabel="optimal move rate", ylim=(0, 1.02))
 ax2 = ax.twinx()
-ax2.plot(by_simulations.index, by_simulations["ms per move"], "s--", color="gray", label="ms per move")
-ax2.set(ylabel="ms per move")
+ax2.plot(by_simulations.index, by_simulations["ms per MCTS move"], "s--", color="gray", label="ms per MCTS move")
+ax2.set(ylabel="ms per MCTS move")
 fig.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04), ncol=2, frameon=False)  # below the axes, off both lines
 ax.set_title("Data quality and cost vs. MCTS simulations (30 games each)")
 plt.show()
@@ -164,8 +175,8 @@ by_simulations.round(3)
 
 # %% [markdown]
 # The solid line (left axis) is the share of MCTS's moves that perfect play allows; the dashed
-# line (right axis) is what a move costs. Read them together: past the budget where the solid line
-# flattens, more simulations buy time and little quality.
+# line (right axis) is what a move costs; the table holds the same numbers. Read them together:
+# past the budget where the solid line flattens, more simulations buy time and little quality.
 #
 # Epsilon buys coverage: the more random moves are played, the more distinct positions the data
 # contains -- positions a policy will meet when its opponent (or itself) plays badly. Does it cost
@@ -193,10 +204,12 @@ by_epsilon.round(3)
 # opponent meets others: a line of two left open, a fork set up by accident. Data should cover the
 # positions the policy will be tested on, so it also holds games of MCTS against uniformly random
 # moves (MCTS plays x in even games, o in odd ones; only its own moves are records, never the
-# random player's). How many of their positions self-play never reached:
+# random player's; MCTS plays no random moves of its own here, epsilon 0, since the opponent makes
+# them). How many of their positions self-play never reached:
 
 # %%
-print(versus_config)
+say(f"{versus_config.episodes} games of MCTS ({versus_config.simulations} simulations per move, "
+    f"epsilon {versus_config.epsilon}) against a uniformly random player.")
 versus = mcts_selfplay(versus_config, progress=False)
 versus_frame = pd.DataFrame(versus)
 selfplay_positions = set(zip(frame["board"], frame["mark"]))
@@ -208,6 +221,10 @@ pd.Series({
     "of which not in self-play": len(versus_positions - selfplay_positions),
     "MCTS move optimal": f"{versus_frame['optimal'].mean():.1%}",
 }).to_frame("MCTS vs random")
+
+# %% [markdown]
+# The row `of which not in self-play` is what these games add to the data's coverage; `MCTS move
+# optimal` is again the labels' quality.
 
 # %% [markdown]
 # ### Symmetries: up to eight examples for one
@@ -224,48 +241,65 @@ augmented = augment_with_symmetries(all_records)
 distinct_pairs = len({(r["board"], r["action_text"]) for r in all_records})
 print(f"distinct (position, move) pairs: {distinct_pairs} from both kinds of games, {len(augmented)} after augmentation")
 examples = tictactoe_examples(augmented, worked_lines=preset.game("tictactoe").worked_lines)
+# an example whose worked lines (if any) name a square that completes a line
+shown = next((e for e in examples if "(" in e["completion"].split("<move>")[0]), examples[0])
 print("\nOne example -- the prompt the policy will see, and the expert's completion:\n")
-print(examples[5]["prompt"])
-print("-->", examples[5]["completion"])
+print(shown["prompt"])
+print("-->", shown["completion"])
 
 # %% [markdown]
 # The move is MCTS's. At the `ci` preset the completion writes something first
 # (`GameSettings.worked_lines`): the board's eight lines, rows, then columns, then diagonals, each
 # as four words, its three cells and then the square that would complete it (`o(0,2)`: o has two
-# there and (0,2) is empty) or `-`. A program computes them from the board, so they are always
-# right. Chapter 4 explains why a small model trained from scratch needs them: trained on the move
-# alone, it did not learn to complete or block a line (`benchmarks/results/sft_recipe.md` records
-# those runs).
+# there and (0,2) is empty) or `-`; in the example above, find the lines whose fourth word is a
+# square, and the move. A program computes them from the board, so they are always right.
+# Chapter 4 explains why a small model trained from scratch needs them: trained on the move alone,
+# it did not learn to complete or block a line (`benchmarks/results/sft_recipe.md` records those
+# runs).
 
 # %% [markdown]
 # ## CookingWorld: gold paths
 #
-# TextWorldExpress computes a *gold path* for every game. Playing it and recording the prompt at
-# each step gives one example per step. Only **train-fold** games are used, so the test fold stays
-# unseen (chapter 4 measures the gap). The prompt lists the actions taken so far and keeps the
-# recipe once the cookbook has been read (chapter 2 explains the template).
+# TextWorldExpress computes a *gold path* for every game: the shortest sequence of commands that
+# wins it. Playing it and recording the prompt at each step gives one example per step.
+# TextWorldExpress splits its games into *folds* (train, dev and test: disjoint sets of games, like
+# a dataset's splits). Only **train-fold** games are used, so the test fold stays unseen (chapter 4
+# measures the gap). The prompt lists the actions taken so far and keeps the recipe once the
+# cookbook has been read (chapter 2 explains the template).
+#
+# The cell makes the data of the three remaining games at once, with `make_expert_data`, the
+# function chapter 4 calls when the cache is empty; GuessTheNumber's and math's are shown further
+# down. It prints the CookingWorld world of this preset (at `ci` smaller than the TextWorld
+# tutorial's 3 rooms, 2 ingredients and 2 distractor items) and one example.
 
 # %%
 data = {}
 for game in ["cookingworld", "guess_the_number", "math"]:
     data[game] = make_expert_data(game, preset)
     print(f"{game}: {len(data[game])} examples")
-print("CookingWorld world at this preset:", preset.game("cookingworld").env_options)
+world = preset.game("cookingworld").env_options
+print(f"CookingWorld world at this preset: {world['num_locations']} rooms, {world['num_ingredients']} ingredient(s), "
+      f"{world['num_distractor_items']} distractor item(s), doors {'on' if world['include_doors'] else 'off'}")
 print("\n" + data["cookingworld"][6]["prompt"])
 print("-->", data["cookingworld"][6]["completion"])
 
+# %% [markdown]
+# Once the cookbook has been read, `Remembered:` holds the recipe; `Your actions so far:` is the
+# history; the line after `-->` is the label, the gold path's next command.
+
 # %%
 actions = Counter(e["completion"].split()[0] for e in data["cookingworld"])
-pd.Series(actions).sort_values().plot.barh(figsize=(7, 3), title="CookingWorld gold actions by verb")
+ax = pd.Series(actions).sort_values().plot.barh(figsize=(7, 3), title="CookingWorld labels by their first word (verb)")
+ax.set_xlabel("examples")
 plt.show()
 
 # %% [markdown]
 # Each bar counts the examples whose label begins with one verb (at `ci` each cut and cook step
 # also appears in rewritten copies, so those verbs count more than once: see counterfactual recipes
-# below). Most verbs follow from the room and
-# the inventory (open what is closed, take what the recipe needs). Four do not: `cook` and the
-# three cuts (`slice`, `dice`, `chop`) say *how* an ingredient is prepared, and only the recipe
-# tells which is right. They are the steps the rest of this section is about.
+# below). Most verbs follow from the room and the inventory (open what is closed, take what the
+# recipe needs). Four do not: `cook` and the three cuts (`slice`, `dice`, `chop`) say *how* an
+# ingredient is prepared, and only the recipe tells which is right. They are the steps the rest of
+# this section is about.
 #
 # ### Recovery data: mistakes in the demonstrations
 #
@@ -279,9 +313,10 @@ plt.show()
 # and Bagnell, AISTATS 2011) has the expert label the states the learner visits; DART (Laskey et
 # al., CoRL 2017) injects noise while the expert demonstrates. Here the noise is cheap and exact:
 # with probability `expert_mistake_rate` an invalid command (a repeated earlier command, a swapped
-# word, a wrong verb: the kinds of mistake that model made) is played before a gold action. In
-# CookingWorld an invalid command changes nothing but the text, so the gold path still applies and
-# the next example teaches the way back to it; the invalid command itself is never a label.
+# word, a wrong verb, a made-up place appended: the kinds of mistake that model made) is played
+# before a gold action. In CookingWorld an invalid command changes nothing but the text, so the
+# gold path still applies and the next example teaches the way back to it; the invalid command
+# itself is never a label.
 
 # %%
 rate = preset.game("cookingworld").expert_mistake_rate
@@ -292,11 +327,19 @@ example = next((e for e in after if "Invalid command" in e["prompt"]), None)
 if example is not None:
     print("\n" + example["prompt"])
     print("-->", example["completion"])
+else:
+    print(f"the {preset.name} preset injects no mistakes (GameSettings.expert_mistake_rate)")
+
+# %% [markdown]
+# Where mistakes are injected, compare the two counts: far more examples come after a mistake than
+# the rate alone suggests, because a mistake stays in the list of past actions of every later
+# prompt of its episode. The example shows such a prompt: the invalid command among the past
+# actions, the game's answer to it, and the gold action as the label.
 
 # %% [markdown]
 # ### Counterfactual recipes: data only the recipe can answer
 #
-# TextWorld-Express splits CookingWorld into folds of different games, and the test fold asks for
+# TextWorldExpress splits CookingWorld into folds of different games, and the test fold asks for
 # ways of preparing an ingredient that no training game asks for. Count the (ingredient, way)
 # pairs of the cut and cook steps in the gold paths of the training games, and in those of test
 # games:
@@ -341,8 +384,9 @@ print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 # cuts and cooking methods in the real game and checks that its answers and its next list of valid
 # actions are the rewritten ones. In the rewritten data every ingredient can come with every way of
 # preparing it, so the only way to predict the verb is to read the recipe. Each cut and cook step
-# also gets further rewritten copies (`GameSettings.recipe_step_copies`), which is why those verbs'
-# bars are long.
+# also gets further rewritten copies (`GameSettings.recipe_step_copies`), which is why those verbs
+# count more often in the bar chart above than the games play them. Only the `ci` preset rewrites
+# recipes; the cell says so at the others.
 
 # %%
 swapped = next((e for e in data["cookingworld"]
@@ -361,36 +405,66 @@ else:
           "examples come from a rewritten episode")
 
 # %% [markdown]
+# `the game's directions` is what the game wrote, with its gold label after `-->`; `rewritten
+# directions` is the same step after the rewrite: the directions and the label change together.
+# The examples not counted as rewritten drew the identity permutation (one of the 36), or come from
+# a game with an appliance the rewrite does not know, which is kept as the game wrote it.
+
+# %% [markdown]
 # ## GuessTheNumber and math
 #
-# Binary search writes one `\boxed{N}` per turn; the math generator's worked answers end with
-# `#### N`. How long are the prompts and completions of each game, in the tokens of the policy's
-# tokenizer?
+# Binary search writes one `\boxed{N}` per turn: its first guess is the middle of the range, and
+# each later one the middle of what the feedback leaves. The prompt repeats the recent turns, so the
+# expert's example at a later turn shows the feedback it answers. The math generator's worked
+# answers end with `#### N`:
 
 # %%
-data["tictactoe"] = examples
-if tokenizer is not None:
-    lengths = {}
-    for game, rows in data.items():
+later_turn = next(e for e in data["guess_the_number"] if e["turn"] >= 1)
+print(later_turn["prompt"])
+print("-->", later_turn["completion"])
+print("\n" + data["math"][0]["prompt"])
+print("-->", data["math"][0]["completion"])
+
+# %% [markdown]
+# ### How many examples, and how long
+#
+# How many examples does each game have, how many of them differ, and how long are the prompts and
+# completions, in the tokens of the policy's tokenizer?
+
+# %%
+data["tictactoe"] = examples  # made above, from the self-play and MCTS-vs-random games
+lengths = {}
+for game, rows in data.items():
+    lengths[game] = {"examples": len(rows), "distinct": len({(e["prompt"], e["completion"]) for e in rows})}
+    if tokenizer is not None:
         prompt_tokens = [len(tokenizer(e["prompt"])["input_ids"]) for e in rows]
         completion_tokens = [len(tokenizer(e["completion"])["input_ids"]) for e in rows]
-        lengths[game] = {
-            "examples": len(rows),
-            "prompt tokens (mean)": sum(prompt_tokens) / len(rows),
+        lengths[game] |= {
+            "prompt tokens (mean)": round(sum(prompt_tokens) / len(rows), 1),
             "prompt tokens (max)": max(prompt_tokens),
-            "completion tokens (mean)": sum(completion_tokens) / len(rows),
+            "completion tokens (mean)": round(sum(completion_tokens) / len(rows), 1),
         }
-    display_frame = pd.DataFrame(lengths).T.round(1)
-else:
-    display_frame = pd.DataFrame({g: {"examples": len(r)} for g, r in data.items()}).T
-display_frame
+if tokenizer is None:
+    say(f"The {preset.name} preset's model is pretrained: this chapter counts tokens only with the tiny model's "
+        "tokenizer, at the ci preset.")
+pd.DataFrame.from_dict(lengths, orient="index")
+
+# %% [markdown]
+# Compare `distinct` with `examples`: binary search over a small range visits few states, so
+# GuessTheNumber's examples repeat (at `ci`, chapter 4 trains on each distinct one once, weighted
+# by its count), while the augmented tic-tac-toe data holds each (position, move) pair once. The
+# token columns say what a training step costs: CookingWorld's prompts carry the observation, the
+# past actions and every valid action, and tic-tac-toe's completions are long where the worked
+# lines are on.
 
 # %% [markdown]
 # ## Saving, loading, caching
 #
-# Examples are JSON lines; `load_examples` returns a `datasets.Dataset`. The chapter's data is
-# also written to the cache under a key made from its settings, where chapter 4 finds it (and
-# remakes it if it is missing, so every chapter runs on its own).
+# Examples are saved as JSON lines (one JSON object per line); `load_examples` returns a
+# `datasets.Dataset`, the table type of Hugging Face's `datasets` library, which the trainers of
+# chapter 4 read. The chapter's data is also written to the cache under a key made from its
+# settings, where chapter 4 finds it (and remakes it if it is missing, so every chapter runs on its
+# own).
 
 # %%
 for game, rows in data.items():
@@ -400,17 +474,23 @@ print(dataset)
 dataset.to_pandas().head(3)
 
 # %% [markdown]
+# Each row is one example; `seed` and `turn` say which game and which turn it came from, and
+# `mistakes_before` counts the injected mistakes before it (none outside CookingWorld).
+#
 # ## Summary
 # - MCTS self-play with the tutorial's settings labels tic-tac-toe moves almost perfectly; fewer
 #   simulations are faster and worse. Epsilon buys coverage (distinct positions); what it did to the
 #   labels' optimal-move rate at 100 simulations is printed under its table.
+# - Games of MCTS against a random player add positions self-play never reaches, the kind an
+#   evaluation against a random opponent shows.
 # - Symmetry augmentation multiplies the distinct tic-tac-toe examples.
 # - Gold paths, binary search and worked answers give the other games' data, from the same prompt
 #   builder the policy uses when it plays.
-# - CookingWorld's demonstrations include injected invalid commands, so the data also shows how
-#   to get back on the gold path after a mistake, and are rewritten with permuted recipes, so the
-#   way to cut and cook an ingredient can only be read from the recipe (the test fold asks for
-#   combinations the training games never show).
+# - Where the preset asks for them (`ci` asks for both), CookingWorld's demonstrations include
+#   injected invalid commands, so the data also shows how to get back on the gold path after a
+#   mistake, and are rewritten with permuted recipes, so the way to cut and cook an ingredient can
+#   only be read from the recipe (the test fold asks for combinations the training games never
+#   show).
 #
 # ## Exercises
 # 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.envs.minimax.minimax_move`).
