@@ -667,8 +667,9 @@ for recipe in dict.fromkeys((row["iterations"], pretrained_rl_recipe(row)) for r
         across_runs(runs, "the greedy success rate", "before_success_rate", "after_success_rate",
                     runs[0]["eval_episodes"]) + ".")
 if ranges_runs and cpu_runs:
-    say(f"The start trained on 1-10 alone began at {spread([row['before_success_rate'] for row in cpu_runs])} "
-        "on the same 200 games.")
+    first_start = {row["seed"]: row["before_success_rate"] for row in cpu_runs}  # one evaluation per SFT seed
+    say(f"The start trained on 1-10 alone began at {spread(list(first_start.values()))} on the same 200 games "
+        "(one evaluation per data-order seed).")
 if ranges_runs:
     learning_curves(pretrained_rl_histories(ranges_runs), ["success_rate", "mean_return", "invalid_rate", "entropy"],
                     title="SmolLM2 + REINFORCE, GuessTheNumber 1-50 from SFT on several ranges (sampled games)")
