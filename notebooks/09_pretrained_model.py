@@ -682,9 +682,11 @@ else:
 
 # %% [markdown]
 # Read the verdict line first: it counts, over the recorded seeds, the runs whose greedy success
-# on the 200 games rose, stayed within two standard errors, or fell. Then the games: after a guess
-# that was too high, does the next one fall between the last too-low guess and it, and did RL
-# change that? The curves are the sampled games of each iteration (noisy, as above); the greedy
+# on the 200 games rose, stayed within two standard errors, or fell. Then the games, first guess
+# first: binary search on 1-50 opens with 25; an opening at 15 or 10, the middle of 1-30 or 1-20,
+# says the policy halves a range it was trained on rather than the one the prompt states, and
+# then no guess reaches the secrets above that range. After a guess that was too high, does the
+# next one fall between the last too-low guess and it, and did RL change either? The curves are the sampled games of each iteration (noisy, as above); the greedy
 # evaluation is the verdict.
 
 # %% [markdown]
