@@ -23,6 +23,9 @@ those the book's claim rests on (a pretrained model that RL makes better):
   preset's SFT recipe otherwise. From 1-10 alone SmolLM2 counts up by one above 10 and RL never
   samples a bisection there (``benchmarks/results/pretrained_rl_cpu.md``); over several ranges it
   learns binary search as a rule of the stated range, which 1-50 then tests.
+* ``gtn-50-ranges-40``: the same with a fourth range, 1-40 in 6 turns, so that 1-50 lies 10 beyond
+  the data, not 20 (from 1-30, each seed's start bisected the ranges it was trained on and never
+  guessed above ~32).
 
 ``--reward find`` trains GuessTheNumber on a reward for finding the number only (GEM's rules pay a
 wrong last guess by how close it is: 0.94 for one 3 away on 1-50, nearly a win); the evaluation
@@ -70,10 +73,15 @@ TASKS = {
                           sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5]]},
                           train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
                           eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
+    "gtn-50-ranges-40": dict(game="guess_the_number", algo="reinforce",
+                             sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5], [1, 40, 6]]},
+                             train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
+                             eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
 }
 #: what each task's before/after compares (the first is the claim's metric)
 HEADLINE = {"ttt-x": "minimax_draw_rate", "ttt-o": "minimax_draw_rate", "math": "accuracy (new problems)",
-            "gtn-50": "success_rate", "gtn-100": "success_rate", "gtn-50-ranges": "success_rate"}
+            "gtn-50": "success_rate", "gtn-100": "success_rate", "gtn-50-ranges": "success_rate",
+            "gtn-50-ranges-40": "success_rate"}
 CURVES = ("mean_return", "success_rate", "invalid_rate", "entropy", "kl_k3", "turns", "sample_seconds", "train_seconds")
 
 

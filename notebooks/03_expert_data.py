@@ -65,6 +65,7 @@ from tutorial_lib.data.expert_data import (
     save_examples,
     tictactoe_examples,
 )
+from tutorial_lib.envs.cookingworld import describe_world
 from tutorial_lib.envs.minimax import minimax_values
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
@@ -278,8 +279,7 @@ for game in ["cookingworld", "guess_the_number", "math"]:
     data[game] = make_expert_data(game, preset)
     print(f"{game}: {len(data[game])} examples")
 world = preset.game("cookingworld").env_options
-print(f"CookingWorld world at this preset: {world['num_locations']} rooms, {world['num_ingredients']} ingredient(s), "
-      f"{world['num_distractor_items']} distractor item(s), doors {'on' if world['include_doors'] else 'off'}")
+print(f"CookingWorld world at this preset: {describe_world(world)}")
 print("\n" + data["cookingworld"][6]["prompt"])
 print("-->", data["cookingworld"][6]["completion"])
 

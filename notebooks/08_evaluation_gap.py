@@ -60,7 +60,7 @@ from IPython.display import display
 
 from tutorial_lib import plotting
 from tutorial_lib.data.expert_data import recipe_permutations, rewrite_recipe
-from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD
+from tutorial_lib.envs.cookingworld import STEP_LIMITS, TUTORIAL_WORLD, describe_world
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.evaluation.generalisation_gap import (
@@ -94,8 +94,8 @@ if preset.model == "tiny":
 settings = preset.game("cookingworld")
 world = settings.env_options
 n = settings.eval_episodes  # episodes per condition
-print("CookingWorld world of this preset:", world, f"| {n} episodes per condition")
-print("the TextWorld tutorial's world:      ", TUTORIAL_WORLD)
+say(f"CookingWorld at this preset: {describe_world(world)}, {n} episodes per condition; the TextWorld "
+    f"tutorial's world: {describe_world(TUTORIAL_WORLD)}.")
 
 # %% [markdown]
 # At the `ci` preset the world is smaller than the tutorial's (fewer rooms, one ingredient), so the

@@ -657,13 +657,23 @@ else:
 # range it is told is now a rule the data shows three times over rather than one fixed sequence of
 # guesses, so on 1-50 the policy may bisect where the first start counted up; where it still
 # errs, its errors are moves it samples, which REINFORCE can weigh. It is another start than the
-# first one, so each run is compared with its own evaluation before RL. The cell reads the runs:
+# first one, so each run is compared with its own evaluation before RL. A second such start adds a
+# fourth range, 1-40 in 6 turns, so that 1-50 lies 10 numbers beyond its data rather than 20
+# (`benchmarks/pretrained_rl.py --tasks gtn-50-ranges-40`). The cell reads each start's runs apart:
 
 # %%
-ranges_runs = [row for row in longest_runs(pretrained_records["CPU"]) if row["task"] == "gtn-50-ranges"]
-for recipe in dict.fromkeys((row["iterations"], pretrained_rl_recipe(row)) for row in ranges_runs):
-    runs = [row for row in ranges_runs if (row["iterations"], pretrained_rl_recipe(row)) == recipe]
-    say(f"GuessTheNumber 1-50 from the start trained on several ranges, {recipe[0]} iterations, {recipe[1]}:",
+ranges_runs = [row for row in longest_runs(pretrained_records["CPU"])
+               if row["game"] == "guess_the_number" and row.get("sft_options")]
+
+
+def sft_ranges(row: dict) -> str:
+    """The ranges a run's SFT games were drawn from, as the prompt states them."""
+    return ", ".join(f"{low}-{high} in {turns}" for low, high, turns in row["sft_options"]["ranges"])
+
+
+for recipe in dict.fromkeys((sft_ranges(row), row["iterations"], pretrained_rl_recipe(row)) for row in ranges_runs):
+    runs = [row for row in ranges_runs if (sft_ranges(row), row["iterations"], pretrained_rl_recipe(row)) == recipe]
+    say(f"GuessTheNumber 1-50 from SFT on {recipe[0]}, {recipe[1]} iterations, {recipe[2]}:",
         across_runs(runs, "the greedy success rate", "before_success_rate", "after_success_rate",
                     runs[0]["eval_episodes"]) + ".")
 if ranges_runs and cpu_runs:
@@ -683,8 +693,8 @@ else:
 # %% [markdown]
 # Read the verdict line first: it counts, over the recorded seeds, the runs whose greedy success
 # on the 200 games rose, stayed within two standard errors, or fell. Then the games, first guess
-# first: binary search on 1-50 opens with 25; an opening at 15 or 10, the middle of 1-30 or 1-20,
-# says the policy halves a range it was trained on rather than the one the prompt states, and
+# first: binary search on 1-50 opens with 25; an opening at 20, 15 or 10, the middle of 1-40, 1-30
+# or 1-20, says the policy halves a range it was trained on rather than the one the prompt states, and
 # then no guess reaches the secrets above that range. After a guess that was too high, does the
 # next one fall between the last too-low guess and it, and did RL change either? The curves are the sampled games of each iteration (noisy, as above); the greedy
 # evaluation is the verdict.

@@ -13,7 +13,14 @@ import pytest
 from textworld_express import TextWorldExpressEnv
 
 from tutorial_lib import envs
-from tutorial_lib.envs.cookingworld import GOLD_PATH_SLACK, STEP_LIMITS, CookingWorldEnv, close_idle_jvms
+from tutorial_lib.envs.cookingworld import (
+    GOLD_PATH_SLACK,
+    STEP_LIMITS,
+    TUTORIAL_WORLD,
+    CookingWorldEnv,
+    close_idle_jvms,
+    describe_world,
+)
 
 
 @pytest.fixture(scope="module")
@@ -313,3 +320,12 @@ def test_explicit_step_limit_is_honoured_exactly(java, step_limit):
     assert len(env.gold_path) > limit
     assert truncated and not terminated and not info["success"]
     assert env.num_steps == env.step_limit == limit
+
+
+def test_describe_world_in_words():
+    assert describe_world(TUTORIAL_WORLD) == "3 rooms with doors, 2 ingredients, 2 distractor items"
+    # counts of one are singular, left-out settings are the tutorial's, other options are ignored
+    assert describe_world({"num_locations": 1, "include_doors": 0, "num_ingredients": 1, "step_limit": 16}) == (
+        "1 room without doors, 1 ingredient, 2 distractor items")
+    with pytest.raises(ValueError, match="num_locations"):
+        describe_world({"num_locations": 12})

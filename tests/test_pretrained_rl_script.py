@@ -106,3 +106,19 @@ def test_a_task_with_its_own_sft_games_starts_from_a_checkpoint_trained_on_them(
     # RL and the evaluation play 1-50 in 7, whatever the SFT games were
     assert ranges["train_options"]["high"] == 50 and all(1 <= g["secret"] <= 50 for g in ranges["after_games"])
     assert len(list(runs.iterdir())) == 2
+
+
+def test_every_task_names_its_claim_and_plays_valid_games(script):
+    """A task's headline is a metric the book knows how to judge, and each of its option sets (SFT,
+    training, evaluation) makes its game: a typo in a range fails here, not an hour into a run."""
+    from tutorial_lib import envs
+    from tutorial_lib.report import PRETRAINED_RL_CLAIMS
+
+    assert set(script.HEADLINE) == set(script.TASKS)
+    for task, spec in script.TASKS.items():
+        assert script.HEADLINE[task] in PRETRAINED_RL_CLAIMS, task
+        if spec["game"] != "guess_the_number":
+            continue
+        for options in (spec.get("sft"), spec["train"], spec["eval"]):
+            if options is not None:
+                envs.make("guess_the_number", **options).close()

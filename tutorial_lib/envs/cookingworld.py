@@ -203,6 +203,20 @@ def _resolve_step_limit(step_limit: int | str) -> int | None:
     return limit
 
 
+def describe_world(world: dict[str, Any]) -> str:
+    """A world's settings in words, e.g. "3 rooms with doors, 2 ingredients, 2 distractor items";
+    a setting the dict leaves out is TUTORIAL_WORLD's, as the environment fills it; keys that are
+    not world settings (an env's other options, such as ``step_limit``) are ignored."""
+    world = {**TUTORIAL_WORLD, **_check_world({k: v for k, v in world.items() if k in _WORLD_RANGES})}
+
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun}{'' if n == 1 else 's'}"
+
+    doors = "with doors" if world["include_doors"] else "without doors"
+    return (f"{count(world['num_locations'], 'room')} {doors}, {count(world['num_ingredients'], 'ingredient')}, "
+            f"{count(world['num_distractor_items'], 'distractor item')}")
+
+
 def _check_world(world: dict[str, Any]) -> dict[str, int]:
     checked = {}
     for key, value in world.items():
