@@ -22,9 +22,11 @@
 # RL cannot learn from a reward it never sees.
 #
 # **You will learn**
-# - how prompt/completion examples become training batches for TRL's `SFTTrainer`, with the loss
-#   on the action only;
-# - full fine-tuning (the tiny model), LoRA (PEFT) and QLoRA (4-bit, CUDA) in one function;
+# - how prompt/completion examples become training batches for the `SFTTrainer` of TRL (Hugging
+#   Face's library for fine-tuning language models, supervised and with RL), with the loss on the
+#   action only;
+# - full fine-tuning (the tiny model), LoRA (through PEFT, Hugging Face's library of
+#   parameter-efficient fine-tuning methods) and QLoRA (4-bit, CUDA) in one function;
 # - what SFT buys in each game, measured before and after with the evaluation harness, and how to
 #   tell whether a policy does as well on held-out games as on its training games (CookingWorld's
 #   test fold);
@@ -83,11 +85,14 @@ use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune
 # 1. renders each prompt with the tokenizer's chat template and tokenises it *alone*, then appends
 #    the completion's tokens and the end-of-turn token (chapter 2: training sees exactly the tokens
 #    generation produces); prompt labels are `-100`;
-# 2. hands the pre-tokenised dataset to TRL's `SFTTrainer`, which batches, pads, optimises (AdamW
-#    with a short warm-up), logs and saves. One change to its loss: the output layer runs only at
-#    the completion's positions (`completion_logits`), since the prompt's positions carry no
-#    label -- same loss, and with gradient checkpointing off, about twice the steps per second
-#    for the tiny model (the last row of the record shown under *What made the tiny model learn*);
+# 2. hands the pre-tokenised dataset to TRL's `SFTTrainer`, which batches, pads, optimises (AdamW,
+#    with a short warm-up under a decaying schedule; the `constant` schedule has none), logs and
+#    saves. One change to its loss: the output layer (the projection from the last hidden state to
+#    one logit per vocabulary token) runs only at the completion's positions
+#    (`completion_logits`), since the prompt's positions carry no label -- same loss, and with
+#    gradient checkpointing off (it recomputes activations in the backward pass to save memory, at
+#    the cost of time), about twice the steps per second for the tiny model (the last row of the
+#    record shown under *What made the tiny model learn*);
 # 3. saves the model and tokenizer, which `load_policy(output_dir)` loads back.
 #
 # The tiny model is fine-tuned fully: every weight trains. A pretrained model is trained with LoRA
@@ -103,7 +108,8 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 # Read the columns where the rows differ: `merge_duplicates` (GuessTheNumber's few distinct
 # examples, below), `micro_batches` (CookingWorld's long prompts) and `lr_scheduler` (a constant
 # rate where decay cut learning short, lesson 2 at the end). `epochs` counts passes over each
-# game's own data, so it says nothing about cost alone.
+# game's own data, so it says nothing about cost alone. The `gradient_accumulation_steps` column
+# is the book's own setting; `sft_config` below multiplies it by `micro_batches` before TRL sees it.
 #
 # ### The code
 #
@@ -121,8 +127,8 @@ show_source(encode_prompt_completion)
 # Step 2 starts with `sft_config`, where each of the book's settings becomes an argument of TRL's
 # `SFTConfig`. Look at the batch: with `micro_batches` the per-device batch shrinks and gradient
 # accumulation grows by the same factor, so an optimiser step still sees `batch_size` examples.
-# The progress bar is off when `progress=False` (as in this chapter), and bf16 is used only where
-# the hardware has it.
+# The progress bar is off when `progress=False` (as in this chapter), and bf16 (bfloat16, a 16-bit
+# float with float32's range) is used only where the hardware has it.
 
 # %%
 show_source(sft_config)
@@ -158,10 +164,10 @@ show_source(completion_logits)
 #   pretrained one does.
 # - **Merging**: after training, $W + \frac{\alpha}{r}BA$ is one matrix again
 #   (`merge_and_unload()`), and inference costs nothing extra. The book saves the adapters
-#   unmerged: a checkpoint of a few MB beside a shared base model.
+#   unmerged: a checkpoint a few percent the size of the base model, beside one shared copy of it.
 #
-# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (bitsandbytes, CUDA only) and
-# trains the same adapters in 16 bits: `load_policy(name, lora=True, load_in_4bit=True)`, with
+# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (bitsandbytes, CUDA only),
+# computes in bfloat16 and trains the same adapters: `load_policy(name, lora=True, load_in_4bit=True)`, with
 # `optim="paged_adamw_8bit"`. The library's call, here on the tiny model with the settings the
 # pretrained presets use (chapter 9 makes the same call on SmolLM2-135M):
 
@@ -201,17 +207,18 @@ del lora_policy
 
 # %% [markdown]
 # At {glue:text}`tiny_parameters:,d` parameters, rank-16 adapters are a large share of the tiny model and
-# full fine-tuning is cheap, so the `ci` preset trains every weight; the `small` and `full` presets use LoRA
-# (`lora_for(preset)`).
+# full fine-tuning is cheap, so the `ci` preset trains every weight; a pretrained model, at any
+# preset, gets LoRA (`lora_for(preset)`).
 #
 # ## Fine-tuning each game
 #
 # For every game: load the untrained policy, measure it, fine-tune it on chapter 3's data (made now
 # if the cache is empty), measure it again. The checkpoint goes to the cache, where chapter 5 will
-# find it.
+# find it. Each game's last cell prints its evaluation summary before and after SFT; *Before and
+# after* below sets the games' main metrics side by side.
 #
-# The two longest runs, tic-tac-toe and CookingWorld, take several minutes each, so they run in
-# parts, one cell each: `train_sft(..., stage=(i, n))` trains the i-th of n equal parts and stops at
+# The two longest runs, tic-tac-toe and CookingWorld (the `SFT seconds` column of the table under
+# the loss curves), run in parts, one cell each: `train_sft(..., stage=(i, n))` trains the i-th of n equal parts and stops at
 # a checkpoint holding the weights, the optimiser's moments, the learning-rate schedule and the random
 # generators; the next part resumes from it. The parts train exactly what one call would (the test
 # `test_a_run_in_stages_trains_what_one_call_trains` compares the weights), and a run interrupted
@@ -244,8 +251,8 @@ def finetune(game, stage=(1, 1)):
 
 # %% [markdown]
 # **GuessTheNumber** (easy): binary-search transcripts. Binary search on 1-10 passes through few
-# states: chapter 3's thousand games hold thousands of examples but only a handful of distinct ones
-# (the timings table below counts them). Training on each distinct example once, its loss weighted
+# states: chapter 3's games hold thousands of examples but only a handful of distinct ones
+# (the timings table below counts both). Training on each distinct example once, its loss weighted
 # by how often it occurs (`merge_duplicates`), is the same loss as the full data, so an "epoch"
 # here is one step over those few examples.
 
@@ -424,13 +431,17 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
 # chapter 5's RL works on. The price of the lines is length: the completion tokens per move
 # printed above, so every move costs more generation, and the SFT run more time (the timings
 # above). The lines carry no label and no separators for that reason (each line is always four
-# words): with both, completions were a third longer, and the recorded runs without them lost
-# about as many games to random, within the spread between data orders, for a quarter less SFT
-# time (`benchmarks/results/sft_recipe.md`).
+# words: three squares, then the square that completes the line or `-`): with both, completions
+# were a third longer and each optimiser step took a third more time. The recorded runs on the
+# shorter lines were also cut from 60 epochs to 45, and lost somewhat more games to random than
+# the 60-epoch runs, which chapter 5's RL then won back (the record's row on those lines,
+# `benchmarks/results/sft_recipe.md`).
 #
 # ## Math: training problems and new problems
 #
-# The same math policy on 200 of the problems it was fine-tuned on and on 400 new ones:
+# The same math policy on 200 of the problems it was fine-tuned on and on 400 new ones (the first
+# 200 of them are the before/after table's problems, so the accuracy printed there and the one
+# below can differ a little):
 
 # %%
 math_policy = load_policy(str(sft_dir("math", preset)))
@@ -451,7 +462,9 @@ pd.Series(math_sft).to_frame("SFT").T.round(3)
 # ## CookingWorld: train games and test games
 #
 # SFT saw the gold paths of train-fold games only. The same policy on games from the train fold
-# and on held-out test games, next to the random and expert baselines:
+# and on held-out test games, next to the random and expert baselines. Read the two SFT rows'
+# `success_rate` against each other; the random player (which picks from the listed valid actions,
+# so it never writes an invalid one) and the gold path bound it from below and above in each fold:
 
 # %%
 cw = load_policy(str(sft_dir("cookingworld", preset)))
@@ -541,8 +554,8 @@ else:
 # examples shuffled in other orders moved test success by more than most single changes did (the
 # data-order row). A difference smaller than that spread needs several seeds to settle, and the
 # `ci` run above is one draw from it (chapter 8 measures how far another draw of the sampler moves
-# a result). That is also why batching by length stays off: it nearly halved the time of the
-# CookingWorld run, but every grouped run ended below the random-order runs. Micro-batches keep
+# a result). That is also why batching by length stays off: it made the CookingWorld run much
+# faster, but every grouped run ended below the random-order runs (the `group_by_length` row). Micro-batches keep
 # the random batch and group only its pieces: the optimiser step is the same up to float rounding
 # (the loss is divided by the whole batch's completion tokens, which the tests check), and most of
 # the padding goes; rounding differs, so each seed is a new draw from the data-order spread.
@@ -564,8 +577,10 @@ else:
 # - The checkpoints are cached for the RL chapters.
 #
 # ## Exercises
-# 1. Fine-tune tic-tac-toe without symmetry augmentation (`tictactoe_examples(records)` on the raw
-#    self-play records). How do the invalid and loss rates change?
+# 1. Fine-tune tic-tac-toe without symmetry augmentation (`tictactoe_examples(records,
+#    worked_lines=True)` on the raw self-play records). How do the invalid-move rate and the loss
+#    rate against random change?
 # 2. Train CookingWorld with `history_window=2` and no action list (edit `PROMPT_SPECS`) and compare
 #    test-fold success.
-# 3. Sample with the `standard` preset instead of greedy decoding. Which games get better, which worse?
+# 3. Sample with the `standard` preset instead of greedy decoding (`load_policy(path,
+#    sampling="standard")`). Which games get better, which worse?

@@ -146,13 +146,9 @@ say(f"In this run, 32 games side by side collected {speedup:.1f}x the turns per 
 # %% [markdown]
 # Read the `turns_per_second` row: both columns played the same seeds (the `turns` row says whether
 # they also played as many turns), so the ratio printed above is what batching buys on this machine,
-# measured once, and a burst of load elsewhere on the machine can move it. On a CPU `LanguagePolicy`
-# adds two savings of its own: it runs the tokens that every prompt of a batch shares once (the
-# *prefill*, the forward pass over a prompt before its first new token, is real arithmetic on a
-# CPU), and it draws each token with one random number per row (`tutorial_lib.lm.sampling.TokenSampler`).
-# What they are worth is measured in `benchmarks/rollout_throughput.py`
-# (`benchmarks/results/rollout_throughput_cpu_tiny.md`); chapter 9 is where the cost of sampling is
-# the topic. Here, what matters is what a batch of games holds.
+# measured once, and a burst of load elsewhere on the machine can move it. The sampler's other
+# savings on a CPU are measured in `benchmarks/rollout_throughput.py`; chapter 9 is where the cost of
+# sampling is the topic. Here, what matters is what a batch of games holds.
 
 # %% [markdown]
 # Every turn keeps what training needs: the prompt's and the
@@ -190,6 +186,11 @@ print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].s
 print(f"sampled action tokens with probability < 0.9: {(batch['sampler_logprobs'][batch['action_mask']] < -0.105).float().mean():.1%}")
 
 # %% [markdown]
+# The first line should be float32 rounding, not a disagreement: recomputing with the wrong
+# positions or padding would show up as gaps of tenths or more. The second says how often the
+# sampler drew a token the policy was unsure of, which matters later: REINFORCE can only reinforce
+# what it samples.
+#
 # ## From rewards to advantages
 #
 # A turn's *return* is its reward plus the discounted rewards after it,
@@ -218,8 +219,10 @@ pd.DataFrame({
 #
 # Now take the batch a good policy produces: binary search on every secret of the easy range, every
 # game won, in one to four guesses. Nothing in it was a mistake. ReBN's baseline is the batch
-# mean, the same for every turn, and an opening guess is worth at most 0.9³ ≈ 0.73 when the win is
-# three guesses away, while every last guess is worth 1:
+# mean, the same for every turn, and an opening guess is worth only 0.9³ ≈ 0.73 when the win is
+# three guesses away, while every last guess is worth 1. The table's last column is the fix this
+# section ends with, a *baseline per state*: each turn's return is compared with the mean return of
+# the batch's turns in the same state (what the player knew), not with the whole batch's:
 
 # %%
 def binary_search_games(game_options: dict) -> tuple[list[list[float]], list[list[str]], list[int]]:
@@ -325,8 +328,8 @@ say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probabilit
     f"with ReBN, and to {1 - table_runs['baseline per state'][-1]:.4f} with a baseline per state.")
 
 # %% [markdown]
-# The curve to watch is ReBN's: whether the chance of leaving the best opening grows, though every
-# game was won (the sentence above says how far it went in this run). Each logit of the table moves
+# The curve to watch is ReBN's: whether the chance of leaving the best opening grows, though nearly
+# every sampled game is won (the sentence above says how far it went in this run). Each logit of the table moves
 # on its own, so there it can only grow slowly; in a language model one set of weights writes every
 # guess, and the same steady push is spread over the whole network. What to look for there is a
 # policy that won every game drifting, iteration after iteration, towards other guesses or towards
@@ -357,17 +360,19 @@ show_source(rebn_by_state)
 #
 # $$\mathcal{L} = -\frac{1}{N_\text{tokens}} \sum_{\text{action tokens}} \frac{\pi_\theta(a)}{\pi_\text{sampler}(a)}\, A_{\text{turn}}$$
 #
-# The ratio is 1 right after collection (same weights), and its gradient is then the REINFORCE
+# The ratio $\pi_\theta(a)/\pi_\text{sampler}(a)$ is the *importance ratio*: it reweights tokens
+# drawn by the sampler so that they estimate the gradient for the trainer's policy. It is 1 right
+# after collection (same weights), and its gradient is then the REINFORCE
 # gradient $A\,\nabla \log \pi_\theta(a)$. It matters when the sampler is another engine (vLLM, a
-# quantised copy): the logged `kl_k1` and `kl_k3` estimate KL(sampler ‖ trainer), how far the
-# trainer's distribution has drifted from the sampler's, two ways, from the sampled tokens alone
-# (with $r = \pi_\theta(a)/\pi_\text{sampler}(a)$: k1 is the mean of $-\log r$, unbiased but noisy
+# separate inference server; a quantised copy): the logged `kl_k1` and `kl_k3` estimate
+# KL(sampler ‖ trainer), how far the trainer's distribution has drifted from the sampler's, two
+# ways, from the sampled tokens alone (with $r = \pi_\theta(a)/\pi_\text{sampler}(a)$: k1 is the mean of $-\log r$, unbiased but noisy
 # and possibly negative; k3 the mean of $r - 1 - \log r$, never negative; both are 0 when sampler
-# and trainer are the same policy), and should stay near zero. Adam uses β = (0.9, 0.95). Every iteration's metrics go to `metrics.csv`
-# and TensorBoard; a checkpoint (weights, optimiser, random state) lets `resume=True` continue a
-# stopped run exactly, even one killed while it wrote that checkpoint: it is written aside and
-# renamed into place whole (`tutorial_lib.runtime.durable`), so the next run finds the older
-# checkpoint or the newer one.
+# and trainer are the same policy), and should stay near zero. The logged *entropy* is that of the
+# policy's next-token distribution at each action token, $-\sum p \log p$ in nats, averaged over
+# the action tokens: 0 for a policy certain of every token, and a fall towards 0 means the sampler
+# has stopped exploring. Adam uses β = (0.9, 0.95). Every iteration's metrics go to `metrics.csv`
+# and TensorBoard.
 #
 # ### The loss on one batch, by hand
 #
@@ -463,7 +468,7 @@ fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
 # play on held-out seeds (chapter 8 is about the gap between the two). A flat return at the top
 # is a policy left alone. A dip that recovers means training moved the policy and moved it back. A
 # return that slides towards −0.1 (the format-error penalty) while the turns per episode fall to 1
-# means the policy stopped writing answers: where ReBN's push on the best opening ends if nothing
+# means the policy stopped writing answers: where ReBN's push on the best opening can end if nothing
 # stops it. Look at the entropy curve too. How sure of itself was the policy when it sampled?
 
 # %%
@@ -480,10 +485,11 @@ say(f"In this run the {gtn_change}, and the mean number of turns went from "
 # One run on one machine says little about a failure that depends on rounding.
 # `benchmarks/rl_numerics_grid.py` runs the same recipe over a grid meant to stand in for other
 # readers' machines, each cell in a fresh process that trains its own SFT checkpoint, once with
-# GEM's ReBN and once with the baseline per state; its axes are SFT data orders and RL seeds,
-# thread counts and kernel sets (`default` is torch's own pick for the CPU, `scalar` its
-# unvectorised kernels). The cell prints which of these the record holds so far, and the table's
-# index lists its cells:
+# GEM's ReBN and once with the baseline per state. The script can vary SFT data orders and RL seeds,
+# thread counts and kernel sets (the tic-tac-toe grid below explains kernel sets), but a record need
+# not cover every axis. The cell's first sentence says which it holds so far: where that is one
+# thread count and one kernel set on one CPU, the record varies seeds only and says nothing about
+# another machine's rounding. The table's index lists its cells:
 
 # %%
 grid = pd.DataFrame(recorded_runs("reinforce_gtn_grid.jsonl", preset))
@@ -500,8 +506,9 @@ if len(grid):
 
 # %% [markdown]
 # Read the table row by row: each row is one recorded cell, the greedy success after RL with each
-# baseline from the same SFT checkpoint, and the sentences above say whether any moved beyond the
-# noise of 200 games. With as few cells as the first sentence counts, the record shows what those
+# baseline from the same SFT checkpoint. The table has no before column: the sentences above give
+# the before values (their mean and spread) and say whether any run moved beyond the noise of 200
+# games. With as few cells as the first sentence counts, the record shows what those
 # runs did, not what every machine will do.
 #
 # REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
@@ -510,8 +517,9 @@ if len(grid):
 # state and one action cancel exactly; only a turn that tries another guess is compared with the
 # usual one. Those rare updates still move weights every state shares, so the sampled curves can
 # dip and recover while greedy play ends where it started (the curves and the before-and-after
-# table above; with GEM's ReBN the policy is pushed off its openings, as the section on ReBN's
-# blind spot shows). To learn more, the policy has to try something else. The fix is upstream:
+# table above; with GEM's ReBN the policy is also pushed off its openings, the push the section on
+# ReBN's blind spot measures, and the grid above says whether that moved greedy play in the
+# recorded runs). To learn more, the policy has to try something else. The fix is upstream:
 # keep entropy in the SFT policy (fewer epochs; a decaying rate, at the cost chapter 4's lesson 2
 # describes), sample with a
 # higher temperature (the importance ratio then corrects for the sampler, since its log-probs
@@ -653,8 +661,8 @@ say(f"Greedy loss rates after {short} iterations range from {min(losses.values()
 pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
-# One run of each, as long as the sentence above says: it also says whether their greedy rates differ
-# by more than another set of 200 evaluation games could; the mean sampled returns come from one
+# One run of each, as long as the sentence above says: it also says whether their greedy loss rates
+# differ by more than another set of 200 evaluation games could; the mean sampled returns come from one
 # run each and cannot rank the three. Expect little difference from this start in so few
 # iterations. Half the training games are against random, which the SFT policy mostly wins (its
 # win rate above), so raw returns
@@ -708,14 +716,17 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   already wins most games against random, the greedy rates there have little room (the sentence
 #   under the run says whether any moved beyond noise); against minimax the missed blocks are what
 #   loses, and that is where RL can help.
-# - The training opponent matters. Over the recorded starts (two each for a single opponent, all on
-#   one CPU), the draws against minimax rose
-#   beyond noise in {glue:text}`ttt_random_rose` trained against random alone,
-#   {glue:text}`ttt_minimax_rose` against minimax alone, and {glue:text}`ttt_mixed_rose` against
-#   the mixture (the opponents table and the grid above). The sentence under this chapter's run
-#   says whether they did here.
+# - The training opponent matters. Over the recorded starts (the opponents table above; its `runs`
+#   column says how many), the draws against minimax rose beyond noise in
+#   {glue:text}`ttt_random_rose` trained against random alone, {glue:text}`ttt_minimax_rose`
+#   against minimax alone, and {glue:text}`ttt_mixed_rose` against the mixture (the grid of the
+#   mixed recipe over seeds, threads and kernel sets counts its own). The sentence under this
+#   chapter's run says whether they did here.
 #
-# The same run from a terminal, resumable after an interruption:
+# The same run from a terminal, resumable after an interruption: a checkpoint (weights, optimiser,
+# random state) lets `--resume` (`resume=True` in Python) continue a stopped run exactly, even one
+# killed while it wrote that checkpoint, since it is written aside and renamed into place whole
+# (`tutorial_lib.runtime.durable`), so the next run finds the older checkpoint or the newer one:
 #
 # ```bash
 # python -m tutorial_lib rl --algo reinforce --game tictactoe --preset ci --out runs/rl-ttt
@@ -731,8 +742,9 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #    against minimax, and to the losses to random?
 # 2. Start GuessTheNumber RL from the *untrained* tiny model (`load_policy("tiny")`). What is the
 #    reward of every early episode, what does ReBN make of it, and why does nothing change?
-# 3. Run GuessTheNumber's REINFORCE with `normalise="rebn"` for 60 iterations instead of 15, and
+# 3. Run GuessTheNumber's REINFORCE with `normalise="rebn"` for four times the iterations of the
+#    settings table above, and
 #    watch the entropy and the format errors. Then run `table_policy_run("rebn", lr=0.3)`: how
 #    does the learning rate change the drift, and why does Adam's β₂ matter here?
-# 4. Set `sampling="standard"` (temperature 0.7, top-k 50) for collection. What do `mean_ratio` and
+# 4. Set `sampling="standard"` (temperature 0.7, top-k 50, top-p 0.95) for collection. What do `mean_ratio` and
 #    the KL estimates show now, and why?

@@ -168,6 +168,8 @@ pd.DataFrame({"reward": rewards, "V(s)": values_, "A (truncated: bootstrap)": tr
               "A (if it had ended)": terminated}).round(3)
 
 # %% [markdown]
+# Compare the last two columns: bootstrapped from the state the episode stopped in, every turn's
+# advantage is positive; treated as an ending, the last turns' advantages turn negative.
 # Treating the cut as an ending would tell the policy that the last turns led nowhere, when they
 # led to a state the critic values at 0.6. `PPO.prepare` bootstraps every truncated episode from
 # the value of the prompt the policy would have read next. The library's `gae`, which the check
@@ -183,7 +185,9 @@ show_source(gae)
 # PPO takes several gradient steps per batch, so after the first step the policy being trained
 # is no longer the one that sampled. The ratio $r = \pi_\theta(a)/\pi_\text{old}(a)$ corrects for
 # that, and the clip bounds how far one batch can push: per token the loss is
-# $\max(-A\,r,\; -A\,\mathrm{clip}(r, 1-\epsilon, 1+\epsilon))$, the *pessimistic* of the two.
+# $\max(-A\,r,\; -A\,\mathrm{clip}(r, 1-\epsilon, 1+\epsilon))$, the *pessimistic* of the two,
+# where ε is the setting `clip_range` (0.2 in the figure below, whose grey band is
+# $[1-\epsilon, 1+\epsilon]$).
 # Once an action with a positive advantage has become $1+\epsilon$ times as likely, its gradient
 # is zero; an action with a negative advantage stops being pushed down at $1-\epsilon$. The same
 # function the trainer uses, drawn:
@@ -275,8 +279,10 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 # Each panel shows one batch per iteration (faint) and a running mean over three (solid). A healthy
 # run has the return rising or holding near its ceiling (about +0.5 with half the games against
 # minimax, where a draw is the best result), the invalid rate near 0, and the clip
-# fraction low. A dip in the return that the line climbs back out of within a few iterations is a
-# batch or two of unlucky games (more of them against minimax than usual, or unlucky replies). A fall that lasts, the "not
+# fraction low. A dip in the return that the line climbs back out of within a few iterations is
+# either a batch or two of unlucky games (more of them against minimax than usual, or unlucky
+# replies) or a brief rise in illegal moves, each of which forfeits its game: the invalid-rate panel
+# at the iteration the sentence above names says which. A fall that lasts, the "not
 # recovered" case of the sentence above, is different: the updates are pushing the policy off moves
 # it knew. Check the invalid rate beside it (a rise means the policy is writing moves the game
 # rejects, and forfeiting those games) and the clip fraction (a high one means the steps were too
@@ -307,7 +313,9 @@ tictactoe_opponents("ttt-ppo", preset, iterations=EARLIER_ITERATIONS)
 # %% [markdown]
 # Read each row's `draws vs minimax` cell against its `losses vs random` cell: the opponent to keep
 # is the one whose draws rose without the losses rising. A row of two runs is a hint, not a result;
-# the mixture (chapter 5's choice) is the row with the most runs.
+# the mixture (chapter 5's choice) is the row with the most runs. In the record shown, the mixture
+# is the only row whose draws rose beyond noise in every run, while its losses to random went both
+# ways: so the mixture stays, and what the rest of this section changes is the learning rate.
 
 # %% [markdown]
 # And the cells of exactly this chapter's recipe (the settings the run above trained with), one row
@@ -351,6 +359,10 @@ if earlier_grid:
     display(tictactoe_grid(earlier_grid))
 
 # %% [markdown]
+# Compare this sentence with the one printed for this chapter's recipe, whose draws against minimax
+# rose beyond noise in {glue:text}`ppo_minimax_draw_rate_better` and whose losses to random rose
+# beyond noise in {glue:text}`ppo_random_loss_rate_worse`: the count of rows that went each way is
+# the verdict between the two learning rates.
 # Where a recipe's rows go both ways, look at how far each batch moves the policy: with several
 # steps per batch at chapter 5's rate, a few unlucky batches can push the policy off moves it knew,
 # the invalid moves rise (the record's account, `benchmarks/results/rl_numerics_grid.md`, lists
@@ -379,7 +391,8 @@ if earlier_grid:
 # almost every sample in a batch is a failure and the gradient mostly pushes wrong answers down, which
 # spreads probability over other wrong answers. Sampling at T < 1 and *scoring at the same T*
 # (the policy being trained is then $\mathrm{softmax}(\text{logits}/T)$, exactly what the sampler
-# drew from, so the logged KL between the two stays at 0) puts more successes in each batch.
+# drew from, so the KL between the two that chapter 5 logs, `kl_k1` and `kl_k3`, stays at 0) puts
+# more successes in each batch.
 # Greedy evaluation does not depend on T. The settings this section is about, at this preset:
 
 # %%
@@ -457,6 +470,13 @@ if len(math_seeds):
         across_runs(rows, "new problems", "before_new", "after_new", MATH_NEW_PROBLEMS) + ".")
 
 # %% [markdown]
+# Read the recorded runs' sentence as the verdict on the recipe, and this run's sentence under the
+# greedy table as one more draw. On training problems, the means before and after say whether the
+# recipe tends to raise greedy accuracy, and the count of runs beyond noise says how often one
+# run's evaluation of 200 problems can show it: where the mean rises but most runs stay within
+# noise, the gain is real but smaller than one run can resolve. On new problems, a run beyond
+# noise would contradict the expectation above.
+#
 # ## CookingWorld
 #
 # Now a long multi-turn game: chapter 4's CookingWorld policy, in the preset's world (at `ci`
@@ -464,7 +484,8 @@ if len(math_seeds):
 # tutorial's GAE λ = 0.95 and γ slightly below 1, so that finishing sooner is worth a little more.
 # Rewards are the game's score increments (they sum to 1 for a finished recipe), and an episode
 # cut by the step limit is bootstrapped as above. Unlike math, the run keeps a frozen copy of the
-# SFT policy and, as the TextWorld tutorial does (with β = 0.2), subtracts from each turn's reward β
+# SFT policy and, as the TextWorld tutorial does (with β = 0.2; the CPU presets use a smaller β,
+# the `kl_coef` of this run's settings), subtracts from each turn's reward β
 # times $\log\pi_\text{old} - \log\pi_\text{SFT}$ summed over the turn's action tokens: the *k1*
 # estimate of the KL divergence to the SFT policy, unbiased but noisy, and it can come out negative
 # on a small batch. It is meant to hold a policy that follows a noisy signal (a batch holds few
@@ -505,10 +526,12 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # line a long way. A fall in the return that lasts is worth a look only together with the other
 # panels: with the invalid rate rising and the KL to the SFT policy growing, the policy is drifting
 # away from what it imitated (raise β); with both flat, it is most likely the noise of small
-# batches. Explained variance is the diagnostic to read first: while it stays near or below 0, the
-# critic predicts returns no better than their mean, the advantages are mostly noise, and more
-# iterations will not help until it rises. The `full` preset sizes the same run for a pretrained
-# model on a GPU (50 iterations on the tutorial's world); no such run is recorded in this book yet.
+# batches. Explained variance is the diagnostic to read first (the last sentence printed above
+# says where it stood over the second half of this run): while it stays near or below 0, the
+# critic predicts returns no better than their mean, and the advantages are the returns minus
+# roughly a constant baseline, as in REINFORCE. The run can still learn, but with REINFORCE's
+# noise and without the turn-by-turn credit the critic is there to add. The `full` preset sizes
+# the same run for a pretrained model on a GPU (50 iterations on the tutorial's world); no such run is recorded in this book yet.
 
 # %% [markdown]
 # ## Summary

@@ -20,10 +20,10 @@
 # end it has little to do but predict how likely this problem is to be solved. GRPO
 # {cite}`shao2024deepseekmath` replaces it with a comparison: sample several answers to the same
 # problem, and credit each with how much better it scored than its siblings. This chapter runs
-# GRPO through TRL's `GRPOTrainer` with our game's reward, says why TRL's multi-turn hook does not
-# fit this book's games, compares REINFORCE (chapter 5), PPO (chapter 6) and GRPO on the
-# same task with the same budget of sampled tokens, and ends with a task shaped for GRPO: single
-# tic-tac-toe moves scored by a solver.
+# GRPO through TRL's `GRPOTrainer` with our game's reward, compares REINFORCE (chapter 5), PPO
+# (chapter 6) and GRPO on the same task with the same budget of sampled tokens, turns to a task
+# shaped for GRPO (single tic-tac-toe moves scored by a solver), and says why TRL's multi-turn
+# hook does not fit this book's games.
 #
 # **You will learn**
 # - group-relative advantages, and when they are zero;
@@ -180,12 +180,12 @@ pd.DataFrame({
 # fine-tuning; 0 means none, and then no copy of the starting model is kept.
 #
 # Every GRPO setting, for reference (the output is collapsed; its `first_seed` is not used here:
-# the comparison hands GRPO the split above as its dataset). Three names are TRL's: `loss_type`
+# the comparison hands GRPO the split above as its dataset). Two names are TRL's own: `loss_type`
 # says how the per-token losses of a batch are averaged into one number (`dapo`: over all the
 # answer tokens of the batch, so a long answer is not weighted down; `grpo` averages per answer
 # first); `scale_rewards` is the division by the group's standard deviation (`group`, as above;
-# `none` skips it); `max_grad_norm` clips the gradient's norm, and `adam_betas` are the optimiser's
-# momentum settings:
+# `none` skips it). Of the others, `max_grad_norm` clips the gradient's norm, and `adam_betas` are
+# the optimiser's momentum settings:
 
 # %% tags=["hide-output"]
 pd.Series({k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}).to_frame("value")
@@ -206,7 +206,7 @@ print(result.memory_measure)
 pd.DataFrame(result.costs).T.round(1)
 
 # %% [markdown]
-# Read the cost table across a row: the sampled tokens should agree (the budget, overshot by at
+# Read the cost table down each column: the sampled tokens should agree (the budget, overshot by at
 # most the last batch), and the other columns say what the same budget cost each algorithm in
 # batches (PPO takes several optimiser steps on each, chapter 6), seconds and memory on this
 # machine. What the table says, in words:
@@ -337,9 +337,10 @@ fig.tight_layout()
 # running mean), against the tokens it had sampled so far. A line that rises sooner learnt more
 # from the same tokens; lines that end at the same height learnt as much in the end. The right plot
 # is the same against wall-clock time, which also counts what each algorithm does per token: PPO
-# runs extra forward passes (the critic, the log-probs before the update) and two epochs per batch;
-# GRPO and REINFORCE one update per batch. The curves are sampled accuracy on training problems, at
-# the training temperature: they say how each run learnt, not how its greedy answers to new
+# runs an extra forward pass over each batch before updating (its log-probs and values; with a
+# shared critic one pass gives both) and several epochs per batch (the settings table's passes
+# over each batch); GRPO and REINFORCE one update per batch. The curves are sampled accuracy on
+# training problems, at the training temperature: they say how each run learnt, not how its greedy answers to new
 # problems fared (the table above). A line can also end below where it began: the sentence below
 # says, for each algorithm, whether its sampled accuracy rose or fell between the two halves of
 # its run by more than its batches vary from one to the next, and how far its running mean fell
@@ -502,8 +503,12 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 # the next step. But the share also rises when more groups are all losing alike, and then the
 # policy gets no signal to climb back with; the reward says which of the two it is. A dip in the
 # optimal share that recovers is a step whose few positions happened to be hard; a fall that lasts
-# (printed above as "not recovered") means the updates are unlearning moves. Which way each went
-# in this run, first half of the run against the second (beyond the step-to-step noise or not):
+# (printed above as "not recovered") means the updates are unlearning moves. These curves are
+# sampled answers, at the sampling temperature, to a different handful of positions at each step;
+# the greedy games in the table above are the test. The two can disagree: greedy play changes when
+# a position's most likely move changes, which can happen while the sampled share of optimal moves
+# moves less than its step-to-step noise. Which way each went in this run, first half of the run
+# against the second (beyond the step-to-step noise or not), to read beside the table's draws:
 
 # %%
 reward = compare_halves(ttt_run.history, "mean_return", "reward")
@@ -576,31 +581,6 @@ if grpo_ttt_seeds:
 # runs of chapter 4's SFT (each row's own start is before its arrow): it shows where each run went,
 # not which algorithm is better.
 #
-# ## Summary
-#
-# - Three algorithms, one budget of sampled tokens, one start: the tables above are measured, not
-#   assumed; this chapter's run is one draw, and the recorded seeds say which changes recur. On
-#   math, beyond noise in every recorded seed: {glue:text}`math_held`. RL can
-#   only reweight answers the policy already samples, so what the tiny model can gain on math is
-#   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
-#   tiny model never learnt (over the recorded seeds, the accuracy on new problems rose beyond
-#   noise in {glue:text}`math_new_better`). Where the start has the skill and lacks the consistency, RL can move
-#   the harder test: tic-tac-toe against minimax, tried with REINFORCE and PPO over
-#   whole games against a mixture of random and minimax (chapters 5 and 6), and with GRPO over
-#   single moves scored by a solver, where minimax never plays (the last section). The
-#   sign that it did is a draw rate against minimax that rose beyond noise; each of those sections
-#   prints whether its own run got there and how many of the recorded runs did, so this summary
-#   does not take it for granted.
-# - REINFORCE (with a baseline per state, chapter 5) is the simplest (no critic, no groups); PPO
-#   adds a critic and several epochs per batch; GRPO replaces the critic with groups, and loses
-#   every group whose answers all score alike. What each cost per token on your machine is in the
-#   cost table: on a CPU, how an implementation batches its work (TRL's trainer against this book's
-#   loops) can matter as much as the algorithm.
-# - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5), PPO's
-#   explained variance (the share of the returns' variance the critic predicts: near 0, no better
-#   than their mean) and clip fraction (the share of tokens whose probability ratio hit PPO's clip)
-#   (chapter 6), GRPO's `frac_reward_zero_std` (above).
-#
 # ## Multi-turn games and TRL's `environment_factory`
 #
 # TRL 1.16 can roll out multi-turn episodes itself (`GRPOTrainer(environment_factory=...)`,
@@ -617,6 +597,31 @@ if grpo_ttt_seeds:
 # the one it is evaluated with: exactly the kind of mismatch chapter 8 measures. The details, with
 # the TRL source lines, are in `benchmarks/results/grpo_trl_multiturn.md`. Multi-turn games are trained
 # with the book's own loop (chapters 5-6), where each turn is credited separately.
+#
+# ## Summary
+#
+# - Three algorithms, one budget of sampled tokens, one start: the tables above are measured, not
+#   assumed; this chapter's run is one draw, and the recorded seeds say which changes recur. On
+#   math, beyond noise in every recorded seed: {glue:text}`math_held`. RL can
+#   only reweight answers the policy already samples, so what the tiny model can gain on math is
+#   bounded by what SFT gave it: the new problems, the held-out test here, need arithmetic the
+#   tiny model never learnt (over the recorded seeds, the accuracy on new problems rose beyond
+#   noise in {glue:text}`math_new_better`). Where the start has the skill and lacks the consistency, RL can move
+#   the harder test: tic-tac-toe against minimax, tried with REINFORCE and PPO over
+#   whole games against a mixture of random and minimax (chapters 5 and 6), and with GRPO over
+#   single moves scored by a solver, where minimax never plays ("Where GRPO fits" above). The
+#   sign that it did is a draw rate against minimax that rose beyond noise; each of those sections
+#   prints whether its own run got there and how many of the recorded runs did, so this summary
+#   does not take it for granted.
+# - REINFORCE (with a baseline per state, chapter 5) is the simplest (no critic, no groups); PPO
+#   adds a critic and several epochs per batch; GRPO replaces the critic with groups, and loses
+#   every group whose answers all score alike. What each cost per token on your machine is in the
+#   cost table: on a CPU, how an implementation batches its work (TRL's trainer against this book's
+#   loops) can matter as much as the algorithm.
+# - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5), PPO's
+#   explained variance (the share of the returns' variance the critic predicts: near 0, no better
+#   than their mean) and clip fraction (the share of tokens whose probability ratio hit PPO's clip)
+#   (chapter 6), GRPO's `frac_reward_zero_std` (above).
 #
 # ## Exercises
 #
