@@ -68,14 +68,13 @@ from tutorial_lib.lm.models import DEFAULT_LORA, load_policy
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.lm.tokenization import encode_prompt_completion
-from tutorial_lib.pipeline import expert_data, sft_dir, sft_settings
+from tutorial_lib.pipeline import expert_data, lora_for, sft_dir, sft_settings
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import RESULTS_DIR
 from tutorial_lib.report import say, show_source
 
 preset = get_preset()
 print(describe(preset))
-use_lora = preset.model != "tiny"  # the tiny model is small enough to fine-tune fully
 
 # %% [markdown]
 # ## The recipe
@@ -233,7 +232,7 @@ def finetune(game, stage=(1, 1)):
     examples = expert_data(game, preset)
     # held-out evaluation where the game has held-out instances: CookingWorld's test games, new math problems
     options = {"cookingworld": {"fold": "test"}, "math": {"split": "test"}}.get(game, {})
-    policy = load_policy(preset.model, lora=True if use_lora else None)
+    policy = load_policy(preset.model, lora=lora_for(preset))  # the LoRA settings sft_dir is keyed on
     if stage[0] == 1:
         results[game] = [evaluate_policy(game, policy, preset=preset, **options)]
     # progress=False: the Trainer's live table would fill the page; the loss curves below show the same
@@ -485,6 +484,10 @@ say(f"In this run, {folds}.", {"noise": "The two folds score alike: the policy r
                                          "the training games.",
                                 "better": "The test games happened to suit it better; a different set of games or "
                                           "data order can reverse that (chapter 8)."}[folds.verdict])
+invalid = compare_summaries("its invalid commands per step from the train fold to the test fold",
+                            rows[("train", "SFT")], rows[("test", "SFT")], "invalid_rate")
+say(f"And {invalid}: an invalid command costs a step of the limit, so where it rose on the test fold, that is "
+    "part of how the held-out games are lost." if invalid.verdict == "worse" else f"And {invalid}.")
 table.round(3)
 
 # %% [markdown]

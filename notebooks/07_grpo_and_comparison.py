@@ -159,7 +159,7 @@ pd.DataFrame({
                          "sampled-token budget": reinforce_math.token_budget,
                          "answers per update": reinforce_math.turns_per_iteration,
                          "baseline": f"per-state mean ({reinforce_math.normalise})",
-                         "passes over each batch": 1, "KL penalty β": "none"},
+                         "passes over each batch": 1, "KL penalty β": 0.0},
     "PPO": {"training problems": training_split, "temperature": ppo_math.temperature,
             "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": ppo_math.token_budget,
             "answers per update": ppo_math.turns_per_iteration, "baseline": f"critic ({ppo_math.critic} body)",

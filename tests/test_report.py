@@ -153,7 +153,8 @@ def test_largest_fall_tells_a_dip_from_a_lasting_fall():
     assert "(step 3)" in lasting and "not recovered" in lasting
     # a dip climbed out of, then a newer, smaller one at the end: not the first dip "not recovered"
     newer = report.largest_fall(rows([2, 0, 3, 3, 3, 2.5]), "r", "r", smooth=1)
-    assert "(iteration 2)" in newer and "recovered, then the last 1 iteration fell below a later best" in newer
+    assert "(iteration 2)" in newer and "recovered, and ended 0.500 below a later best (iteration 5; the last 1 " \
+        "iteration fell below it)" in newer
     # the low point in the last smoothing window has had no time to recover
     recent = report.largest_fall(rows([1, 2, 3, 3, 3, 0]), "r", "r", smooth=1)
     assert "(iteration 6)" in recent and "too recent to tell" in recent
@@ -299,7 +300,7 @@ def test_critic_reading_follows_the_second_half_of_the_run():
         return [{"step": i, "explained_variance": v} for i, v in enumerate([early] * 4 + [late] * 4)]
 
     assert "0.020" in report.critic_reading(run(0.6, 0.02)) and "as in REINFORCE" in report.critic_reading(run(0.6, 0.02))
-    assert "part of it" in report.critic_reading(run(-0.5, 0.3))
+    assert "over the second half of the run: a part, so" in report.critic_reading(run(-0.5, 0.3))
     assert "most of it" in report.critic_reading(run(0.0, 0.8))
     assert "as in REINFORCE" in report.critic_reading(run(0.9, -0.4))  # a negative one is worse than the mean
     with pytest.raises(ValueError, match="explained_variance"):

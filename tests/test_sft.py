@@ -194,6 +194,8 @@ def test_micro_batches_follow_the_data_order_seed(tiny_cache, gtn_examples, tmp_
         SFTSettings(batch_size=16, micro_batches=3)
     with pytest.raises(ValueError, match="not both"):
         SFTSettings(micro_batches=2, group_by_length=50)
+    with pytest.raises(ValueError, match="share of the steps"):
+        SFTSettings(warmup_ratio=1.0)
 
 
 def test_length_batches_cover_every_example_once_in_batches_of_similar_length_and_random_order():

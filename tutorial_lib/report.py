@@ -179,17 +179,18 @@ def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3,
         return f"the smoothed {label} never fell below its best so far"
     end, at = below[-1], below.index(worst)
     last_best = max(i for i, gap in enumerate(below) if gap == 0)
+    fell = f"the smoothed {label} fell at most {worst:.3f} below its best so far ({unit} {rows[at]['step']})"
+    if end > 0 and last_best > at:  # that dip was climbed out of; the end is a newer one, below a later best
+        n = len(line) - 1 - last_best
+        return (f"{fell}, recovered, and ended {end:.3f} below a later best ({unit} {rows[last_best]['step']}; "
+                f"the last {n} {unit}{'s' if n > 1 else ''} fell below it)")
     if end == 0:
         ending = "back at its best"
-    elif last_best > at:  # that dip was climbed out of; the end is a newer one, below a later best
-        n = len(line) - 1 - last_best
-        ending = f"recovered, then the last {n} {unit}{'s' if n > 1 else ''} fell below a later best"
     elif at >= len(line) - smooth:  # the low point is in the last smoothing window: too recent to judge
         ending = f"in the last {unit}s: too recent to tell whether it recovers"
     else:
         ending = "mostly recovered" if end < worst / 2 else "not recovered"
-    return (f"the smoothed {label} fell at most {worst:.3f} below its best so far ({unit} "
-            f"{rows[at]['step']}) and ended {end:.3f} below it ({ending})")
+    return f"{fell} and ended {end:.3f} below it ({ending})"
 
 
 def trend(history: Sequence[dict], key: str, label: str | None = None, digits: int = 3) -> str:
@@ -218,7 +219,7 @@ def critic_reading(history: Sequence[dict]) -> str:
         meaning = ("little better than their mean, so the advantages were mostly the returns minus a "
                    "baseline and their noise, as in REINFORCE")
     elif late < CRITIC_LEARNT:
-        meaning = "part of it: the advantages carried some of the critic's judgement of each turn, and much noise"
+        meaning = "a part, so the advantages carried some of the critic's judgement of each turn, and much noise"
     else:
         meaning = "most of it: the advantages say which turns did better than the critic expected"
     return f"The critic explained {late:.3f} of the returns' variance over the second half of the run: {meaning}."

@@ -109,6 +109,8 @@ class SFTSettings:
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be at least 1 (or None); got {self.max_steps}")
+        if not 0 <= self.warmup_ratio < 1:  # a share of the steps (TRL would read 1 or more as a count)
+            raise ValueError(f"warmup_ratio is a share of the steps, from 0 up to (not including) 1; got {self.warmup_ratio}")
         if self.micro_batches < 1 or self.batch_size % self.micro_batches:
             raise ValueError(f"micro_batches must be >= 1 and divide batch_size ({self.batch_size}); "
                              f"got {self.micro_batches}")
@@ -419,6 +421,7 @@ def sft_config(settings: SFTSettings, output_dir: Path):
         # the batch sampler that cuts each optimiser step's examples into micro-batches (the loss is
         # summed over them and divided by their completion tokens: compute_loss's num_items_in_batch)
         **({"train_sampling_strategy": "batch_rebalance"} if settings.micro_batches > 1 else {}),
+        # a share of the steps: transformers 5 reads a warmup_steps in [0, 1) as a ratio of the run's steps
         warmup_steps=settings.warmup_ratio,
         lr_scheduler_type=settings.lr_scheduler,
         weight_decay=settings.weight_decay,
