@@ -500,15 +500,16 @@ if len(grid):
         rows = grid[grid.normalise == normalise].to_dict("records")
         if rows:
             say(f"{label}, {across_runs(rows, 'greedy success', 'before_success_rate', 'after_success_rate', EPISODES)}.")
-    display(grid.pivot_table(index=["kernels", "threads", "seed"], columns="normalise",
-                             values="after_success_rate").rename(columns={"rebn": "after, GEM's ReBN",
-                                                                          "rebn_state": "after, per state"}).round(3))
+    cells = ["kernels", "threads", "seed"]
+    table = grid.pivot_table(index=cells, columns="normalise", values="after_success_rate").rename(
+        columns={"rebn": "after, GEM's ReBN", "rebn_state": "after, per state"})
+    table.insert(0, "before (SFT)", grid.groupby(cells).before_success_rate.first())  # one SFT start per cell
+    display(table.round(3))
 
 # %% [markdown]
-# Read the table row by row: each row is one recorded cell, the greedy success after RL with each
-# baseline from the same SFT checkpoint. The table has no before column: the sentences above give
-# the before values (their mean and spread) and say whether any run moved beyond the noise of 200
-# games. With as few cells as the first sentence counts, the record shows what those
+# Read the table row by row: each row is one recorded cell, the greedy success of its SFT
+# checkpoint and, after RL from that same checkpoint, with each baseline; the sentences above say
+# whether any run moved beyond the noise of 200 games. With as few cells as the first sentence counts, the record shows what those
 # runs did, not what every machine will do.
 #
 # REINFORCE can only reinforce what it samples. A policy fine-tuned until it is nearly
