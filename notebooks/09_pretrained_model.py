@@ -684,7 +684,7 @@ if ranges_runs:
     learning_curves(pretrained_rl_histories(ranges_runs), ["success_rate", "mean_return", "invalid_rate", "entropy"],
                     title="SmolLM2 + REINFORCE, GuessTheNumber 1-50 from SFT on several ranges (sampled games)")
     plt.show()
-    changed = guessing_games(ranges_runs, limit=4)
+    changed = guessing_games(ranges_runs, limit=6)
     display(changed) if len(changed) else say("In the recorded example games RL changed no guess.")
 else:
     say("No run from the start trained on several ranges is recorded yet "
@@ -696,8 +696,13 @@ else:
 # first: binary search on 1-50 opens with 25; an opening at 20, 15 or 10, the middle of 1-40, 1-30
 # or 1-20, says the policy halves a range it was trained on rather than the one the prompt states, and
 # then no guess reaches the secrets above that range. After a guess that was too high, does the
-# next one fall between the last too-low guess and it, and did RL change either? The curves are the sampled games of each iteration (noisy, as above); the greedy
-# evaluation is the verdict.
+# next one fall between the last too-low guess and it, and did RL change either? A guess the SFT
+# start never made on 1-50, an opening of 25 or a guess in the forties after "too low", is a
+# move RL found by sampling it: look for one in the after-RL column, and then at whether the
+# moves after it still halve what is left (a better opening followed by steps of one can lose
+# as many games as it wins). The curves are the sampled games of each iteration (noisy, as above);
+# the greedy evaluation is the verdict, and a verdict over two or three seeds is as far as the
+# record goes.
 
 # %% [markdown]
 # ### A task whose better moves the policy samples: tic-tac-toe as x
