@@ -135,7 +135,8 @@ def table(runs):
 #
 # Chapter 4's policy was fine-tuned (supervised fine-tuning, SFT: trained to predict the expert's
 # action from the prompt) on the *gold paths*, the expert's winning action sequences, of train-fold
-# games with seeds `0..expert_episodes-1`; it is loaded from the cache (trained now if the cache is empty). The
+# games (TextWorld-Express splits its games into disjoint sets, *folds*: train, dev and test;
+# section a says how they differ) with seeds `0..expert_episodes-1`; it is loaded from the cache (trained now if the cache is empty). The
 # training games below are the first of those, the very games of its data. The TextWorld
 # tutorial's two curves correspond to two cells of a 2x2 table: *training-time* returns are
 # sampled episodes on training games, *evaluation* returns are greedy episodes on test games.
@@ -327,11 +328,11 @@ decoding.round(3)
 #
 # - *Sampling steps off the path.* At temperature 1 every turn draws from the whole distribution,
 #   so an action the model finds unlikely is still played now and then, and an episode is a chain
-#   of such draws, one per step. This costs a sharp, correct policy success.
+#   of such draws, one per step. If this holds, sampling costs a sharp, correct policy success.
 # - *Greedy gets stuck.* Greedy decoding is deterministic: after an action that changes nothing
 #   (an invalid command), the prompt barely changes, the policy writes the same action again, and
-#   the episode loops until the step limit. Sampling's noise can break such a loop. This costs the
-#   greedy policy success, and it predicts what the loop columns test: more greedy episodes than
+#   the episode loops until the step limit. Sampling's noise can break such a loop. If this holds,
+#   greedy decoding costs success, and the hypothesis predicts what the loop columns test: more greedy episodes than
 #   sampled ones ending in a loop.
 #
 # For the first, from the sampled runs: the probability of each sampled action (the product of its
@@ -597,11 +598,12 @@ pd.Series(boundary, name=f"examples whose tokens differ together vs apart ({len(
 
 # %% [markdown]
 # Each row is one way to render the prompt, and the share of a sample of the SFT data whose
-# tokens change at the boundary. The printed example shows the mechanism: with the chat template
-# the generation prompt ends in a newline, which the completion's first token does not merge with
-# in this book's tokenizer; without one, the space before every action would be merged into the
-# action's first token by joint tokenisation (`Ġtake`) while generation, which continues the
-# prompt's own tokens, starts after a lone `Ġ`. The library tokenises the prompt alone and appends
+# tokens change at the boundary. The printed line shows the mechanism for the template-free
+# prompt, on the completion "take knife": tokenised `together` with the prompt, the space before
+# the action is merged into the action's first token (`Ġtake`), while generation, which continues
+# the prompt's own tokens (`separately`), starts after a lone `Ġ`. With the chat template the
+# generation prompt ends in a newline, and the table's first row shows how often the completion's
+# first token merges with it in this book's tokenizer. The library tokenises the prompt alone and appends
 # the completion's ids (`encode_prompt_completion`), so both cases train on the sequence that
 # generation produces.
 #
@@ -747,7 +749,8 @@ plt.show()
 # its games whose gold path fits (section e): the length table prints that share per fold, and the
 # folds need not have the same share, so the cap can widen the gap or narrow it. The prompt and
 # tokenisation rows are not part of the gap of a correct pipeline, but each is a silent bug: a
-# prompt laid out differently from the data's lowers what evaluation reports (section c), and a
+# prompt laid out differently from the data's can lower what evaluation reports (section c prints
+# by how much in this run), and a
 # trainer that scores re-tokenised text pushes on tokens the policy never sampled (section d).
 
 # %%
@@ -781,7 +784,7 @@ per_draw.round(3)
 #
 # ## Exercises
 #
-# 1. Evaluate with the `standard` sampling preset (temperature 0.7, top-k 50) on the test games.
+# 1. Evaluate with the `standard` sampling preset (temperature 0.7, top-k 50, top-p 0.95) on the test games.
 #    Where does it land between sampling at temperature 1 and greedy?
 # 2. Add history windows of 1, 2 and 4 turns to the data's layout (`history_window=k`). Does the
 #    cost in success grow with the window, or is any change of layout as bad as the largest?

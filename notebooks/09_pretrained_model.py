@@ -654,7 +654,7 @@ else:
 # order of the examples) on 300 binary-search games whose range is drawn for each game from 1-10 in
 # 4 turns, 1-20 in 5 and 1-30 in 5 (the game's `ranges` option; the prompt states the range drawn),
 # then the same REINFORCE recipe as above on 1-50 in 7, a range none of its games had. Halving the
-# range it is told is now a rule the data shows three times over rather than one fixed sequence of
+# range it is told is now a rule the data shows on each of its ranges rather than one fixed sequence of
 # guesses, so on 1-50 the policy may bisect where the first start counted up; where it still
 # errs, its errors are moves it samples, which REINFORCE can weigh. It is another start than the
 # first one, so each run is compared with its own evaluation before RL. A second such start adds a
@@ -694,15 +694,18 @@ else:
 # Read the verdict line first: it counts, over the recorded seeds, the runs whose greedy success
 # on the 200 games rose, stayed within two standard errors, or fell. Then the games, first guess
 # first: binary search on 1-50 opens with 25; an opening at 20, 15 or 10, the middle of 1-40, 1-30
-# or 1-20, says the policy halves a range it was trained on rather than the one the prompt states, and
-# then no guess reaches the secrets above that range. After a guess that was too high, does the
+# or 1-20, says the policy halves a range it was trained on rather than the one the prompt states;
+# then look for a guess above that range after "too low", for without one the secrets above it are
+# lost. After a guess that was too high, does the
 # next one fall between the last too-low guess and it, and did RL change either? A guess the SFT
 # start never made on 1-50, an opening of 25 or a guess in the forties after "too low", is a
 # move RL found by sampling it: look for one in the after-RL column, and then at whether the
 # moves after it still halve what is left (a better opening followed by steps of one can lose
 # as many games as it wins). The curves are the sampled games of each iteration (noisy, as above);
-# the greedy evaluation is the verdict, and a verdict over two or three seeds is as far as the
-# record goes.
+# the greedy evaluation is the verdict. A line that counts one run better and another within noise
+# says that RL raised that start from one data order, not from every one: the claim holds for a
+# start where its line says better in every run, over three seeds or more, and a line over fewer
+# seeds goes no further than its count.
 
 # %% [markdown]
 # ### A task whose better moves the policy samples: tic-tac-toe as x
@@ -772,9 +775,11 @@ if cost_rows:
 # - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, longer
 #   than a chapter: the record section reads the recorded runs (on a CPU and on a GPU) and says, recipe by recipe, in how many seeds the success rate rose beyond noise; its
 #   curves and example games show what changed, and a run on a reward for the find only tests
-#   whether GEM's payment for a close last guess is what holds the success rate. A start trained
-#   on several ranges is the second GuessTheNumber start: its section says in how many seeds RL
-#   raised its success on 1-50 beyond noise. Tic-tac-toe as x,
+#   whether GEM's payment for a close last guess is what holds the success rate. Starts trained
+#   on several ranges (up to 1-30, and up to 1-40) are the other GuessTheNumber starts: their
+#   section says, start by start, in how many seeds RL raised the success on 1-50 beyond noise, and
+#   its example games show the moves RL found that the SFT start never played, the first guess included;
+#   a gain in some seeds of a start and not in the others is not yet the claim. Tic-tac-toe as x,
 #   whose better moves the SFT policy samples, is the second task; its section says which way
 #   the recorded runs moved the draws against minimax and the losses to random.
 #
