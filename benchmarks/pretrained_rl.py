@@ -59,24 +59,20 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+#: GuessTheNumber on 1-50 in 7 turns, the range RL trains and is evaluated on (the SFT data's ranges differ)
+GTN_50 = {"preset": None, "low": 1, "high": 50, "max_turns": 7}
 TASKS = {
     "ttt-x": dict(game="tictactoe", algo="reinforce", train={"agent_mark": "x"}, eval={"agent_mark": "x"}),
     "ttt-o": dict(game="tictactoe", algo="reinforce", train={"agent_mark": "o"}, eval={"agent_mark": "o"}),
     "math": dict(game="math", algo="ppo", train={}, eval={}),
-    "gtn-50": dict(game="guess_the_number", algo="reinforce",
-                   train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
-                   eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
+    "gtn-50": dict(game="guess_the_number", algo="reinforce", train=GTN_50, eval=GTN_50),
     "gtn-100": dict(game="guess_the_number", algo="reinforce",
                     train={"preset": None, "low": 1, "high": 100, "max_turns": 8},
                     eval={"preset": None, "low": 1, "high": 100, "max_turns": 8}),
-    "gtn-50-ranges": dict(game="guess_the_number", algo="reinforce",
-                          sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5]]},
-                          train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
-                          eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
-    "gtn-50-ranges-40": dict(game="guess_the_number", algo="reinforce",
-                             sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5], [1, 40, 6]]},
-                             train={"preset": None, "low": 1, "high": 50, "max_turns": 7},
-                             eval={"preset": None, "low": 1, "high": 50, "max_turns": 7}),
+    "gtn-50-ranges": dict(game="guess_the_number", algo="reinforce", train=GTN_50, eval=GTN_50,
+                          sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5]]}),
+    "gtn-50-ranges-40": dict(game="guess_the_number", algo="reinforce", train=GTN_50, eval=GTN_50,
+                             sft={"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5], [1, 40, 6]]}),
 }
 #: what each task's before/after compares (the first is the claim's metric)
 HEADLINE = {"ttt-x": "minimax_draw_rate", "ttt-o": "minimax_draw_rate", "math": "accuracy (new problems)",
