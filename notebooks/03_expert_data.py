@@ -80,11 +80,20 @@ tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else N
 # %% [markdown]
 # ## Tic-tac-toe: MCTS self-play
 #
-# Both players are OpenSpiel's `MCTSBot` with the OpenSpiel tutorial's settings: UCT constant
-# $c = 2\sqrt{2}$, 1000 simulations per move, leaves evaluated by one random rollout. With
-# probability $\epsilon = 0.1$ a uniformly random legal move is *played* instead, so that games
-# visit positions MCTS alone would avoid. The record keeps MCTS's move as the label either way: the
-# data never teaches a random move. Every record is also checked against perfect play.
+# Monte Carlo tree search (MCTS) chooses a move by playing many imagined games from the current
+# position, its *simulations*. Each simulation walks down a growing tree of positions, picking moves
+# by the UCT rule, which weighs a move's average result so far against how rarely it has been tried
+# (the constant $c$ sets the balance). At a position new to the tree (a *leaf*) it plays random
+# moves to the end of the game (a *rollout*) and scores the leaf with the result. After all the
+# simulations MCTS plays the move its search rates best.
+#
+# In *self-play* both players are the same program: here OpenSpiel's `MCTSBot` with the OpenSpiel
+# tutorial's settings, $c = 2\sqrt{2}$, 1000 simulations per move and one random rollout per leaf.
+# With probability $\epsilon = 0.1$ a uniformly random legal move is *played* instead, so that
+# games visit positions MCTS alone would avoid. The record keeps MCTS's move as the label either
+# way: the data never teaches a random move. Every record is also checked against perfect play,
+# computed by minimax: a search of the whole game tree that assumes both sides play their best
+# (tic-tac-toe is small enough for it).
 
 # %%
 config, versus_config = selfplay_configs(preset)
@@ -118,9 +127,9 @@ pd.Series(summary).to_frame("self-play")
 # Read `MCTS move optimal` as the quality of the labels and `distinct positions` as their coverage:
 # far fewer positions than moves, since strong players repeat the same openings. The times are this
 # machine's and depend on what else it runs. Where was MCTS wrong? Below are up to three of the
-# distinct positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`) gives
-# the value of every legal move under perfect play by both sides: MCTS's move, and all the moves
-# that keep the position's best value.
+# distinct positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`)
+# scores every legal move under perfect play by both sides; the cell prints the outcome of MCTS's
+# move and every move that keeps the position's best outcome.
 
 # %%
 OUTCOME = {1: "a win", 0: "a draw", -1: "a loss"}
@@ -147,8 +156,8 @@ for _, row in mistakes.drop_duplicates("board").head(3).iterrows():
 # %% [markdown]
 # ### What the settings cost: simulations and epsilon
 #
-# More simulations make MCTS stronger and slower; fewer simulations save time and buy a weaker
-# expert. Here are both, over the same number of games, at each budget:
+# More simulations make MCTS stronger and slower. The sweep below plays 30 self-play games at each
+# budget of simulations per move and measures both the labels' quality and the time per move:
 
 # %%
 rows = []
@@ -177,13 +186,15 @@ by_simulations.round(3)
 # %% [markdown]
 # The solid line (left axis) is the share of MCTS's moves that perfect play allows; the dashed
 # line (right axis) is what a move costs; the table holds the same numbers. Read them together:
-# past the budget where the solid line flattens, more simulations buy time and little quality.
+# past the budget where the solid line flattens, more simulations cost time and buy little quality.
 #
 # Epsilon buys coverage: the more random moves are played, the more distinct positions the data
 # contains -- positions a policy will meet when its opponent (or itself) plays badly. Does it cost
 # label quality? The random moves themselves are not labels; but they lead to positions strong
-# players never reach, and those can be harder for MCTS to label at few simulations. The table
-# says how the labels' optimal-move rate moved in this sweep:
+# players never reach, and those can be harder for MCTS to label at few simulations. The sweep
+# below plays 60 games at each epsilon, at 100 simulations; its table gives both columns, and the
+# line above the table sums up the change from the lowest epsilon to the highest (one seed, so a
+# small change may be noise):
 
 # %%
 rows = []
@@ -203,10 +214,11 @@ by_epsilon.round(3)
 #
 # Self-play shows the positions two strong players reach. A policy evaluated against a *random*
 # opponent meets others: a line of two left open, a fork set up by accident. Data should cover the
-# positions the policy will be tested on, so it also holds games of MCTS against uniformly random
-# moves (MCTS plays x in even games, o in odd ones; only its own moves are records, never the
-# random player's; MCTS plays no random moves of its own here, epsilon 0, since the opponent makes
-# them). How many of their positions self-play never reached:
+# positions the policy will be tested on, so it also holds games of MCTS against a player that
+# picks uniformly random moves. MCTS plays x in even games and o in odd ones. Only its own moves are
+# records, never the random player's. MCTS plays no random moves of its own here (epsilon 0): the
+# opponent already makes them. The table counts these games' positions, and how many of them
+# self-play never reached:
 
 # %%
 say(f"{versus_config.episodes} games of MCTS ({versus_config.simulations} simulations per move, "
@@ -231,10 +243,11 @@ pd.Series({
 # ### Symmetries: up to eight examples for one
 #
 # Rotating or reflecting the board maps a position and its best move to another position and its
-# best move. Augmenting every record with the 8 symmetries of the square multiplies the distinct
-# (position, move) pairs at no cost -- the same trick AlphaGo Zero used for Go. Not by eight: many
-# images coincide with pairs already in the data, or with each other (a symmetric position has
-# fewer distinct images), so the gain is the count printed below:
+# best move. Augmenting every record with the 8 symmetries of the square (4 rotations, counting
+# the identity, and 4 reflections) multiplies the distinct (position, move) pairs at no cost -- the
+# same trick AlphaGo Zero used for Go. Not by eight: many images coincide with pairs already in the
+# data, or with each other (a symmetric position has fewer distinct images). The first line below
+# prints the count before and after; then comes one example:
 
 # %%
 all_records = records + versus
@@ -249,11 +262,13 @@ print(shown["prompt"])
 print("-->", shown["completion"])
 
 # %% [markdown]
-# The move is MCTS's. At the `ci` preset the completion writes something first
-# (`GameSettings.worked_lines`): the board's eight lines, rows, then columns, then diagonals, each
-# as four words, its three cells and then the square that would complete it (`o(0,2)`: o has two
-# there and (0,2) is empty) or `-`; in the example above, find the lines whose fourth word is a
-# square, and the move. A program computes them from the board, so they are always right.
+# The move is MCTS's. At the `ci` preset the completion first writes *worked lines*
+# (`GameSettings.worked_lines`), then the move. The worked lines are the board's eight lines (rows,
+# then columns, then diagonals), each as four words: its three cells, then the square that would
+# complete it, or `-` if there is none. `o(0,2)`, for instance, says o holds two of the line's
+# cells and (0,2), the third, is empty. In the example above, find the lines whose fourth word is a
+# square, and compare them with the move. A program computes the worked lines from the board, so
+# they are always right.
 # Chapter 4 explains why a small model trained from scratch needs them: trained on the move alone,
 # it did not learn to complete or block a line (`benchmarks/results/sft_recipe.md` records those
 # runs).
@@ -261,17 +276,18 @@ print("-->", shown["completion"])
 # %% [markdown]
 # ## CookingWorld: gold paths
 #
-# TextWorldExpress computes a *gold path* for every game: the shortest sequence of commands that
-# wins it. Playing it and recording the prompt at each step gives one example per step.
-# TextWorldExpress splits its games into *folds* (train, dev and test: disjoint sets of games, like
-# a dataset's splits). Only **train-fold** games are used, so the test fold stays unseen (chapter 4
-# measures the gap). The prompt lists the actions taken so far and keeps the recipe once the
-# cookbook has been read (chapter 2 explains the template).
+# TextWorldExpress computes a *gold path* for every game: a sequence of commands that wins it (its
+# own expert plan, not always the shortest one). Playing it and recording the prompt at each step
+# gives one example per step. TextWorldExpress also splits its games into *folds* (train, dev and
+# test: disjoint sets of games, like a dataset's splits). Only **train-fold** games are used, so
+# the test fold stays unseen (chapter 4 measures the gap). The prompt lists the actions taken so
+# far and keeps the recipe once the cookbook has been read (chapter 2 explains the template).
 #
-# The cell makes the data of the three remaining games at once, with `make_expert_data`, the
-# function chapter 4 calls when the cache is empty; GuessTheNumber's and math's are shown further
-# down. It prints the CookingWorld world of this preset (at `ci` smaller than the TextWorld
-# tutorial's 3 rooms, 2 ingredients and 2 distractor items) and one example.
+# The next cell makes the data of the three other games with `make_expert_data`, the function
+# chapter 4 calls when it finds no cached data; GuessTheNumber's and math's examples are shown
+# further down. It prints the CookingWorld world of this preset (at `ci` smaller than the TextWorld
+# tutorial's 3 rooms, 2 ingredients and 2 distractor items, objects the recipe does not need) and
+# one example.
 
 # %%
 data = {}
@@ -285,7 +301,8 @@ print("-->", data["cookingworld"][6]["completion"])
 
 # %% [markdown]
 # Once the cookbook has been read, `Remembered:` holds the recipe; `Your actions so far:` is the
-# history; the line after `-->` is the label, the gold path's next command.
+# history; then come the game's answer to the last action and the valid actions. The line after
+# `-->` is the label, the gold path's next command.
 
 # %%
 actions = Counter(e["completion"].split()[0] for e in data["cookingworld"])
@@ -296,10 +313,11 @@ plt.show()
 # %% [markdown]
 # Each bar counts the examples whose label begins with one verb (at `ci` each cut and cook step
 # also appears in rewritten copies, so those verbs count more than once: see counterfactual recipes
-# below). Most verbs follow from the room and the inventory (open what is closed, take what the
-# recipe needs). Four do not: `cook` and the three cuts (`slice`, `dice`, `chop`) say *how* an
-# ingredient is prepared, and only the recipe tells which is right. They are the steps the rest of
-# this section is about.
+# below). `look`, `read`, `prepare` and `eat` come once in every gold path, so their bars are as
+# long as the number of training games. Most verbs follow from the room and the inventory (open
+# what is closed, take what the recipe needs). Four do not: `cook` and the three cuts (`slice`,
+# `dice`, `chop`) say *how* an ingredient is prepared, and only the recipe tells which is right.
+# They are the steps the rest of this section is about.
 #
 # ### Recovery data: mistakes in the demonstrations
 #
@@ -374,10 +392,11 @@ print(f"200 test games: {sum(p not in seen for p in steps)} of their {len(steps)
 print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 
 # %% [markdown]
-# A model that learnt "cilantro: dice" from its data is right on the training games and wrong on
-# these, and nothing in the gold paths tells the two habits apart: in them the recipe and the
-# ingredient always agree. Data can. `counterfactual_recipes` rewrites each training episode as
-# if its recipe asked for another cut and another cooking method: the three ways to cut (slice,
+# The test steps with an unseen pair are the ones a model gets wrong if it learnt a habit
+# ("cilantro: dice") instead of reading the recipe. Wherever a training game's recipe asks for the
+# habitual way, the habit and the recipe give the same label, and the gold paths cannot tell them
+# apart. Rewritten data can. `counterfactual_recipes` rewrites each training episode as if its
+# recipe asked for another cut and another cooking method: the three ways to cut (slice,
 # dice, chop) and the three to cook (fry on the stove, roast in the oven, grill in the toaster) are
 # each permuted, in the recipe, the valid actions, the game's answers and the labels alike. The
 # game's text is regular enough for this to be exact: `tests/test_expert_data.py` plays the other
@@ -386,7 +405,7 @@ print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 # preparing it, so the only way to predict the verb is to read the recipe. Each cut and cook step
 # also gets further rewritten copies (`GameSettings.recipe_step_copies`), which is why those verbs
 # count more often in the bar chart above than the games play them. Only the `ci` preset rewrites
-# recipes; the cell says so at the others.
+# recipes; at the other presets the cell says it does not.
 
 # %%
 swapped = next((e for e in data["cookingworld"]
@@ -405,10 +424,12 @@ else:
           "examples come from a rewritten episode")
 
 # %% [markdown]
-# `the game's directions` is what the game wrote, with its gold label after `-->`; `rewritten
-# directions` is the same step after the rewrite: the directions and the label change together.
-# The examples not counted as rewritten drew the identity permutation (one of the 36), or come from
-# a game with an appliance the rewrite does not know, which is kept as the game wrote it.
+# The first line names the episode and the permutation it drew. `the game's directions` is what
+# the game wrote, with its gold label after `-->`; `rewritten directions` is the same step after the
+# rewrite: the directions and the label change together. The examples not counted as rewritten come
+# from episodes that drew the identity permutation (one of the 36: 6 orders of the cuts times 6 of
+# the cooking methods), or from a game with an appliance the rewrite does not know, which is kept as
+# the game wrote it.
 
 # %% [markdown]
 # ## GuessTheNumber and math
@@ -460,11 +481,11 @@ pd.DataFrame.from_dict(lengths, orient="index")
 # %% [markdown]
 # ## Saving, loading, caching
 #
-# Examples are saved as JSON lines (one JSON object per line); `load_examples` returns a
-# `datasets.Dataset`, the table type of Hugging Face's `datasets` library, which the trainers of
-# chapter 4 read. The chapter's data is also written to the cache under a key made from its
-# settings, where chapter 4 finds it (and remakes it if it is missing, so every chapter runs on its
-# own).
+# Examples are saved as JSON lines (one JSON object per line), one file per game, in the cache
+# under a key made from the settings that produce the data. Chapter 4 finds them there (and
+# remakes them if they are missing, so every chapter runs on its own). `load_examples` reads a file
+# back as a `datasets.Dataset`, the table type of Hugging Face's `datasets` library, which the
+# trainers of chapter 4 read. The cell saves every game's data and loads GuessTheNumber's:
 
 # %%
 for game, rows in data.items():
@@ -480,7 +501,7 @@ dataset.to_pandas().head(3)
 # ## Summary
 # - MCTS self-play with the tutorial's settings labels tic-tac-toe moves almost perfectly; fewer
 #   simulations are faster and worse. Epsilon buys coverage (distinct positions); what it did to the
-#   labels' optimal-move rate at 100 simulations is printed under its table.
+#   labels' optimal-move rate at 100 simulations is printed with its table.
 # - Games of MCTS against a random player add positions self-play never reaches, the kind an
 #   evaluation against a random opponent shows.
 # - Symmetry augmentation multiplies the distinct tic-tac-toe examples.

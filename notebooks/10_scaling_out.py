@@ -69,19 +69,23 @@ print(f"preset={preset.name}; this process is one of {distributed.num_processes(
 # | step | each process | across processes |
 # |---|---|---|
 # | start | builds the same model, value head and optimiser from the run's seed | nothing: they start equal |
-# | collect | plays its share of `turns_per_iteration` from its own seeds (process r: seeds s + r, s + r + N, ...) | - |
-# | statistics | | gathers every process's episodes: returns are normalised over all of them (ReBN's mean and scale, PPO's whitening), and the logged metrics are the whole batch's |
+# | collect | plays its share of `turns_per_iteration` from its own seeds (with s the iteration's first seed, process r plays seeds s + r, s + r + N, ...) | - |
+# | statistics | | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
 # | loss | scores its own turns; divides their loss by the **global** number of action tokens | the token count is summed |
 # | gradient | backward over its micro-batches | gradients summed (an all-reduce) |
-# | step | clips and steps: the same gradient in every process, so the same weights | a bad loss in one process skips the step in all |
+# | step | clips the gradient norm and steps: the same gradient in every process, so the same weights | a non-finite loss in one process skips the step in all |
 # | outputs | the main process writes metrics, TensorBoard, checkpoints and the model | a checkpoint holds every process's random generators |
 #
-# PPO adds one global decision: its minibatches. The main process draws one shuffled order of all
-# the iteration's turns and sends it to the others; each process computes the part of each
-# minibatch it holds. A minibatch is then the same set of turns it would be in one process.
+# The middle column is what each process does on its own; the right column is where the processes
+# exchange data, and so where they wait for each other.
 #
-# The collection step, as {class}`~tutorial_lib.rl.rl_loop.Run` does it (`distributed.launched()` is
-# false in one process, and every helper of `tutorial_lib.runtime.distributed` is then the identity):
+# PPO adds one global decision: its minibatches. For each epoch the main process draws one shuffled
+# order of all the iteration's turns and sends it to the others; each process computes the part of
+# each minibatch it holds. A minibatch is then the same set of turns it would be in one process.
+#
+# The collection step, as {class}`~tutorial_lib.rl.rl_loop.Run` does it. In one process
+# `distributed.launched()` is false, and every helper of `tutorial_lib.runtime.distributed` then
+# returns what a lone process would compute: `share(n)` is `n`, `gather(items)` is `items`.
 
 # %%
 show_source(Run.collect)
@@ -89,11 +93,12 @@ show_source(Run.collect)
 # %% [markdown]
 # ## Why the statistics must be global
 #
-# Suppose one process happened to collect only won games and another only lost ones. Normalised
-# within each process, a won game is scored against other wins: its advantage is zero, and a loss
-# is scored against other losses. Normalised over the whole batch, the wins are above the mean and
-# the losses below it, which is what the update should learn from. The cell computes both on four
-# one-turn episodes:
+# ReBN (chapter 5) turns returns into advantages by subtracting the batch's mean return and dividing
+# by its standard deviation, so which batch it is taken over matters. Suppose one process happened
+# to collect only won games and another only lost ones. Normalised within each process, a won game
+# is scored against other wins, a loss against other losses: every advantage is zero. Normalised
+# over the whole batch, the wins are above the mean and the losses below it, which is what the
+# update should learn from. The cell computes both on four one-turn episodes:
 
 # %%
 returns = [[1.0], [1.0], [-1.0], [-1.0]]  # process 0 played the first two games, process 1 the last two
@@ -103,10 +108,11 @@ display(pd.DataFrame({"return": [r[0] for r in returns], "process": [0, 0, 1, 1]
                       "advantage, global ReBN": global_advantages, "advantage, ReBN within each process": local_advantages}))
 
 # %% [markdown]
-# Within each process every advantage is zero: the update would learn nothing from a batch whose
-# games were won and lost. `whole_batch` gathers every process's episodes (they are small: token
-# ids and rewards), so that REINFORCE's `prepare` computes the same global advantages in every
-# process, then keeps its own turns':
+# Global ReBN gives the wins and the losses advantages of opposite signs; ReBN within each process
+# gives all four zero, so the update would learn nothing from a batch whose games were won and
+# lost. `whole_batch` gathers every process's episodes (they are small: token ids and rewards), so
+# that REINFORCE's `prepare` computes the same global advantages in every process, then keeps the
+# advantages of its own turns:
 
 # %%
 show_source(whole_batch)
@@ -117,10 +123,11 @@ show_source(Reinforce.prepare)
 #
 # REINFORCE's and PPO's losses are means over the batch's action tokens. If each process took the
 # mean over its own tokens and the gradients were then averaged (what PyTorch's
-# `DistributedDataParallel` does by default), a token of a process holding few tokens would weigh
-# more than a token of a process holding many. Dividing each process's *sum* by the global count
-# and *summing* the gradients gives the one-process gradient exactly. The cell checks it on a toy
-# model: per-token losses of a linear layer, 12 tokens on one process and 4 on the other.
+# `DistributedDataParallel`, DDP for short, does by default), a token of a process holding few
+# tokens would weigh more than a token of a process holding many. Dividing each process's *sum* by
+# the global count and *summing* the gradients gives the one-process gradient exactly, up to
+# floating-point rounding. The cell checks it on a toy model: per-token losses of a linear layer,
+# 12 tokens on one process and 4 on the other.
 
 # %%
 torch.manual_seed(0)
@@ -148,12 +155,17 @@ say(f"Largest difference from the one-process gradient: {float((global_count - o
     "averaged, where the 4 tokens of the second process weigh three times as much as the 12 of the first.")
 
 # %% [markdown]
+# The first difference is float32 rounding; the second is orders of magnitude larger: a different
+# gradient.
+#
 # The all-reduce itself is a few lines, through `accelerate`'s `reduce`. The library sums the
-# gradients once per optimiser step, after the micro-batches, instead of wrapping the model in
-# `DistributedDataParallel`: the book's losses are normalised by the global count, and the policy is
-# also scored without a backward pass (PPO's old log-probabilities, the reference model). DDP would
-# overlap the all-reduce with the backward pass, which matters for a model whose gradients are
-# large next to its compute; the SFT and GRPO stages, which run in TRL's trainers, do use DDP.
+# gradients itself, once per optimiser step after all the micro-batches, instead of wrapping the
+# model in DDP. Two things fit DDP badly here: DDP averages gradients, while the book's losses are
+# already divided by the global count and need a sum; and the policy is also scored with no
+# backward pass at all (PPO's old log-probabilities, the reference model). What the library gives
+# up is DDP's overlap of the all-reduce with the backward pass, which matters for a model whose
+# gradients are large next to its compute. The SFT and GRPO stages, which run in TRL's trainers,
+# do use DDP.
 
 # %%
 show_source(distributed.sum_gradients)
@@ -164,7 +176,7 @@ show_source(distributed.sum_gradients)
 # The repository's accelerate configuration, `configs/accelerate/ddp.yaml`, starts one process per
 # device on one machine (`num_processes: 2`; change it, or pass `--num_processes`, for more GPUs).
 # On a machine without a GPU the same command starts the processes on the CPU, joined through
-# gloo:
+# gloo (PyTorch's communication backend for CPUs):
 #
 # ```bash
 # accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo ppo \
@@ -173,23 +185,24 @@ show_source(distributed.sum_gradients)
 #     --game cookingworld --preset full --out runs/sft-cw           # SFT (TRL), 8 GPUs
 # accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo grpo \
 #     --game math --preset full --out runs/grpo-math              # GRPO (TRL)
-# ... --resume                                                     # continues with as many processes
+# ... --resume                                                     # continues, on as many processes as before
 # ```
 #
 # What stays the same and what does not:
 # - `turns_per_iteration`, SFT's `batch_size` and GRPO's completions per step are **global**: N
 #   processes play, or train on, the same number as one, each a 1/N share. The recipe does not
-#   change when it scales out; each process's memory and time per step shrink.
+#   change when it scales out; only each process's share of the work shrinks.
 # - A run resumes only with the number of processes that wrote its checkpoint (each process's
-#   random generators are in it); the command says so otherwise.
+#   random generators are in it); started with another number, the command refuses and says why.
 # - With one process nothing changes: the same numbers bit for bit as before these helpers existed.
 #
 # **Several machines** take accelerate's usual flags on each machine (`--num_machines 2
 # --machine_rank 0|1 --main_process_ip HOST --main_process_port PORT`); the library does nothing
 # machine-specific, but this configuration is untested here (one machine, 2 cores). **Models that
-# do not fit one device** need their parameters sharded (FSDP, DeepSpeed ZeRO-3). The RL loop's
-# explicit all-reduce assumes every process holds whole gradients, so it does not support them;
-# TRL's SFT and GRPO trainers accept accelerate's FSDP and DeepSpeed configurations, untested here.
+# do not fit one device** need their parameters *sharded*: split across the devices (PyTorch's
+# FSDP, DeepSpeed's ZeRO-3). The RL loop's explicit all-reduce assumes every process holds whole
+# gradients, so it does not support sharding; TRL's SFT and GRPO trainers accept accelerate's FSDP
+# and DeepSpeed configurations, untested here.
 #
 # ## What the tests check
 #
@@ -209,7 +222,11 @@ show_source(distributed.sum_gradients)
 # ## On this book's 2-core CPU
 #
 # `benchmarks/rl_scaling.py` runs the same RL iterations three ways: one process with one thread,
-# one process with a thread per core, and a process per core with one thread each. The record:
+# one process with a thread per core, and a process per core with one thread each. The record
+# below holds one such comparison for each algorithm, on the machine it names. In the table,
+# `x 1 thread` compares each run with one process on one thread, and `x best single process` with
+# the faster of the two single-process runs. In each algorithm's last row, the split run, above 1
+# means the processes beat the best single process. The lines under the table repeat that ratio:
 
 # %%
 scaling = pd.DataFrame(recorded_runs("rl_scaling_cpu.jsonl", preset))
@@ -226,17 +243,18 @@ else:
             f"{split.turns_per_iteration} turns per iteration).")
 
 # %% [markdown]
-# A CPU is a poor place to look for scaling: two processes share the same two cores one process with
-# two threads would use, and torch's threads already split the larger matrix products. What two
-# processes can win there is the work threads do not split: Python, the games' own steps, the many
-# small operations of decoding a small model. What they lose is the synchronisation: an algorithm
-# that synchronises often pays for it every time (PPO: a gradient all-reduce, gathered token counts
-# and a broadcast order for every minibatch, several per iteration, on a model whose forward pass
-# takes milliseconds), one that steps once per iteration (REINFORCE) pays once. Whatever the
-# ratios, they say how this machine splits
-# the work, not how N GPUs would: each GPU brings its own compute, and the loop then scales until
-# the all-reduce and the gathered episodes cost as much as a process's share of the work. That
-# needs a machine with several GPUs to measure; a single GPU cannot show it.
+# A CPU is a poor place to look for scaling: two processes share the same two cores that one
+# process with two threads would use, and torch's threads already split the larger matrix products.
+# What two processes can win there is the work threads do not split: Python, the games' own steps,
+# the many small operations of decoding a small model. What they lose is time spent synchronising.
+# An algorithm that synchronises often pays every time. PPO takes an optimiser step for every
+# minibatch, several per iteration, and each step waits for a gradient all-reduce and for the
+# summed metrics; every epoch also gathers the token counts and broadcasts the minibatch order,
+# all on a model whose forward pass takes milliseconds. REINFORCE steps once per iteration and pays
+# once. Whatever the ratios, they say how this machine splits the work, not how N GPUs would: each
+# GPU brings its own compute, and the loop then scales until the all-reduce and the gathered
+# episodes cost as much as a process's share of the work. That needs a machine with several GPUs to
+# measure; a single GPU cannot show it.
 #
 # ## Exercises
 #
@@ -249,4 +267,4 @@ else:
 #    s + r x turns_per_iteration onwards? (Think of what a resumed run with the same N plays, and
 #    of what one process plays with this rule.)
 # 4. `configs/accelerate/ddp.yaml` with `--num_processes 3` on a 2-core CPU: predict the turns/s
-#    from the record, then run `benchmarks/rl_scaling.py` with a third line for it.
+#    from the record, then add it to `benchmarks/rl_scaling.py` as a fourth run and measure it.
