@@ -59,6 +59,7 @@ from IPython.display import display
 from myst_nb import glue
 
 from tutorial_lib.data.sft import completion_logits, sft_config, tokenize_examples, train_sft
+from tutorial_lib.envs import GAME_TITLES
 from tutorial_lib.envs.parsing import parse_tictactoe_move
 from tutorial_lib.envs.tictactoe import completing_squares
 from tutorial_lib.evaluation.episodes import run_episodes
@@ -296,13 +297,15 @@ finetune("cookingworld", stage=(4, 4))
 fig, axes = plt.subplots(2, 2, figsize=(8, 4.5))  # four games: a 2 x 2 grid fits the page
 for ax, (game, losses) in zip(axes.flat, curves.items()):
     ax.plot(*zip(*losses))
-    ax.set(title=game, yscale="log")
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labelled decades only
+    ax.set(title=GAME_TITLES[game], yscale="log")
+    # a tick at 1, 2 and 5 of each decade: a curve within one decade still gets numbers to read
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 for ax in axes[1]:
     ax.set_xlabel("optimizer step")
 for ax in axes[:, 0]:
-    ax.set_ylabel("loss per\ncompletion token")
-fig.suptitle("SFT loss curves")
+    ax.set_ylabel("cross-entropy per\ncompletion token (nats)")
+fig.suptitle("SFT training loss per game (log scale)")
 plt.tight_layout()
 plt.show()
 pd.DataFrame(timings).T

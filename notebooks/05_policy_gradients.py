@@ -651,7 +651,8 @@ for name, change in variants.items():
     ablation[name] = train_reinforce(policy, "tictactoe", settings, out_dir=runs_dir / f"ablation-{name}",
                                      progress=False).history
     ablation_eval[name] = evaluate_policy("tictactoe", policy, preset=preset, episodes=EPISODES)
-fig = learning_curves(ablation, ["mean_return", "invalid_rate"], title=f"tic-tac-toe, {short} iterations each")
+fig = learning_curves(ablation, ["mean_return", "invalid_rate"],
+                      title=f"REINFORCE on tic-tac-toe: three advantages, {short} iterations each")
 losses = {name: results["loss_rate"] for name, results in ablation_eval.items()}
 widest = compare_rates("loss rate", min(losses.values()), max(losses.values()), 200, higher_is_better=False)  # 200 games each
 returns = {name: sum(row["mean_return"] for row in history) / len(history) for name, history in ablation.items()}

@@ -203,7 +203,7 @@ for ax, advantage in zip(axes, (1.0, -1.0)):
         losses.append(float(loss))
     ax.plot(log_ratios.exp(), losses, label="clipped (PPO)")
     ax.plot(log_ratios.exp(), -advantage * log_ratios.exp(), "--", label="unclipped  -A r")
-    ax.axvspan(0.8, 1.2, color="grey", alpha=0.15)
+    ax.axvspan(0.8, 1.2, color="grey", alpha=0.15, label="clip range [1-ε, 1+ε]")
     ax.set(title=f"advantage {advantage:+.0f}", xlabel="ratio r = π/π_old")
 axes[0].set_ylabel("loss per token")
 axes[0].legend(fontsize=9)

@@ -488,7 +488,7 @@ say("This run:", "; ".join(str(c) for c in ttt_changes) + ".",
 
 # %%
 fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_rate", "frac_reward_zero_std"],
-                      title="GRPO on tic-tac-toe moves: reward, optimal moves, zero-std groups", x_label="GRPO step")
+                      title="GRPO on tic-tac-toe moves: reward, optimal moves, groups with one reward for all", x_label="GRPO step")
 
 # %% [markdown]
 # What to look for in the curves. The reward and the share of optimal moves are the two measures

@@ -690,7 +690,7 @@ if ranges_runs and cpu_runs:
         "(one evaluation per data-order seed).")
 if ranges_runs:
     learning_curves(pretrained_rl_histories(ranges_runs), ["success_rate", "mean_return", "invalid_rate", "entropy"],
-                    title="SmolLM2 + REINFORCE, GuessTheNumber 1-50 from SFT on several ranges (sampled games)")
+                    title="SmolLM2 + REINFORCE on GuessTheNumber 1-50, SFT on several ranges (sampled games)")
     plt.show()
     changed = guessing_games(ranges_runs, limit=6)
     display(changed) if len(changed) else say("In the recorded example games RL changed no guess.")

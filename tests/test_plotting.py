@@ -20,10 +20,24 @@ def test_panels_are_titled_in_words_and_a_single_run_has_no_legend():
     assert axes[0].get_legend() is None
 
 
-def test_several_runs_get_a_legend_and_a_chosen_x_label():
+def test_several_runs_get_a_legend_below_the_panels_and_a_chosen_x_label():
     fig = learning_curves({"a": history(0), "b": history(1)}, ["mean_return"], title="t", x_label="GRPO step")
     ax = fig.axes[0]
-    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["a", "b"]
+    (legend,) = fig.legends
+    assert [text.get_text() for text in legend.get_texts()] == ["a", "b"]
+    assert ax.get_legend() is None  # not over the first panel's lines
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert legend.get_window_extent(renderer).y1 <= ax.get_tightbbox(renderer).y0 + 1  # below it
     assert ax.get_xlabel() == "GRPO step"
     smoothed = ax.lines[2].get_ydata()  # run b's running mean over 3 points: 1.0, 1.05, 1.1, 1.2, 1.3
     assert list(smoothed) == pytest.approx([1.0, 1.05, 1.1, 1.2, 1.3])
+
+
+def test_long_run_names_get_a_row_each_and_the_iterations_whole_numbers():
+    names = [f"GuessTheNumber 1-50 from SFT on several ranges, seed {seed}" for seed in range(4)]
+    fig = learning_curves({name: history(i) for i, name in enumerate(names)}, ["mean_return", "entropy"], title="t")
+    (legend,) = fig.legends
+    assert legend._ncols == 1
+    fig.canvas.draw()
+    assert all(float(tick).is_integer() for tick in fig.axes[0].get_xticks())

@@ -6,6 +6,7 @@ from tutorial_lib.lm.prompts import Turn, build_messages, build_prompt_text, pro
 
 def test_registry_names_and_errors():
     assert set(envs.GAMES) == {"tictactoe", "cookingworld", "guess_the_number", "math"}
+    assert set(envs.GAME_TITLES) == set(envs.GAMES)  # every game has its name in words
     with pytest.raises(ValueError, match="the games are"):
         envs.make("chess")
     with pytest.raises(TypeError, match="its options are .*preset"):

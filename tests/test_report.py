@@ -268,10 +268,10 @@ def test_pretrained_rl_records_read_one_line_per_run_with_curves_verdicts_and_ch
     longer = {**again, "iterations": 6, "run_dir": "/runs/a2", "after_success_rate": .6}
     assert records.longest_runs([first, again, other, longer]) == [longer, other]
     histories = report.pretrained_rl_histories([again])
-    assert histories["gtn-50 seed 0"] == [{"step": 1, "success_rate": .2, "mean_return": .7},
+    assert histories["gtn-50, seed 0"] == [{"step": 1, "success_rate": .2, "mean_return": .7},
                                           {"step": 2, "success_rate": .3, "mean_return": .8}, {"step": 3, "success_rate": .4}]
     games = report.guessing_games([again, other])
-    assert games.to_dict("records") == [{"run": "gtn-50 seed 0, 3 iterations", "secret": 30, "SFT's guesses": "5 8 9 10 11 12 13",
+    assert games.to_dict("records") == [{"run": "gtn-50, seed 0, 3 iterations", "secret": 30, "SFT's guesses": "5 8 9 10 11 12 13",
                                          "after RL": "5 25 37 31 30 +"}]
     assert len(report.guessing_games([again, {**again, "run_dir": "/runs/c"}], limit=1)) == 2  # a limit per run
     assert report.guessing_games([again], limit=0).empty
@@ -291,8 +291,8 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
     assert "gtn-50, lr 0.0001, T 1.5, 16 games (reinforce" in said and "within noise in 1 of 1 run" in said
     assert "reward: the find only (reinforce" in said and "better in 1 of 1 run" in said
     assert list(table["verdict"]) == ["noise", "better"]
-    assert set(report.pretrained_rl_histories([base, find])) == {"gtn-50 seed 0, lr 0.0001, T 1.5, 16 games",
-                                                                  "gtn-50 seed 0, lr 0.0001, T 1.5, 16 games, reward: the find only"}
+    assert set(report.pretrained_rl_histories([base, find])) == {"gtn-50, seed 0, lr 0.0001, T 1.5, 16 games",
+                                                                  "gtn-50, seed 0, lr 0.0001, T 1.5, 16 games, reward: the find only"}
 
 
 def test_critic_reading_follows_the_second_half_of_the_run():
@@ -365,3 +365,14 @@ def test_guess_mass_tabulates_the_guesses_record():
     assert table.loc[(1.5, "SFT", "20 too high (11-19 left)"), "within 2 of its middle"] == 1.05e-4
     assert table.loc[(1.5, "RL", "20 too high (11-19 left)"), "within 2 of its middle"] == .4
     assert list(table["range left"]) == ["11-19", "11-19", "11-19", "1-50"]
+
+
+def test_a_recorded_run_is_named_by_its_game_in_words():
+    ranges = {"task": "gtn-50-ranges-40", "game": "guess_the_number", "seed": 2,
+              "train_options": {"preset": None, "low": 1, "high": 50, "max_turns": 7},
+              "sft_options": {"preset": None, "ranges": [[1, 10, 4], [1, 20, 5], [1, 30, 5], [1, 40, 6]]}}
+    assert records.pretrained_run_name(ranges) == "1-50 in 7, SFT on 1-10/20/30/40, seed 2"
+    assert records.pretrained_run_name({**ranges, "sft_options": None}) == "1-50 in 7, seed 2"
+    ttt = {"task": "ttt-x", "game": "tictactoe", "seed": 0, "train_options": {"agent_mark": "x"}}
+    assert records.pretrained_run_name(ttt) == "tic-tac-toe as x, seed 0"
+    assert records.pretrained_run_name({"task": "math", "game": "math", "seed": 1, "train_options": {}}) == "math, seed 1"

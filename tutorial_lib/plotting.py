@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -52,14 +53,16 @@ def length_histogram(lengths: Mapping[str, Sequence[int]], *, limits: Mapping[st
     everything = [n for group in lengths.values() for n in group]
     bins = range(min(everything), max(everything) + 2)
     for name, group in lengths.items():
-        ax.hist(group, bins=bins, alpha=0.6, label=name, align="left")
+        # outlines, not see-through bars: two filled histograms mix into a colour that reads as a third
+        ax.hist(group, bins=bins, histtype="step", linewidth=1.5, label=name, align="left")
     for name, limit in limits.items():
         ax.axvline(limit + 0.5, color="k", linestyle="--", linewidth=1)
         # along the line, inside the axes: a label beside the line runs off the right edge
         ax.text(limit + 0.3, ax.get_ylim()[1] * 0.97, f"{name} limit {limit}", fontsize=9, rotation=90,
                 ha="right", va="top", bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
-    ax.set(title=title, xlabel="steps", ylabel="episodes")
-    ax.legend(frameon=False)
+    ax.set(title=title, xlabel="steps", ylabel="games")
+    # beside the axes: inside, it runs across the limit lines and their labels
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
     return ax
 
 
@@ -86,13 +89,13 @@ METRIC_TITLES = {
     "loss_rate": "share of games lost",
     "invalid_rate": "share of invalid actions",
     "optimal_rate": "share of optimal moves",
-    "entropy": "entropy of the action tokens",
+    "entropy": "entropy of the action tokens (nats)",
     "turns_per_episode": "turns per game",
     "explained_variance": "critic's explained variance",
     "clipfrac": "share of tokens clipped",
-    "approx_kl": "KL, policy before -> after update",
-    "kl_ref": "KL to the SFT policy, per token",
-    "frac_reward_zero_std": "groups with one reward for all",
+    "approx_kl": "KL, policy before -> after update (nats)",
+    "kl_ref": "KL to the SFT policy, per token (nats)",
+    "frac_reward_zero_std": "share of groups with one reward for all",
 }
 
 
@@ -103,17 +106,24 @@ def learning_curves(
     """One panel per metric in ``keys`` (titled in words, :data:`METRIC_TITLES`), one line per run;
     ``runs[name]`` is a list of per-iteration metric dicts (``RLResult.history``). Lines are a
     running mean over ``smooth`` iterations, the raw values faint behind them: one iteration's batch
-    is noisy. A legend names the runs when there is more than one (the title names a single run).
+    is noisy. A legend names the runs when there is more than one (the title names a single run),
+    below the panels, where it hides no line however long the run names are.
 
     The panels fill a grid ``columns`` wide (by default up to three across, two for four panels), so
     that the figure stays within about 8 inches, the width of the book's page, whatever the number
     of metrics; a row of five panels would be shrunk until its labels could not be read."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     columns = columns or (len(keys) if len(keys) <= 3 else 2 if len(keys) == 4 else 3)
     rows = -(-len(keys) // columns)
     width = {1: 4.5, 2: 7.0}.get(columns, 8.0)
-    fig, axes = plt.subplots(rows, columns, figsize=(width, 2.5 * rows + 0.5), squeeze=False)
+    # the legend's rows: side by side where the names are short, one name a row where they are long
+    legend_columns = 1 if len(runs) < 2 or max(map(len, runs)) > 30 else min(len(runs), 3)
+    legend_rows = -(-len(runs) // legend_columns) if len(runs) > 1 else 0
+    legend_height = 0.25 * legend_rows + (0.1 if legend_rows else 0)
+    height = 2.5 * rows + 0.5 + legend_height
+    fig, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
     panels = [ax for row in axes for ax in row]
     for ax in panels[len(keys):]:  # a grid with more cells than metrics: leave the rest empty
         ax.set_visible(False)
@@ -127,9 +137,15 @@ def learning_curves(
             ax.plot(steps, values, color=line.get_color(), alpha=0.25, linewidth=0.8)
         ax.set_title(METRIC_TITLES.get(key, key.replace("_", " ")), fontsize=11)
         ax.set_xlabel(x_label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
         ax.grid(alpha=0.3)
+    # wrapped to the figure's width (about ten characters an inch at this size): a long title
+    # would run off both edges
+    fig.suptitle(textwrap.fill(title, int(width * 10)), fontsize=12)
     if len(runs) > 1:
-        panels[0].legend(fontsize=9)
-    fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
+        handles, labels = panels[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=legend_columns, fontsize=9, frameon=False)
+        fig.tight_layout(rect=(0, legend_height / height, 1, 1))
+    else:
+        fig.tight_layout()
     return fig

@@ -172,6 +172,23 @@ def pretrained_rl_recipe(row: dict) -> str:
     return ", ".join(parts)
 
 
+def pretrained_run_name(row: dict) -> str:
+    """A recorded run's game in words, as its line records it, and its seed: ``"1-50 in 7, SFT on
+    1-10/20/30/40, seed 0"`` for GuessTheNumber (the range RL trained on, and the SFT data's ranges
+    where they are not the preset's), ``"tic-tac-toe as x, seed 0"``; the task's name otherwise."""
+    train = row.get("train_options") or {}
+    if row.get("game") == "guess_the_number" and train.get("high") is not None:
+        name = f"{train.get('low', 1)}-{train['high']} in {train['max_turns']}"
+        sft = (row.get("sft_options") or {}).get("ranges")
+        if sft:
+            name += f", SFT on 1-{'/'.join(str(high) for _, high, _ in sft)}"
+    elif row.get("game") == "tictactoe" and train.get("agent_mark"):
+        name = f"tic-tac-toe as {train['agent_mark']}"
+    else:
+        name = row["task"]
+    return f"{name}, seed {row['seed']}"
+
+
 #: what each training reward of ``benchmarks/pretrained_rl.py --reward`` pays, in words
 PRETRAINED_RL_REWARDS = {"find": "the find only"}
 

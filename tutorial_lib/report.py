@@ -30,6 +30,7 @@ from tutorial_lib.records import (
     latest_runs,
     longest_runs,
     pretrained_rl_recipe,
+    pretrained_run_name,
     tictactoe_opponent_runs,
 )
 
@@ -316,7 +317,7 @@ def pretrained_rl_histories(rows: Sequence[dict]) -> dict[str, list[dict]]:
         curves = row.get("curves", {})
         steps = max((len(values) for values in curves.values()), default=0)
         recipe = f", {pretrained_rl_recipe(row)}" if several else ""
-        histories[f"{row['task']} seed {row['seed']}{recipe}"] = [
+        histories[f"{pretrained_run_name(row)}{recipe}"] = [
             {"step": i + 1, **{key: values[i] for key, values in curves.items() if i < len(values)}} for i in range(steps)]
     return histories
 
@@ -338,7 +339,7 @@ def guessing_games(rows: Sequence[dict], limit: int = 6):
         changed = [(before, after) for before, after in zip(row.get("before_games", []), row.get("after_games", []))
                    if before["guesses"] != after["guesses"]]
         for before, after in changed[:limit]:
-            table.append({"run": f"{row['task']} seed {row['seed']}, {row['iterations']} iterations{recipe}",
+            table.append({"run": f"{pretrained_run_name(row)}, {row['iterations']} iterations{recipe}",
                           "secret": before["secret"], "SFT's guesses": shown(before), "after RL": shown(after)})
     return pd.DataFrame(table)
 

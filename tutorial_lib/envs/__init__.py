@@ -27,6 +27,10 @@ _REGISTRY: dict[str, str] = {
 
 GAMES: tuple[str, ...] = tuple(_REGISTRY)
 
+#: each game's name as the book writes it in prose, titles and legends
+GAME_TITLES: dict[str, str] = {"tictactoe": "tic-tac-toe", "cookingworld": "CookingWorld",
+                               "guess_the_number": "GuessTheNumber", "math": "math"}
+
 
 def env_class(name: str) -> type[TextEnv]:
     """The class registered under ``name``."""
