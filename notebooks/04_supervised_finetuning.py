@@ -300,6 +300,7 @@ for ax, (game, losses) in zip(axes.flat, curves.items()):
     ax.set(title=GAME_TITLES[game], yscale="log")
     # a tick at 1, 2 and 5 of each decade: a curve within one decade still gets numbers to read
     ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))  # 0.05, not 5e-2
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 for ax in axes[1]:
     ax.set_xlabel("optimizer step")
