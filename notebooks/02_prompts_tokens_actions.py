@@ -245,9 +245,9 @@ plotting.token_strip(tokens[-36:], trained[-36:], title="The last 36 tokens of a
 plt.show()
 
 # %% [markdown]
-# Read the strip row by row (`·` stands for a space, `\n` for a line break). The grey boxes are the end of the prompt: the board, the format
-# reminder and the chat template's markers, all labelled `-100`. Only the blue boxes, the move and
-# the end-of-turn token after it, carry loss.
+# Read the strip row by row (`·` stands for a space, `\n` for a line break). The grey boxes are
+# the end of the prompt: the board, the format reminder and the chat template's markers, all
+# labelled `-100`. Only the blue boxes, the move and the end-of-turn token after it, carry loss.
 #
 # ### The token-boundary pitfall
 #
