@@ -735,8 +735,8 @@ fig.tight_layout(rect=(0, 0, 1, 0.92))
 plt.show()
 
 # %% [markdown]
-# Each panel is one effect, and in each pair the left bar is the mismatched condition, the right
-# one the matched (fixed) one. Two bars of about the same height are an effect this run does not
+# Each panel is one effect (section d, tokenisation, has no success rate, so no panel), and in
+# each pair the left bar is the mismatched condition, the right one the matched (fixed) one. Two bars of about the same height are an effect this run does not
 # show; a pair far apart is an effect large enough to be mistaken for a change in the policy's
 # skill. The step-limit panel's gold-path pair is different in kind: it is a cap the limit puts on
 # every policy, the expert's included. Whether a difference exceeds the noise of its games is what

@@ -281,8 +281,8 @@ for name, history in [(f"{real.model} (LoRA)", smol_record["log_history"]),
                       ("tiny (full fine-tuning)", tiny_record.log_history)]:
     points = [(row["step"] * smol_settings.batch_size, row["loss"]) for row in history if "loss" in row]
     ax.plot(*zip(*points), marker="o", label=name)
-ax.set(xlabel="examples seen", ylabel="training loss (completion tokens)", yscale="log",
-       title="SFT on the same examples")
+ax.set(xlabel="examples seen", ylabel="cross-entropy per\ncompletion token (nats)", yscale="log",
+       title="SFT on the same GuessTheNumber examples")
 ax.grid(alpha=0.3)
 ax.legend()
 plt.show()
