@@ -699,28 +699,35 @@ else:
         "(benchmarks/pretrained_rl.py --tasks gtn-50-ranges).")
 
 # %% [markdown]
-# Read the verdict line first: it counts, over the recorded seeds, the runs whose greedy success
-# on the 200 games rose, stayed within two standard errors, or fell. Then the games, first guess
-# first: binary search on 1-50 opens with 25; an opening at 20, 15 or 10, the middle of 1-40, 1-30
-# or 1-20, says the policy halves a range it was trained on rather than the one the prompt states;
-# then look for a guess above that range after "too low", for without one the secrets above it are
-# lost. After a guess that was too high, does the
-# next one fall between the last too-low guess and it, and did RL change either? A guess the SFT
-# start never made on 1-50, an opening of 25 or a guess in the forties after "too low", is a
-# move RL found by sampling it: look for one in the after-RL column, and then at whether the
-# moves after it still halve what is left (a better opening followed by steps of one can lose
-# as many games as it wins). Then look for a guess repeated up to the last turn: a repeat is an
-# invalid action, yet the game still pays for how close the last guess is (a repeat included, as
-# GEM does), so sitting one below the secret earns nearly a win without finding it. The verdict
-# line counts invalid guesses per turn for that reason: where they rose beyond noise, see in the
-# games whether the repeats sit next to the secret, the partial reward's loophole (`--reward find`,
-# tried on the first start above, closes it). A run extended to more iterations has a verdict line
-# at each length, its curves and games are the longest. The curves are the sampled games of each
-# iteration (noisy, as above);
-# the greedy evaluation is the verdict. A line that counts one run better and another within noise
-# says that RL raised that start from one data order, not from every one: the claim holds for a
-# start where its line says better in every run, over three seeds or more, and a line over fewer
-# seeds goes no further than its count.
+# Read the verdict lines first: each counts, over the recorded seeds of one start and length, the
+# runs whose greedy success on the 200 games rose, stayed within two standard errors, or fell. The
+# starts differ by data order alone, and by as much as the runs' gains (the `before` spread of each
+# line): a start that already finds most secrets has little room to rise and as much to lose. A
+# line that counts some runs better and others within noise or worse says that RL raised that
+# start from some data orders, not from every one; the claim holds for a start whose line says
+# better in every run, over three seeds or more. Then the games, first guess first:
+#
+# - **The opening.** Binary search on 1-50 opens with 25; an opening at 20, 15 or 10, the middle of
+#   1-40, 1-30 or 1-20, says the policy halves a range it was trained on rather than the one the
+#   prompt states. After "too low", a guess above that range is needed, or the secrets above it
+#   are lost.
+# - **Moves RL found.** A guess the SFT start never made on 1-50 (an opening of 25, a guess in the
+#   forties after "too low") is a move RL found by sampling it. Do the moves after it still halve
+#   what is left? A better opening followed by steps of one can lose as many games as it wins.
+# - **Feedback thrown away.** After "too high", the next guess should fall between the last
+#   too-low guess and it. A guess outside the range the feedback left (above an earlier "too
+#   high", below an earlier "too low") throws away what the game said, and RL can teach it as
+#   readily as a good move: a jump up that won sampled games on high secrets is a jump past the
+#   secret on the others.
+# - **The partial reward's loophole.** A repeated guess is invalid, yet the game still pays for how
+#   close the last guess is (a repeat included, as GEM does), so sitting one below the secret earns
+#   nearly a win without finding it. The verdict lines count invalid guesses per turn for that
+#   reason; where they rose beyond noise, see whether the repeats sit next to the secret
+#   (`--reward find`, tried on the first start above, pays only a find).
+#
+# A run extended to more iterations has a verdict line at each length; its curves and games are
+# those of its longest. The curves are the sampled games of each iteration (noisy, as above); the
+# greedy evaluation is the verdict.
 
 # %% [markdown]
 # ### A task whose better moves the policy samples: tic-tac-toe as x
