@@ -298,8 +298,11 @@ fig, axes = plt.subplots(2, 2, figsize=(8, 4.5))  # four games: a 2 x 2 grid fit
 for ax, (game, losses) in zip(axes.flat, curves.items()):
     ax.plot(*zip(*losses))
     ax.set(title=GAME_TITLES[game], yscale="log")
-    # a tick at 1, 2 and 5 of each decade: a curve within one decade still gets numbers to read
-    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+    # a curve within a decade or two gets ticks at 1, 2 and 5 of each, one over many decades at each
+    # power of ten: numbers to read either way, none written over another
+    values = [loss for _, loss in losses]
+    spans_decades = max(values) / max(min(values), 1e-12) > 100
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1,) if spans_decades else (1, 2, 5)))
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))  # 0.05, not 5e-2
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 for ax in axes[1]:
