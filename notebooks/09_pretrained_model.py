@@ -604,13 +604,19 @@ def same_run_on_the_games_reward(find: dict) -> dict | None:
     return twins[-1] if twins else None
 
 
-for find in [row for row in cpu_runs if row.get("reward") == "find"]:
-    game, seed = same_run_on_the_games_reward(find), find["seed"]
-    if game:
-        versus = compare_rates("the greedy success rate", game["after_success_rate"], find["after_success_rate"],
-                               find["eval_episodes"])
-        say(f"Seed {seed}: from the game's reward ({game['iterations']} iterations) to the find only "
-            f"({find['iterations']}), {versus}.")
+def say_find_versus_game(runs: list[dict]) -> None:
+    """For each run of ``runs`` on the reward for the find only, its greedy success against its twin's on
+    the game's own reward, where the record has the twin."""
+    for find in [row for row in runs if row.get("reward") == "find"]:
+        game, seed = same_run_on_the_games_reward(find), find["seed"]
+        if game:
+            versus = compare_rates("the greedy success rate", game["after_success_rate"], find["after_success_rate"],
+                                   find["eval_episodes"])
+            say(f"Seed {seed}: from the game's reward ({game['iterations']} iterations) to the find only "
+                f"({find['iterations']}), {versus}.")
+
+
+say_find_versus_game(cpu_runs)
 
 # %% [markdown]
 # If the find-only run ends within noise of the other, the record gives no sign that the partial
@@ -659,7 +665,8 @@ else:
 # errs, its errors are moves it samples, which REINFORCE can weigh. It is another start than the
 # first one, so each run is compared with its own evaluation before RL. A second such start adds a
 # fourth range, 1-40 in 6 turns, so that 1-50 lies 10 numbers beyond its data rather than 20
-# (`benchmarks/pretrained_rl.py --tasks gtn-50-ranges-40`). The cell reads each start's runs apart:
+# (`benchmarks/pretrained_rl.py --tasks gtn-50-ranges-40`). The cell reads each start's runs apart,
+# and compares each run on the reward for the find only with the same seed's run on the game's own:
 
 # %%
 # every recorded length of each run for the verdicts (a run extended from 12 iterations to 24 is
@@ -684,6 +691,7 @@ for recipe in sorted(dict.fromkeys((sft_ranges(row), row["iterations"], pretrain
         + across_runs(runs, "invalid guesses per turn", "before_invalid_rate", "after_invalid_rate",
                       round(sum(row["after_mean_turns"] for row in runs) / len(runs) * runs[0]["eval_episodes"]),
                       higher_is_better=False) + ".")
+say_find_versus_game(ranges_lengths)  # the same seed and length on the game's own reward, where recorded
 if ranges_runs and cpu_runs:
     first_start = {row["seed"]: row["before_success_rate"] for row in cpu_runs}  # one evaluation per SFT seed
     say(f"The start trained on 1-10 alone began at {spread(list(first_start.values()))} on the same 200 games "
@@ -722,8 +730,10 @@ else:
 # - **The partial reward's loophole.** A repeated guess is invalid, yet the game still pays for how
 #   close the last guess is (a repeat included, as GEM does), so sitting one below the secret earns
 #   nearly a win without finding it. The verdict lines count invalid guesses per turn for that
-#   reason; where they rose beyond noise, see whether the repeats sit next to the secret
-#   (`--reward find`, tried on the first start above, pays only a find).
+#   reason; where they rose beyond noise, see whether the repeats sit next to the secret.
+#   `--reward find` pays only a find and closes the loophole: compare its verdict line with the
+#   game's reward line of the same seeds, and its games with theirs. Where one seed rose and
+#   another fell under both rewards, the reward is not what decides the run.
 #
 # A run extended to more iterations has a verdict line at each length; its curves and games are
 # those of its longest. The curves are the sampled games of each iteration (noisy, as above); the
