@@ -30,6 +30,8 @@ those the book's claim rests on (a pretrained model that RL makes better):
 ``--reward find`` trains GuessTheNumber on a reward for finding the number only (GEM's rules pay a
 wrong last guess by how close it is: 0.94 for one 3 away on 1-50, nearly a win); the evaluation
 keeps the game's own rules, so its success rate compares with runs on the game's reward.
+``--kl-coef`` takes a KL penalty to the SFT start from each turn's reward (the ``kl_coef`` of the
+RL settings; the per-iteration ``kl_ref`` curve shows how far the policy went).
 
 Every run lives in its own folder under ``--runs`` (named by preset, task, seed and settings), and
 a run killed at any point continues where it stopped when the same command is given again: the
@@ -78,7 +80,8 @@ TASKS = {
 HEADLINE = {"ttt-x": "minimax_draw_rate", "ttt-o": "minimax_draw_rate", "math": "accuracy (new problems)",
             "gtn-50": "success_rate", "gtn-100": "success_rate", "gtn-50-ranges": "success_rate",
             "gtn-50-ranges-40": "success_rate"}
-CURVES = ("mean_return", "success_rate", "invalid_rate", "entropy", "kl_k3", "turns", "sample_seconds", "train_seconds")
+CURVES = ("mean_return", "success_rate", "invalid_rate", "entropy", "kl_k3", "kl_ref", "turns", "sample_seconds",
+          "train_seconds")
 
 
 def sft_start(task: str, preset, seed: int):
@@ -161,7 +164,8 @@ def rl_run_settings(task: str, seed: int, preset, args):
         options["closeness_reward"] = False  # training only: evaluation keeps the game's own rules
     return rl_settings(spec["game"], preset, spec["algo"], seed=seed, env_options=options, save_every=1,
                        iterations=args.iterations, learning_rate=args.learning_rate, num_envs=args.num_envs,
-                       turns_per_iteration=args.turns, temperature=args.temperature)
+                       turns_per_iteration=args.turns, temperature=args.temperature,
+                       kl_coef=args.kl_coef)
 
 
 def run_folder(root: Path, preset, task: str, seed: int, settings, episodes: int) -> Path:
@@ -243,7 +247,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     history = trained.history
     row = {"task": task, "game": game, "algo": algo, "seed": seed, "iterations": settings.iterations,
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
-           "learning_rate": settings.learning_rate, "temperature": settings.temperature,
+           "learning_rate": settings.learning_rate, "temperature": settings.temperature, "kl_coef": settings.kl_coef,
            "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
            "train_options": settings.env_options, "sft_options": spec.get("sft"), "eval_episodes": episodes, "headline": HEADLINE[task],
            "turns": int(sum(r.get("turns", 0) for r in history)),
@@ -288,6 +292,8 @@ def main() -> None:
     parser.add_argument("--reward", choices=("game", "find"), default="game",
                         help="RL's training reward: the game's own (GEM's), or for GuessTheNumber 'find': a win "
                              "pays, a near miss on the last turn does not (evaluation always keeps the game's)")
+    parser.add_argument("--kl-coef", type=float, default=None,
+                        help="KL penalty to the SFT start, per turn (default: the preset's, 0 for REINFORCE)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="folder of the runs' own folders (default: the cache's pretrained-rl folder)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds this call may take")

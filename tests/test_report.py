@@ -286,6 +286,10 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
     assert records.pretrained_rl_recipe(base) == "lr 0.0001, T 1.5, 16 games"
     assert records.pretrained_rl_recipe(find) == "lr 0.0001, T 1.5, 16 games, reward: the find only"
     assert records.longest_runs([base, find]) == [base, find]  # the same seed under two recipes: two runs
+    held = {**find, "kl_coef": 0.1, "run_dir": "/runs/held"}
+    assert records.pretrained_rl_recipe(held) == "lr 0.0001, T 1.5, 16 games, reward: the find only, KL penalty 0.1"
+    assert records.pretrained_rl_recipe({**find, "kl_coef": 0.0}) == records.pretrained_rl_recipe(find)
+    assert records.longest_runs([find, held]) == [find, held]
     table = report.pretrained_rl_summary([base, find])
     said = capsys.readouterr().out.replace("\n", " ")
     assert "gtn-50, lr 0.0001, T 1.5, 16 games (reinforce" in said and "within noise in 1 of 1 run" in said

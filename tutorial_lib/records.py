@@ -160,8 +160,8 @@ def latest_runs(rows: Sequence[dict]) -> list[dict]:
 
 
 def pretrained_rl_recipe(row: dict) -> str:
-    """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, and the
-    training reward where it is not the game's own), as far as its line records it; iterations are
+    """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, the
+    training reward where it is not the game's own, the KL penalty to the start where there is one), as far as its line records it; iterations are
     left out, so that the lengths of one run share a recipe."""
     parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
              if row.get(key) is not None]
@@ -169,6 +169,8 @@ def pretrained_rl_recipe(row: dict) -> str:
         parts.append(f"{row['num_envs']} games")
     if row.get("reward", "game") != "game":
         parts.append(f"reward: {PRETRAINED_RL_REWARDS.get(row['reward'], row['reward'])}")
+    if row.get("kl_coef"):
+        parts.append(f"KL penalty {row['kl_coef']:g}")
     return ", ".join(parts)
 
 

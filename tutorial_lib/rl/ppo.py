@@ -39,9 +39,11 @@ from tutorial_lib.rl.rl_loop import (
     RLSettings,
     Run,
     checkpoint_if_needed,
+    frozen_reference,
     global_token_count,
     lr_schedule,
     masked_log_ratio,
+    reference_kl,
     sampler_kl_sums,
     shared_minibatches,
     step_schedule,
@@ -70,8 +72,6 @@ class PPOSettings(RLSettings):
     value_coef: float = 0.5
     #: weight of the entropy bonus
     entropy_coef: float = 0.0
-    #: beta of the KL penalty to the frozen initial policy (0: no reference model)
-    kl_coef: float = 0.0
     #: passes over each batch
     ppo_epochs: int = 2
     #: turns per optimiser step (a minibatch); split into micro-batches of ``microbatch_turns``
@@ -103,7 +103,7 @@ class PPOSettings(RLSettings):
         for name in ("ppo_epochs", "minibatch_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
-        for name in ("value_coef", "entropy_coef", "kl_coef"):
+        for name in ("value_coef", "entropy_coef"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
 
@@ -198,9 +198,7 @@ class PPO:
         model = policy.model
         backbone = copy.deepcopy(model) if settings.critic == "separate" else None  # detail 2
         self.value_model = ValueModel(hidden_size(model), backbone).to(policy.device)
-        self.reference = None
-        if settings.kl_coef > 0:  # detail 3: a frozen copy of the initial policy
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.reference = frozen_reference(settings, model)  # detail 3: a frozen copy of the initial policy
         actor = [p for p in model.parameters() if p.requires_grad]
         critic = [p for p in self.value_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(  # detail 11: two learning rates, one optimiser
@@ -251,8 +249,7 @@ class PPO:
                 logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
                 values[rows] = micro_values.float().cpu()
                 if self.reference is not None:
-                    ref = action_logprobs(self.reference, inputs, temperature=self.settings.temperature).logprobs
-                    ref_kl[rows] = ((scores.logprobs - ref) * mask).sum(1).cpu()
+                    ref_kl[rows] = reference_kl(self.reference, inputs, scores.logprobs, mask, self.settings.temperature)
             return k1, k3
 
         k1, k3 = self.micro_batches.run(batch, passes)

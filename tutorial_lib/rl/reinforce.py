@@ -14,6 +14,7 @@ derives it; chapter 10 shows why its statistics are the whole batch's when sever
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ from tutorial_lib.rl.rl_loop import (
     RLSettings,
     Run,
     checkpoint_if_needed,
+    frozen_reference,
     global_token_count,
     lr_schedule,
     masked_log_ratio,
+    reference_kl,
     sampler_kl_sums,
     step_schedule,
     synchronised_step,
@@ -61,12 +64,19 @@ class ReinforceSettings(RLSettings):
             raise ValueError(f"gamma must be in [0, 1]; got {self.gamma}")
 
 
-def turn_advantages(rollout: Rollout, gamma: float, normalise: str) -> list[float]:
+def turn_advantages(rollout: Rollout, gamma: float, normalise: str,
+                    penalties: Sequence[float] | None = None) -> list[float]:
     """One advantage per turn of ``rollout.turns`` (same order): discounted return, then the
-    baseline and scale ``normalise`` names."""
+    baseline and scale ``normalise`` names. ``penalties`` (one per turn, same order) are taken from
+    the turns' rewards first: the KL penalty to the reference."""
     if normalise not in NORMALISATIONS:
         raise ValueError(f"normalise must be one of {', '.join(NORMALISATIONS)}; got {normalise!r}")
-    rewards = [record.rewards for record in rollout.records]
+    rewards = [list(record.rewards) for record in rollout.records]
+    if penalties is not None:
+        if len(penalties) != len(rollout.turns):
+            raise ValueError(f"{len(penalties)} penalties for {len(rollout.turns)} turns")
+        for turn, penalty in zip(rollout.turns, penalties):
+            rewards[turn.episode][turn.turn] -= penalty
     returns = batch_returns(rewards, gamma)
     if normalise == "rebn":
         returns = rebn(returns)
@@ -109,9 +119,10 @@ class Reinforce:
                                            lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
         self.scheduler = lr_schedule(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, policy.model)
+        self.reference = frozen_reference(settings, policy.model)  # with kl_coef > 0: the starting policy
 
     def modules(self) -> dict[str, torch.nn.Module]:
-        return {}  # nothing beside the policy
+        return {}  # nothing beside the policy (the reference is the start, made again on resume)
 
     def state_dict(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict()}
@@ -122,17 +133,43 @@ class Reinforce:
 
     def prepare(self, rollout: Rollout) -> TurnBatch:
         """This process's turns as a :class:`TurnBatch`, each with its advantage: returns, baseline
-        and scale taken over every process's episodes (:func:`~tutorial_lib.rl.rl_loop.whole_batch`)."""
+        and scale taken over every process's episodes (:func:`~tutorial_lib.rl.rl_loop.whole_batch`),
+        from rewards less the KL penalty to the reference when ``kl_coef`` > 0."""
         settings = self.settings
         first, _ = distributed.offsets(len(rollout.turns))  # where this process's turns start
-        advantages = turn_advantages(whole_batch(rollout), settings.gamma, settings.normalise)[first : first + len(rollout.turns)]
-        return TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
-                            advantages=torch.tensor(advantages, dtype=torch.float32))
+        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
+        penalties = None
+        if self.reference is not None:
+            everyone, _ = distributed.gather_values(self.reference_kl(batch))  # every process's turns, rank order
+            penalties = (settings.kl_coef * everyone).tolist()
+            self.last_kl_ref = float(everyone.double().sum())
+        advantages = turn_advantages(whole_batch(rollout), settings.gamma, settings.normalise,
+                                     penalties)[first : first + len(rollout.turns)]
+        batch.advantages = torch.tensor(advantages, dtype=torch.float32)
+        return batch
+
+    @torch.no_grad()
+    def reference_kl(self, batch: TurnBatch) -> torch.Tensor:
+        """Per turn of ``batch``, the sum over its action tokens of ``log pi_sampler - log pi_ref``
+        (the sampler is the policy as it is now: REINFORCE samples, then steps once)."""
+        kl = torch.zeros(len(batch))
+
+        def passes(size: int) -> None:
+            for rows in batch.microbatch_rows(size):
+                micro = batch.select(rows)
+                kl[rows] = reference_kl(self.reference, micro.model_inputs(), micro.sampler_logprobs,
+                                        micro.action_mask, self.settings.temperature)
+
+        self.micro_batches.run(batch, passes)
+        return kl
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One REINFORCE update on ``rollout``: :meth:`prepare` it, then one optimiser step; the
         learning-rate schedule moves once per iteration."""
-        metrics = self.step(self.prepare(rollout))
+        batch = self.prepare(rollout)
+        metrics = self.step(batch)
+        if self.reference is not None:  # per action token of the whole batch, as PPO logs it
+            metrics["kl_ref"] = self.last_kl_ref / global_token_count(batch)
         step_schedule(self.scheduler)
         return metrics
 

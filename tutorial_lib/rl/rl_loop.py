@@ -24,6 +24,7 @@ process each is the plain computation.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 
 import torch
 
-from tutorial_lib.rl.rollout import Rollout, TurnBatch, collect
+from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs, collect
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import fit_threads
 from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
@@ -84,6 +85,9 @@ class RLSettings:
     #: the tempered one, softmax(logits / T), and the sampler is still exactly that policy. Below 1
     #: a policy that rarely succeeds samples its best answers more often (chapter 6)
     temperature: float = 1.0
+    #: beta of the KL penalty to the frozen starting policy, taken from each turn's reward (0: no
+    #: reference model): ``r - beta * sum over the action's tokens of (log pi_old - log pi_ref)``
+    kl_coef: float = 0.0
     #: options for the game (opponent, world...)
     env_options: dict[str, Any] = field(default_factory=dict)
     #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
@@ -105,6 +109,8 @@ class RLSettings:
             raise ValueError(f"warmup_iterations must be >= 0; got {self.warmup_iterations}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive; got {self.temperature}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
         if self.train_seeds is not None and self.train_seeds < 1:
             raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
         for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
@@ -231,6 +237,26 @@ def sampler_kl_sums(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float,
         k1 = float((-log_ratio)[mask].sum())
         k3 = float((log_ratio.exp() - 1 - log_ratio)[mask].sum())
     return k1, k3
+
+
+def frozen_reference(settings: RLSettings, model) -> torch.nn.Module | None:
+    """The reference a KL penalty holds the policy near: a frozen copy of ``model`` as it is now
+    (the run's start: a resumed run loads its checkpoint into the policy after this copy), or
+    ``None`` when ``settings.kl_coef`` is 0."""
+    if settings.kl_coef <= 0:
+        return None
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+def reference_kl(reference: torch.nn.Module, inputs: dict[str, torch.Tensor], logprobs: torch.Tensor,
+                 mask: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Per turn (a :func:`~tutorial_lib.rl.rollout.collate_turns` batch's rows), the sum over its
+    action tokens of ``log pi - log pi_ref``: the k1 estimate of KL(pi || pi_ref) on the sampled
+    tokens, which the penalty takes from the turn's reward. ``logprobs`` and ``mask`` are
+    (turns, tokens) as :func:`~tutorial_lib.rl.rollout.action_logprobs` returns them."""
+    with torch.no_grad():
+        ref = action_logprobs(reference, inputs, temperature=temperature).logprobs
+        return ((logprobs.to(ref.device) - ref) * mask.to(ref.device)).sum(1).float().cpu()
 
 
 def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite_loss: bool = True) -> tuple[float, float]:
