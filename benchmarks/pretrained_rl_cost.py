@@ -19,6 +19,16 @@ process, one after the other, so every ratio compares like with like:
 * ``by length, top-half adapters``: only the LoRA adapters of the upper half of the layers train,
   so the backward pass stops halfway down. What it costs the policy is not measured here.
 
+With a KL penalty to the start (``--kl-coef``), every iteration also scores its turns under the
+frozen start (:meth:`~tutorial_lib.rl.reinforce.Reinforce.reference_kl`, a forward pass, no
+backward). Two more rows time that scoring alone, grouped by length:
+
+* ``KL reference, adapters``: the start as a copy of the PEFT model, adapters and all;
+* ``KL reference, merged``: the copy the library makes (:func:`~tutorial_lib.rl.rl_loop.frozen_reference`),
+  adapters merged into plain layers.
+
+``--cases`` picks rows by name (without ``game order``, no speed relative to it is written).
+
 The optimiser is SGD with learning rate 0, so every setting updates the same weights. Each
 setting runs ``--repeats`` times and keeps its fastest. Prints seconds, trained tokens per second
 (prompt and action tokens through the forward and backward), the share of padding, and each
@@ -28,6 +38,7 @@ setting's speed relative to ``game order``; one JSON line per setting.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import re
@@ -41,6 +52,7 @@ import torch
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.presets import get_preset
 from tutorial_lib.rl.reinforce import Reinforce
+from tutorial_lib.rl.rl_loop import frozen_reference
 from tutorial_lib.rl.rollout import TurnBatch, collect
 from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
 
@@ -68,6 +80,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per setting here, as measured")
+    parser.add_argument("--cases", nargs="+", default=None,
+                        help="the rows to time, by name (default: all), e.g. 'by length' 'KL reference, merged'")
     parser.add_argument("--emulated-bfloat16", action="store_true",
                         help="time the autocast row on a CPU without bfloat16 in hardware too (many minutes)")
     args = parser.parse_args()
@@ -94,9 +108,15 @@ def main() -> None:
     native = cpu_bfloat16_flags()
     cases = [("game order", 8, game_order_rows, None), ("by length", 8, None, None),
              ("by length, micro-batch 16", 16, None, None), ("by length, bfloat16 autocast", 8, None, torch.bfloat16),
-             ("by length, top-half adapters", 8, None, None)]
+             ("by length, top-half adapters", 8, None, None),
+             ("KL reference, adapters", 8, None, None), ("KL reference, merged", 8, None, None)]
     if not native and not args.emulated_bfloat16:  # emulated, the row took more than 10 minutes on 2 cores
         cases = [case for case in cases if case[3] is None]
+    if args.cases:
+        unknown = set(args.cases) - {case[0] for case in cases}
+        if unknown:
+            parser.error(f"no such case {sorted(unknown)}; the cases are {[case[0] for case in cases]}")
+        cases = [case for case in cases if case[0] in args.cases]
     import peft
     import transformers
 
@@ -118,27 +138,37 @@ def main() -> None:
             TurnBatch.microbatch_rows = grouping or original
             try:
                 context = torch.autocast("cpu", dtype=dtype) if dtype is not None else nullcontext()
+                reinforce.settings = replace(settings, microbatch_turns=micro, kl_coef=0.1)
+                if name.startswith("KL reference"):  # the reference as it would be made, outside the timing
+                    reinforce.reference = (copy.deepcopy(policy.model).eval().requires_grad_(False)
+                                           if name.endswith("adapters") else frozen_reference(reinforce.settings, policy.model))
                 began = time.perf_counter()
                 with context:
-                    reinforce.settings = replace(settings, microbatch_turns=micro)
-                    reinforce.step(batch)
+                    if name.startswith("KL reference"):
+                        reinforce.reference_kl(batch)
+                    else:
+                        reinforce.step(batch)
                 best = min(best, time.perf_counter() - began)
             finally:
                 TurnBatch.microbatch_rows = original
         for parameter in frozen:
             parameter.requires_grad_(True)
-        base = base or best
+        if name == "game order":
+            base = best
         row = {"setting": name, "microbatch_turns": micro, "update_seconds": round(best, 2),
                "tokens_per_second": round(tokens / best, 1), "padding_share": round(1 - tokens / padded, 3),
-               "speed_vs_game_order": round(base / best, 2)}
-        print(f"{name:32s} {best:7.1f} s  {row['tokens_per_second']:7.1f} tokens/s  "
-              f"padding {row['padding_share']:.0%}  {row['speed_vs_game_order']:.2f}x", flush=True)
+               "speed_vs_game_order": round(base / best, 2) if base else None}  # where game order ran first
+        print(f"{name:32s} {best:7.1f} s  {row['tokens_per_second']:7.1f} tokens/s  padding {row['padding_share']:.0%}"
+              + (f"  {row['speed_vs_game_order']:.2f}x" if base else ""), flush=True)
         rows.append(row)
         if args.out:  # at once: a run cut off keeps what it measured
             with open(args.out, "a") as handle:
                 handle.write(json.dumps({**machine, **row}) + "\n")
-    print(f"sampling {sample_seconds:.1f} s against the update's {rows[1]['update_seconds']:.1f} s (by length): "
-          f"the update is {rows[1]['update_seconds'] / (sample_seconds + rows[1]['update_seconds']):.0%} of an iteration")
+    by_length = next((row for row in rows if row["setting"] == "by length"), None)
+    if by_length:
+        print(f"sampling {sample_seconds:.1f} s against the update's {by_length['update_seconds']:.1f} s (by length): "
+              f"the update is {by_length['update_seconds'] / (sample_seconds + by_length['update_seconds']):.0%} "
+              "of an iteration")
 
 
 if __name__ == "__main__":

@@ -697,7 +697,10 @@ if ranges_runs and cpu_runs:
     say(f"The start trained on 1-10 alone began at {spread(list(first_start.values()))} on the same 200 games "
         "(one evaluation per data-order seed).")
 if ranges_runs:
-    learning_curves(pretrained_rl_histories(ranges_runs), ["success_rate", "mean_return", "invalid_rate", "entropy"],
+    # the KL to the start is a panel of its own where a run was held to it
+    leashed = ["kl_ref"] if any(row.get("kl_coef") for row in ranges_runs) else []
+    learning_curves(pretrained_rl_histories(ranges_runs),
+                    ["success_rate", "mean_return", "invalid_rate", "entropy", *leashed],
                     title="SmolLM2 + REINFORCE on GuessTheNumber 1-50, SFT on several ranges (sampled games)")
     plt.show()
     changed = guessing_games(ranges_runs, limit=6)
@@ -734,6 +737,13 @@ else:
 #   `--reward find` pays only a find and closes the loophole: compare its verdict line with the
 #   game's reward line of the same seeds, and its games with theirs. Where one seed rose and
 #   another fell under both rewards, the reward is not what decides the run.
+# - **A leash to the start.** A start that already finds most secrets has more to lose than to
+#   gain, and 16 sampled games can make one lucky move win everywhere it can be played. A line whose
+#   recipe names a KL penalty ran REINFORCE with `kl_coef`: each turn's reward less `kl_coef` times
+#   the turn's log-ratio of the policy to its frozen SFT start (chapter 6's penalty, here on
+#   REINFORCE), so a move pays for how far it strays from what the start would have written. Compare
+#   its line with the same seeds' line without it: did the strongest start keep its level, and did
+#   the weaker ones still rise?
 #
 # A run extended to more iterations has a verdict line at each length; its curves and games are
 # those of its longest. The curves are the sampled games of each iteration (noisy, as above); the
@@ -778,13 +788,33 @@ else:
 # `benchmarks/pretrained_rl_cost.py`: one iteration's turns, updated under each setting in one
 # process (`benchmarks/results/pretrained_rl_cpu.md` describes its runs). The update grouped a batch's
 # turns into micro-batches in game order before; a game's first turn then shares a forward pass with
-# its last, padded to the whole history. The library now groups turns of like length:
+# its last, padded to the whole history. The library now groups turns of like length. A run with
+# a KL penalty also scores every turn under its frozen start, a forward pass without a backward;
+# the `KL reference` rows time that pass (its seconds in the first column) through the LoRA
+# adapters and through a copy with the adapters merged into plain layers, which is what the
+# library makes. The bfloat16 row is timed only where the CPU computes bfloat16 natively (the
+# flags after the CPU's name):
 
 # %%
 cost_rows = recorded_runs(PRETRAINED_RL_COST_RECORD) if (RESULTS_DIR / PRETRAINED_RL_COST_RECORD).exists() else []
 if cost_rows:
-    display(pd.DataFrame(cost_rows).set_index(["cpu", "setting"])[
+    costs = pd.DataFrame(cost_rows)
+    # two CPUs of one name differ in what they compute natively: the flags name the machine too
+    costs["cpu"] = [cpu + (f" ({', '.join(flags)})" if flags else "")
+                    for cpu, flags in zip(costs["cpu"], costs["bfloat16_in_hardware"])]
+    display(costs.set_index(["cpu", "setting"])[
         ["update_seconds", "tokens_per_second", "padding_share", "speed_vs_game_order"]])
+    seconds = {(row["cpu"], row["setting"]): row["update_seconds"] for _, row in costs.iterrows()}
+    for cpu in dict.fromkeys(costs["cpu"]):
+        by_length = seconds.get((cpu, "by length"))
+        if by_length and (cpu, "by length, bfloat16 autocast") in seconds:
+            say(f"On {cpu}, bfloat16 autocast made the update "
+                f"{by_length / seconds[(cpu, 'by length, bfloat16 autocast')]:.2f}x as fast as float32.")
+        adapters, merged = seconds.get((cpu, "KL reference, adapters")), seconds.get((cpu, "KL reference, merged"))
+        if adapters and merged:
+            say(f"On {cpu}, scoring the turns under the frozen start for a KL penalty took {adapters:.0f} s through "
+                f"LoRA adapters and {merged:.0f} s through the merged copy the library makes "
+                f"({adapters / merged:.2f}x)" + (f"; the update itself {by_length:.0f} s" if by_length else "") + ".")
 
 # %% [markdown]
 # ## Summary
@@ -812,7 +842,8 @@ if cost_rows:
 #   section says, start by start, in how many seeds RL raised the success on 1-50 beyond noise, and
 #   its example games show the moves RL found that the SFT start never played, the first guess included;
 #   a run extended to more iterations is judged again at its new length, invalid guesses included (a
-#   repeated guess close to the secret is paid nearly as a win); a gain in some seeds of a start and not in the others is not yet the claim. Tic-tac-toe as x,
+#   repeated guess close to the secret is paid nearly as a win); a gain in some seeds of a start and not in the others is not yet the claim, and a run held near its SFT
+#   start by a KL penalty is judged on a line of its own, beside the same seeds without it. Tic-tac-toe as x,
 #   whose better moves the SFT policy samples, is the second task; its section says which way
 #   the recorded runs moved the draws against minimax and the losses to random.
 #

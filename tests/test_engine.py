@@ -186,3 +186,23 @@ def test_static_engine_logprobs_are_the_trainers_on_cuda(tiny_policy, sharp_mode
         if sample.action_ids:
             assert sample.logprobs == pytest.approx(scores[row, -len(sample.action_ids):].tolist(), abs=1e-3)
 
+
+
+def test_a_kl_reference_of_a_lora_model_is_a_merged_frozen_copy_of_its_start(tiny_policy, lora_model):
+    from tutorial_lib.rl.reinforce import ReinforceSettings
+    from tutorial_lib.rl.rl_loop import frozen_reference
+
+    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        start = lora_model(ids).logits
+    reference = frozen_reference(ReinforceSettings(kl_coef=0.1), lora_model)
+    assert not any("lora" in name for name, _ in reference.named_modules())  # plain layers: no adapter products
+    assert not any(p.requires_grad for p in reference.parameters())
+    optimizer = torch.optim.SGD([p for p in lora_model.parameters() if p.requires_grad], lr=0.5)
+    lora_model(ids, labels=ids).loss.backward()
+    optimizer.step()
+    with torch.no_grad():  # the policy moved; the reference is still its start (float32 merge rounding, as above)
+        assert not torch.allclose(lora_model(ids).logits, start, atol=1e-3)
+        assert torch.allclose(reference(ids).logits, start, atol=1e-5)
+    plain = frozen_reference(ReinforceSettings(kl_coef=0.1), tiny_policy.model)  # no adapters: a frozen deep copy
+    assert plain is not tiny_policy.model and not any(p.requires_grad for p in plain.parameters())

@@ -41,3 +41,17 @@ def test_long_run_names_get_a_row_each_and_the_iterations_whole_numbers():
     assert legend._ncols == 1
     fig.canvas.draw()
     assert all(float(tick).is_integer() for tick in fig.axes[0].get_xticks())
+
+
+def test_more_runs_than_colours_still_look_apart_and_long_panel_titles_stay_apart():
+    runs = {f"run {i}": history(i) for i in range(11)}
+    fig = learning_curves(runs, ["success_rate", "mean_return", "invalid_rate", "entropy", "kl_ref"], title="t")
+    ax = fig.axes[0]
+    smoothed = ax.lines[::2]  # each run draws its running mean, then its raw values faintly
+    looks = {(line.get_color(), line.get_linestyle()) for line in smoothed}
+    assert len(looks) == 11  # the eleventh run shares the first's colour, not its style
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    # the bottom row's two titles (entropy, KL to the SFT policy) are the longest: they must not meet
+    left, right = (panel.title.get_window_extent(renderer) for panel in fig.axes[3:5])
+    assert left.x1 <= right.x0

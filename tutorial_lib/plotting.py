@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
+#: the line styles of runs past the colour cycle's ten (see :func:`learning_curves`)
+LINE_STYLES = ("-", "--", ":")
 COLORS = {"random": "#c44e52", "expert": "#4c72b0", "win": "#55a868", "draw": "#8c8c8c", "loss": "#c44e52"}
 
 
@@ -128,14 +130,19 @@ def learning_curves(
     for ax in panels[len(keys):]:  # a grid with more cells than metrics: leave the rest empty
         ax.set_visible(False)
     for ax, key in zip(panels, keys):
-        for name, history in runs.items():
+        for index, (name, history) in enumerate(runs.items()):
             steps = [row["step"] for row in history if key in row]
             values = [row[key] for row in history if key in row]
             smoothed = [sum(values[max(0, i - smooth + 1) : i + 1]) / len(values[max(0, i - smooth + 1) : i + 1])
                         for i in range(len(values))]
-            (line,) = ax.plot(steps, smoothed, label=name)
+            # matplotlib cycles ten colours: the eleventh run is dashed, so no two runs look alike
+            style = LINE_STYLES[(index // 10) % len(LINE_STYLES)]
+            (line,) = ax.plot(steps, smoothed, label=name, linestyle=style)
             ax.plot(steps, values, color=line.get_color(), alpha=0.25, linewidth=0.8)
-        ax.set_title(METRIC_TITLES.get(key, key.replace("_", " ")), fontsize=11)
+        # wrapped to the panel's width (about eleven characters an inch at 11 points): a long
+        # title would run into its neighbour's
+        ax.set_title(textwrap.fill(METRIC_TITLES.get(key, key.replace("_", " ")), int(width / columns * 11)),
+                     fontsize=11)
         ax.set_xlabel(x_label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
         ax.grid(alpha=0.3)

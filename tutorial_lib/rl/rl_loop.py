@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import torch
 
+from tutorial_lib.lm.engine import SamplingWeights
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs, collect
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import fit_threads
@@ -242,9 +243,16 @@ def sampler_kl_sums(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float,
 def frozen_reference(settings: RLSettings, model) -> torch.nn.Module | None:
     """The reference a KL penalty holds the policy near: a frozen copy of ``model`` as it is now
     (the run's start: a resumed run loads its checkpoint into the policy after this copy), or
-    ``None`` when ``settings.kl_coef`` is 0."""
+    ``None`` when ``settings.kl_coef`` is 0.
+
+    A LoRA model's copy has its adapters merged into plain layers (the sampler's
+    :class:`~tutorial_lib.lm.engine.SamplingWeights`): the reference never trains, so it need not
+    carry the adapters' extra products through every forward pass."""
     if settings.kl_coef <= 0:
         return None
+    merged = SamplingWeights(model)
+    if merged.mergeable:
+        return merged.model()  # a new frozen copy, W + BA once; the policy's own weights untouched
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
