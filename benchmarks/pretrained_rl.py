@@ -30,6 +30,9 @@ those the book's claim rests on (a pretrained model that RL makes better):
 ``--reward find`` trains GuessTheNumber on a reward for finding the number only (GEM's rules pay a
 wrong last guess by how close it is: 0.94 for one 3 away on 1-50, nearly a win); the evaluation
 keeps the game's own rules, so its success rate compares with runs on the game's reward.
+``--update-dtype bfloat16`` runs the update's forward and backward passes under bfloat16 autocast
+(the weights, sampling and evaluation stay float32): 1.5-2x on a CPU that computes bfloat16
+natively (``benchmarks/results/pretrained_rl_cost.jsonl``); its own runs show what it does to learning.
 ``--kl-coef`` takes a KL penalty to the SFT start from each turn's reward (the ``kl_coef`` of the
 RL settings; the per-iteration ``kl_ref`` curve shows how far the policy went).
 
@@ -165,17 +168,24 @@ def rl_run_settings(task: str, seed: int, preset, args):
     return rl_settings(spec["game"], preset, spec["algo"], seed=seed, env_options=options, save_every=1,
                        iterations=args.iterations, learning_rate=args.learning_rate, num_envs=args.num_envs,
                        turns_per_iteration=args.turns, temperature=args.temperature,
-                       kl_coef=args.kl_coef)
+                       kl_coef=args.kl_coef, update_dtype=args.update_dtype)
+
+
+def folder_description(settings, episodes: int, model: str, algo: str) -> dict:
+    """What names a run's folder: its settings (REINFORCE's without the number of iterations: the
+    same command with more ``--iterations`` extends a finished run from its last checkpoint, its
+    learning rate being constant, so 12 iterations and then 12 more are the run of 24; PPO's
+    learning-rate schedule spans the iterations, so there they are part of it), the evaluation's
+    games and the model."""
+    named = asdict(replace(settings, iterations=1) if algo == "reinforce" else settings)
+    if named["update_dtype"] == "float32":  # a setting added later names a folder only when it is set,
+        del named["update_dtype"]  # so that the runs begun before it still resume
+    return {"settings": named, "episodes": episodes, "model": model}
 
 
 def run_folder(root: Path, preset, task: str, seed: int, settings, episodes: int) -> Path:
-    """Where a run keeps its state: the same command finds the same folder (and resumes there).
-    REINFORCE's number of iterations is not part of the name: the same command with more
-    ``--iterations`` extends a finished run from its last checkpoint (its learning rate is constant,
-    so 12 iterations and then 12 more are the run of 24). PPO's learning-rate schedule spans the
-    iterations, so there they are part of it."""
-    named = replace(settings, iterations=1) if TASKS[task]["algo"] == "reinforce" else settings
-    described = json.dumps({"settings": asdict(named), "episodes": episodes, "model": preset.model},
+    """Where a run keeps its state: the same command finds the same folder (and resumes there)."""
+    described = json.dumps(folder_description(settings, episodes, preset.model, TASKS[task]["algo"]),
                            sort_keys=True, default=str)
     digest = hashlib.sha256(described.encode()).hexdigest()[:10]
     return root / f"{preset.name}-{task}-seed{seed}-{digest}"
@@ -248,6 +258,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     row = {"task": task, "game": game, "algo": algo, "seed": seed, "iterations": settings.iterations,
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
            "learning_rate": settings.learning_rate, "temperature": settings.temperature, "kl_coef": settings.kl_coef,
+           "update_dtype": settings.update_dtype,
            "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
            "train_options": settings.env_options, "sft_options": spec.get("sft"), "eval_episodes": episodes, "headline": HEADLINE[task],
            "turns": int(sum(r.get("turns", 0) for r in history)),
@@ -294,6 +305,10 @@ def main() -> None:
                              "pays, a near miss on the last turn does not (evaluation always keeps the game's)")
     parser.add_argument("--kl-coef", type=float, default=None,
                         help="KL penalty to the SFT start, per turn (default: the preset's, 0 for REINFORCE)")
+    parser.add_argument("--update-dtype", choices=("float32", "bfloat16"), default=None,
+                        help="the RL update's arithmetic: bfloat16 autocasts its forward and backward passes, "
+                             "weights and optimiser in float32 (fast where the CPU has AVX512-BF16 or AMX; "
+                             "default: the preset's, float32)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="folder of the runs' own folders (default: the cache's pretrained-rl folder)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds this call may take")

@@ -65,12 +65,12 @@ from myst_nb import glue
 
 from tutorial_lib.data.sft import train_sft
 from tutorial_lib.evaluation.evaluate import evaluate_policy
-from tutorial_lib.evaluation.stats import compare_rates, compare_summaries, spread
+from tutorial_lib.evaluation.stats import compare_rates, compare_summaries, run_verdicts, spread
 from tutorial_lib.lm.models import OFFLINE_MODELS, load_policy
 from tutorial_lib.lm.policies import RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.pipeline import expert_data, rl_settings, sft_dir, sft_policy, sft_settings
-from tutorial_lib.plotting import learning_curves
+from tutorial_lib.plotting import before_after, learning_curves
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset
 from tutorial_lib.records import (
     ENGINE_RECORD,
@@ -79,6 +79,7 @@ from tutorial_lib.records import (
     PRETRAINED_RL_GUESSES_RECORD,
     PRETRAINED_RL_RECORD,
     RESULTS_DIR,
+    cpu_label,
     latest_runs,
     longest_runs,
     pretrained_rl_recipe,
@@ -666,7 +667,10 @@ else:
 # first one, so each run is compared with its own evaluation before RL. A second such start adds a
 # fourth range, 1-40 in 6 turns, so that 1-50 lies 10 numbers beyond its data rather than 20
 # (`benchmarks/pretrained_rl.py --tasks gtn-50-ranges-40`). The cell reads each start's runs apart,
-# and compares each run on the reward for the find only with the same seed's run on the game's own:
+# compares each run on the reward for the find only with the same seed's run on the game's own,
+# and draws every run's verdict as an arrow from its success before RL to its success after, the
+# runs of one recipe together (green: better beyond two standard errors, grey: within them, red:
+# worse), before the curves of the games each run sampled:
 
 # %%
 # every recorded length of each run for the verdicts (a run extended from 12 iterations to 24 is
@@ -681,10 +685,15 @@ def sft_ranges(row: dict) -> str:
     return ", ".join(f"{low}-{high} in {turns}" for low, high, turns in row["sft_options"]["ranges"])
 
 
-for recipe in sorted(dict.fromkeys((sft_ranges(row), row["iterations"], pretrained_rl_recipe(row))
-                                   for row in ranges_lengths)):
-    runs = [row for row in ranges_lengths if (sft_ranges(row), row["iterations"], pretrained_rl_recipe(row)) == recipe]
-    say(f"GuessTheNumber 1-50 from SFT on {recipe[0]}, {recipe[1]} iterations, {recipe[2]}, "
+def ranges_recipe(row: dict) -> tuple:
+    """What a verdict line groups: the start's ranges, the length, the RL recipe and the CPU (the same
+    seed is another start on another CPU: its rounding trains other SFT weights)."""
+    return sft_ranges(row), row["iterations"], pretrained_rl_recipe(row), cpu_label(row["device"])
+
+
+for recipe in sorted(dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)):
+    runs = [row for row in ranges_lengths if ranges_recipe(row) == recipe]
+    say(f"GuessTheNumber 1-50 from SFT on {recipe[0]}, {recipe[1]} iterations, {recipe[2]}, on {recipe[3]}, "
         f"seed{'s' if len(runs) > 1 else ''} {', '.join(str(row['seed']) for row in runs)}:",
         across_runs(runs, "the greedy success rate", "before_success_rate", "after_success_rate",
                     runs[0]["eval_episodes"]) + "; "
@@ -692,6 +701,36 @@ for recipe in sorted(dict.fromkeys((sft_ranges(row), row["iterations"], pretrain
                       round(sum(row["after_mean_turns"] for row in runs) / len(runs) * runs[0]["eval_episodes"]),
                       higher_is_better=False) + ".")
 say_find_versus_game(ranges_lengths)  # the same seed and length on the game's own reward, where recorded
+if ranges_lengths:  # the verdict lines as a picture: one arrow a run, the runs of a line together
+    verdicts: dict[str, dict] = {}
+    for row in sorted(ranges_lengths, key=lambda row: (ranges_recipe(row), row["seed"])):
+        highest = max(high for _, high, _ in row["sft_options"]["ranges"])
+        line = f"SFT up to 1-{highest}, {row['iterations']} iterations, {pretrained_rl_recipe(row)} ({cpu_label(row['device'])})"
+        verdicts.setdefault(line, {})[f"seed {row['seed']}"] = compare_rates(
+            "", row["before_success_rate"], row["after_success_rate"], row["eval_episodes"])
+    before_after(verdicts, title="Greedy success on 1-50 (200 games) before RL -> after, one arrow a run",
+                 xlabel="share of games won")
+    plt.show()
+# the claim: a line of three seeds or more whose every run rose beyond noise
+held = [recipe for recipe in dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)
+        if len(runs := [row for row in ranges_lengths if ranges_recipe(row) == recipe]) >= 3
+        and set(run_verdicts(runs, "", "before_success_rate", "after_success_rate", runs[0]["eval_episodes"])) == {"better"}]
+for ranges, iterations, recipe, cpu in held:
+    say(f"RL raised SmolLM2's greedy success on 1-50 beyond noise in every recorded seed of one line: SFT on "
+        f"{ranges}, {iterations} iterations, {recipe}, on {cpu}.")
+if any(row.get("update_dtype") == "bfloat16" for row in ranges_runs):
+    mismatch = {dtype: [k3 for row in ranges_runs if row.get("update_dtype", "float32") == dtype
+                        for k3 in row["curves"].get("kl_k3", [])] for dtype in ("float32", "bfloat16")}
+    def mean_kl(values: list[float]) -> str:  # the record keeps the curves to 4 decimals
+        mean = sum(values) / len(values)
+        return f"{mean:.1e}" if mean >= 5e-5 else "below 5e-05 (the record's 4 decimals)"
+
+    say("KL from the sampler to the policy being trained, per action token (the same weights, so rounding alone): "
+        + "; ".join(f"{dtype} updates {mean_kl(values)} on average over {len(values)} iterations"
+                    for dtype, values in mismatch.items() if values) + ".")
+if ranges_lengths and not held:
+    say("No line of three seeds or more rose beyond noise in every seed: the record does not yet hold the claim "
+        "that RL improves SmolLM2 here.")
 if ranges_runs and cpu_runs:
     first_start = {row["seed"]: row["before_success_rate"] for row in cpu_runs}  # one evaluation per SFT seed
     say(f"The start trained on 1-10 alone began at {spread(list(first_start.values()))} on the same 200 games "
@@ -744,6 +783,13 @@ else:
 #   REINFORCE), so a move pays for how far it strays from what the start would have written. Compare
 #   its line with the same seeds' line without it: did the strongest start keep its level, and did
 #   the weaker ones still rise?
+# - **bfloat16 in the update.** A line whose recipe says "update in bfloat16" ran each update's
+#   forward and backward passes under bfloat16 autocast, weights and optimiser in float32 (the
+#   cost table below times it). Its scores round to 8 significant bits, so the policy it trains
+#   differs from the sampler's by more than float32's rounding (the cell prints the KL between
+#   them, which is rounding alone: REINFORCE scores the weights that sampled) and its runs take
+#   other paths from the second iteration on. The same seed's float32 line, where recorded, says
+#   whether the verdict survived.
 #
 # A run extended to more iterations has a verdict line at each length; its curves and games are
 # those of its longest. The curves are the sampled games of each iteration (noisy, as above); the
@@ -843,7 +889,10 @@ if cost_rows:
 #   its example games show the moves RL found that the SFT start never played, the first guess included;
 #   a run extended to more iterations is judged again at its new length, invalid guesses included (a
 #   repeated guess close to the secret is paid nearly as a win); a gain in some seeds of a start and not in the others is not yet the claim, and a run held near its SFT
-#   start by a KL penalty is judged on a line of its own, beside the same seeds without it. Tic-tac-toe as x,
+#   start by a KL penalty is judged on a line of its own, beside the same seeds without it, as is a run
+#   whose update computed in bfloat16 (faster on a CPU that has it, and another path from the same
+#   seed); the arrows of the before/after figure show every run's verdict at once, and the cell
+#   says whether any line of three seeds or more rose in every one. Tic-tac-toe as x,
 #   whose better moves the SFT policy samples, is the second task; its section says which way
 #   the recorded runs moved the draws against minimax and the losses to random.
 #

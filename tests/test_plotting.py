@@ -55,3 +55,25 @@ def test_more_runs_than_colours_still_look_apart_and_long_panel_titles_stay_apar
     # the bottom row's two titles (entropy, KL to the SFT policy) are the longest: they must not meet
     left, right = (panel.title.get_window_extent(renderer) for panel in fig.axes[3:5])
     assert left.x1 <= right.x0
+
+
+def test_before_after_draws_one_arrow_a_run_coloured_by_its_verdict():
+    from matplotlib.colors import to_hex
+
+    from tutorial_lib.evaluation.stats import compare_rates
+    from tutorial_lib.plotting import VERDICT_COLORS, before_after
+
+    groups = {"recipe A": {"seed 0": compare_rates("", .455, .775, 200), "seed 3": compare_rates("", .81, .52, 200)},
+              "recipe B": {"seed 0": compare_rates("", .455, .44, 200)}}
+    ax = before_after(groups, title="t", xlabel="greedy success")
+    arrows = [a for a in ax.get_children() if type(a).__name__ == "Annotation"]
+    assert len(arrows) == 3
+    assert [to_hex(a.arrow_patch.get_edgecolor()) for a in arrows] == [
+        VERDICT_COLORS["better"], VERDICT_COLORS["worse"], VERDICT_COLORS["noise"]]
+    assert [a.xy[0] for a in arrows] == [.775, .52, .44] and [a.xyann[0] for a in arrows] == [.455, .81, .455]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["seed 0", "seed 3", "seed 0"]
+    headers = [t.get_text() for t in ax.texts if type(t).__name__ == "Text"]
+    assert headers == ["recipe A", "recipe B"]  # each group named once, above its runs
+    matplotlib.pyplot.close("all")
+    with pytest.raises(ValueError, match="no runs"):
+        before_after({}, title="t", xlabel="x")

@@ -87,6 +87,27 @@ def test_the_find_reward_trains_without_the_closeness_payment_in_a_run_of_its_ow
         script.main()
 
 
+def test_a_bfloat16_update_is_a_run_of_its_own_and_float32_folders_keep_their_names(script, monkeypatch, tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "record.jsonl"
+    call(script, monkeypatch, runs, out, 1)
+    call(script, monkeypatch, runs, out, 1, "--update-dtype", "bfloat16")
+    plain, fast = (json.loads(line) for line in out.read_text().splitlines())
+    assert (plain["update_dtype"], fast["update_dtype"]) == ("float32", "bfloat16")
+    assert plain["run_dir"] != fast["run_dir"] and len(fast["curves"]["success_rate"]) == 1
+    # the float32 folder is named as before the setting existed, so runs begun then still resume
+    from argparse import Namespace
+
+    from tutorial_lib.presets import get_preset
+
+    args = Namespace(reward="game", iterations=1, learning_rate=None, num_envs=3, turns=6, temperature=None,
+                     kl_coef=None, update_dtype=None)
+    settings = script.rl_run_settings("gtn-50", 3, get_preset("ci"), args)
+    assert settings.update_dtype == "float32"
+    assert "update_dtype" not in script.folder_description(settings, 4, "tiny", "reinforce")["settings"]
+    fast = script.rl_run_settings("gtn-50", 3, get_preset("ci"), Namespace(**{**vars(args), "update_dtype": "bfloat16"}))
+    assert script.folder_description(fast, 4, "tiny", "reinforce")["settings"]["update_dtype"] == "bfloat16"
+
+
 def test_a_task_with_its_own_sft_games_starts_from_a_checkpoint_trained_on_them(script, monkeypatch, tmp_path):
     from tutorial_lib import pipeline
     from tutorial_lib.lm.models import load_policy

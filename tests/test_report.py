@@ -288,6 +288,8 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
     assert records.longest_runs([base, find]) == [base, find]  # the same seed under two recipes: two runs
     held = {**find, "kl_coef": 0.1, "run_dir": "/runs/held"}
     assert records.pretrained_rl_recipe(held) == "lr 0.0001, T 1.5, 16 games, reward: the find only, KL penalty 0.1"
+    fast = {**held, "update_dtype": "bfloat16"}
+    assert records.pretrained_rl_recipe(fast).endswith("KL penalty 0.1, update in bfloat16")
     assert records.pretrained_rl_recipe({**find, "kl_coef": 0.0}) == records.pretrained_rl_recipe(find)
     assert records.longest_runs([find, held]) == [find, held]
     table = report.pretrained_rl_summary([base, find])
@@ -297,6 +299,11 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
     assert list(table["verdict"]) == ["noise", "better"]
     assert set(report.pretrained_rl_histories([base, find])) == {"gtn-50, seed 0, lr 0.0001, T 1.5, 16 games",
                                                                   "gtn-50, seed 0, lr 0.0001, T 1.5, 16 games, reward: the find only"}
+    elsewhere = {**find, "device": "Intel(R) Xeon(R) Processor (bfloat16 in hardware: amx_bf16)", "run_dir": "/runs/x"}
+    assert records.cpu_label(elsewhere["device"]) == "Intel Xeon"
+    assert records.longest_runs([find, elsewhere]) == [find, elsewhere]  # the same seed on two CPUs: two starts
+    assert set(report.pretrained_rl_histories([find, elsewhere])) == {
+        "gtn-50, seed 0 (CPU A)", "gtn-50, seed 0 (Intel Xeon)"}  # one recipe: named by seed and CPU
 
 
 def test_critic_reading_follows_the_second_half_of_the_run():

@@ -15,9 +15,10 @@ from tutorial_lib.rl.rl_loop import (
     masked_log_ratio,
     shared_minibatches,
     synchronised_step,
+    update_precision,
     whole_batch,
 )
-from tutorial_lib.rl.rollout import TurnBatch, collect
+from tutorial_lib.rl.rollout import TurnBatch, action_logprobs, collect
 
 from .conftest import SMALL
 
@@ -67,6 +68,36 @@ def test_reinforce_update_is_prepare_then_one_step(policy, rollout):
     assert whole == halves
     assert all(torch.equal(after_update[k], v) for k, v in policy.model.state_dict().items())
     assert any(not torch.equal(start[k], after_update[k]) for k in start)  # it did step
+
+
+def test_a_bfloat16_update_computes_in_bfloat16_and_steps_float32_weights(policy, rollout):
+    """``update_dtype="bfloat16"``: the update's passes autocast (the scores round as bfloat16
+    does, 8 significant bits), while weights, gradients and the optimiser's state stay float32."""
+    batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id)
+    inputs, mask = batch.model_inputs(), batch.action_mask
+    with torch.no_grad():
+        exact = action_logprobs(policy.model, inputs).logprobs
+        with update_precision(ReinforceSettings(), policy.model):  # float32: nothing changes
+            assert not torch.is_autocast_enabled("cpu")
+            assert torch.equal(action_logprobs(policy.model, inputs).logprobs, exact)
+        with update_precision(ReinforceSettings(update_dtype="bfloat16"), policy.model):
+            rounded = action_logprobs(policy.model, inputs).logprobs
+    # a log-prob is a difference of logits: each of a few bfloat16 roundings moves it by at most
+    # 2**-8 of the largest logit's size; one part in 2**5 is far beyond rounding, far below a wrong model
+    scale = 1 + exact[mask].abs().max()
+    assert 0 < (rounded - exact)[mask].abs().max() < scale * 2**-5
+    for algorithm in (Reinforce(policy, ReinforceSettings(microbatch_turns=4, update_dtype="bfloat16")),
+                      PPO(policy, PPOSettings(microbatch_turns=4, minibatch_turns=8, update_dtype="bfloat16"))):
+        start = {k: v.clone() for k, v in policy.model.state_dict().items()}
+        with update_precision(algorithm.settings, policy.model):
+            metrics = algorithm.update(rollout)
+        assert all(v == v for v in metrics.values() if isinstance(v, float)), algorithm.name  # no NaN
+        assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+        assert all(s.dtype == torch.float32 for state in algorithm.optimizer.state.values()
+                   for s in state.values() if torch.is_tensor(s) and s.is_floating_point())
+        assert any(not torch.equal(start[k], v) for k, v in policy.model.state_dict().items()), algorithm.name
+    with pytest.raises(ValueError, match="update_dtype"):
+        ReinforceSettings(update_dtype="float16")
 
 
 def test_in_one_process_the_plumbing_is_the_plain_computation(policy, rollout):

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
+from tutorial_lib.evaluation.stats import Change
+
 #: the line styles of runs past the colour cycle's ten (see :func:`learning_curves`)
 LINE_STYLES = ("-", "--", ":")
 COLORS = {"random": "#c44e52", "expert": "#4c72b0", "win": "#55a868", "draw": "#8c8c8c", "loss": "#c44e52"}
@@ -156,3 +158,45 @@ def learning_curves(
     else:
         fig.tight_layout()
     return fig
+
+
+#: the colour of each verdict of :class:`~tutorial_lib.evaluation.stats.Change` (green up, red down, grey noise)
+VERDICT_COLORS = {"better": "#55a868", "noise": "#8c8c8c", "worse": "#c44e52"}
+
+
+def before_after(groups: Mapping[str, Mapping[str, Change]], *, title: str, xlabel: str, ax=None):
+    """Each run's metric before and after as an arrow, one row a run, the rows of one recipe (a
+    group) together under its name: ``groups[recipe][run] = compare_rates(...)``. The arrow's colour
+    is the verdict (:data:`VERDICT_COLORS`); the faint bar around its head spans the noise margin
+    (two standard errors) either side: where the arrow's tail lies inside it, the change is noise. Where a table lists many runs' verdicts, this shows at a glance
+    which recipe moved every seed, and how far from where each began."""
+    rows = [(group, run, change) for group, runs in groups.items() for run, change in runs.items()]
+    if not rows:
+        raise ValueError("no runs to plot")
+    height = 0.8 + 0.32 * (len(rows) + len(groups))
+    ax = ax or plt.subplots(figsize=(8, height))[1]
+    y, ticks, labels = 0.0, [], []
+    for group, runs in groups.items():
+        # about 130 characters of 8 points fit the 8-inch figure
+        ax.text(0.0, y, textwrap.shorten(group, 130), transform=ax.get_yaxis_transform(), fontsize=8,
+                fontweight="bold", va="center")
+        y += 1
+        for run, change in runs.items():
+            colour = VERDICT_COLORS[change.verdict]
+            ax.annotate("", xy=(change.after, y), xytext=(change.before, y),
+                        arrowprops=dict(arrowstyle="->", color=colour, lw=1.8))
+            ax.plot([change.before], [y], "o", color=colour, markersize=4)
+            ax.errorbar([change.before + change.difference], [y], xerr=[[change.noise], [change.noise]], fmt="none",
+                        ecolor=colour, alpha=0.35, capsize=3)
+            ticks.append(y)
+            labels.append(run)
+            y += 1
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_ylim(y - 0.5, -0.7)  # the first group at the top
+    ax.set_xlim(0, 1)
+    ax.set(title=title, xlabel=xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    handles = [plt.Line2D([], [], color=colour, lw=2, label=verdict if verdict != "noise" else "within noise")
+               for verdict, colour in VERDICT_COLORS.items()]
+    ax.legend(handles=handles, frameon=False, fontsize=8, loc="lower right")
+    return ax

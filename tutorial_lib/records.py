@@ -161,7 +161,7 @@ def latest_runs(rows: Sequence[dict]) -> list[dict]:
 
 def pretrained_rl_recipe(row: dict) -> str:
     """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, the
-    training reward where it is not the game's own, the KL penalty to the start where there is one), as far as its line records it; iterations are
+    training reward where it is not the game's own, the KL penalty to the start where there is one, the update's dtype where it is not float32), as far as its line records it; iterations are
     left out, so that the lengths of one run share a recipe."""
     parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
              if row.get(key) is not None]
@@ -171,7 +171,17 @@ def pretrained_rl_recipe(row: dict) -> str:
         parts.append(f"reward: {PRETRAINED_RL_REWARDS.get(row['reward'], row['reward'])}")
     if row.get("kl_coef"):
         parts.append(f"KL penalty {row['kl_coef']:g}")
+    if row.get("update_dtype", "float32") != "float32":
+        parts.append(f"update in {row['update_dtype']}")
     return ", ".join(parts)
+
+
+def cpu_label(device: str) -> str:
+    """A recorded device in a few words: ``"Intel(R) Xeon(R) Processor (bfloat16 in hardware: amx_bf16)"``
+    -> ``"Intel Xeon"``, ``"AMD EPYC 7B13"`` -> ``"AMD EPYC 7B13"``. The same seed is another SFT start
+    on another CPU (its rounding trains other weights), so runs from two CPUs are told apart by it."""
+    name = device.split(" (", 1)[0].replace("(R)", "").replace("(TM)", "").replace(" Processor", "")
+    return " ".join(name.split())
 
 
 def pretrained_run_name(row: dict) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from tutorial_lib.evaluation.stats import compare_rates, halves, run_verdicts, spread
 from tutorial_lib.records import (
     TICTACTOE_OPPONENT_RECORDS,
+    cpu_label,
     distinct_runs,
     latest_runs,
     longest_runs,
@@ -298,7 +299,7 @@ def pretrained_rl_summary(rows: Sequence[dict]):
                              higher_is_better=PRETRAINED_RL_CLAIMS[key][1]).verdict
 
     table = pd.DataFrame([{"task": row["task"], "recipe": pretrained_rl_recipe(row), "seed": row["seed"],
-                           "iterations": row["iterations"],
+                           "device": cpu_label(row.get("device", "")), "iterations": row["iterations"],
                            "before": row[f"before_{row['headline']}"], "after": row[f"after_{row['headline']}"],
                            "verdict": verdict(row), "metric": PRETRAINED_RL_CLAIMS[row["headline"]][0],
                            "minutes": row["seconds"] / 60}
@@ -308,16 +309,18 @@ def pretrained_rl_summary(rows: Sequence[dict]):
 
 def pretrained_rl_histories(rows: Sequence[dict]) -> dict[str, list[dict]]:
     """Each recorded run's per-iteration curves as the histories :func:`~tutorial_lib.plotting.learning_curves`
-    plots, named by task and seed (and the recipe, where the rows hold several); a run recorded at
+    plots, named by task and seed (and the recipe and the CPU, where the rows hold several); a run recorded at
     several lengths is plotted once, at its longest."""
     rows = longest_runs(rows)
     several = len({pretrained_rl_recipe(row) for row in rows}) > 1
+    cpus = len({cpu_label(row.get("device", "")) for row in rows}) > 1  # a seed is another start on another CPU
     histories = {}
     for row in rows:
         curves = row.get("curves", {})
         steps = max((len(values) for values in curves.values()), default=0)
         recipe = f", {pretrained_rl_recipe(row)}" if several else ""
-        histories[f"{pretrained_run_name(row)}{recipe}"] = [
+        cpu = f" ({cpu_label(row.get('device', ''))})" if cpus else ""
+        histories[f"{pretrained_run_name(row)}{cpu}{recipe}"] = [
             {"step": i + 1, **{key: values[i] for key, values in curves.items() if i < len(values)}} for i in range(steps)]
     return histories
 

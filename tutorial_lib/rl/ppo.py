@@ -48,6 +48,7 @@ from tutorial_lib.rl.rl_loop import (
     shared_minibatches,
     step_schedule,
     synchronised_step,
+    update_precision,
 )
 from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
 from tutorial_lib.runtime import distributed
@@ -390,6 +391,7 @@ def train_ppo(
     run.restore(ppo)
     for _ in run.iterations():
         rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
+        with update_precision(settings, policy.model):
+            metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
         run.end_iteration(metrics, ppo)
     return run.finish(ppo)

@@ -36,6 +36,7 @@ from tutorial_lib.rl.rl_loop import (
     sampler_kl_sums,
     step_schedule,
     synchronised_step,
+    update_precision,
     whole_batch,
 )
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
@@ -235,6 +236,7 @@ def train_reinforce(
     run.restore(reinforce)
     for _ in run.iterations():
         rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        metrics = reinforce.update(rollout)  # advantages, then one step
+        with update_precision(settings, policy.model):
+            metrics = reinforce.update(rollout)  # advantages, then one step
         run.end_iteration(metrics, reinforce)
     return run.finish(reinforce)

@@ -30,6 +30,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,6 +53,8 @@ from tutorial_lib.runtime.tracking import (
 
 #: learning-rate schedules over a run's iterations
 LR_SCHEDULES = ("constant", "warmup_cosine")
+#: the dtypes an update may compute in (:attr:`RLSettings.update_dtype`)
+UPDATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -89,6 +92,12 @@ class RLSettings:
     #: beta of the KL penalty to the frozen starting policy, taken from each turn's reward (0: no
     #: reference model): ``r - beta * sum over the action's tokens of (log pi_old - log pi_ref)``
     kl_coef: float = 0.0
+    #: the dtype of the update's arithmetic: ``"float32"``, or ``"bfloat16"``: its forward and
+    #: backward passes (and the KL reference's scoring) under ``torch.autocast``, with the weights,
+    #: gradients and optimiser kept in float32. Pays where the device computes bfloat16 natively (a
+    #: GPU; a CPU with AVX512-BF16 or AMX, :func:`~tutorial_lib.runtime.device.cpu_bfloat16_flags`);
+    #: elsewhere it is emulated and slower. Sampling stays in the model's own dtype
+    update_dtype: str = "float32"
     #: options for the game (opponent, world...)
     env_options: dict[str, Any] = field(default_factory=dict)
     #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
@@ -112,11 +121,22 @@ class RLSettings:
             raise ValueError(f"temperature must be positive; got {self.temperature}")
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
+        if self.update_dtype not in UPDATE_DTYPES:
+            raise ValueError(f"update_dtype must be one of {', '.join(UPDATE_DTYPES)}; got {self.update_dtype!r}")
         if self.train_seeds is not None and self.train_seeds < 1:
             raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
         for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+
+def update_precision(settings: RLSettings, model) -> AbstractContextManager:
+    """The context an update runs in (``settings.update_dtype``): nothing for float32, else autocast
+    to bfloat16 on the model's device. Matrix products then run in bfloat16 and reductions such as
+    the log-softmax in float32 (autocast's own lists); the gradients reach float32 weights."""
+    if settings.update_dtype == "float32":
+        return nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=UPDATE_DTYPES[settings.update_dtype])
 
 
 def microbatch_size(settings: RLSettings, model, batch) -> int:
