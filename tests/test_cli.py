@@ -108,10 +108,11 @@ def test_rl_ppo_runs_and_saves_its_value_model(capsys, tmp_path, small_policy_di
     out = tmp_path / "ppo"
     code, stdout, _ = run(capsys, "rl", "--algo", "ppo", "--game", "math", "--preset", "ci", "--init",
                           str(small_policy_dir), "--out", str(out), "--iterations", "1", "--turns-per-iteration", "4",
-                          "--quiet")
+                          "--update-dtype", "bfloat16", "--quiet")
     assert code == 0
     settings = json.loads((out / "rl_settings.json").read_text())  # 4 turns: 4 games, minibatches of 4
     assert (settings["turns_per_iteration"], settings["num_envs"], settings["minibatch_turns"]) == (4, 4, 4)
+    assert settings["update_dtype"] == "bfloat16"
     assert json.loads(stdout)["algo"] == "ppo"
     assert (out / "model" / "value_model.pt").exists()
     assert "policy_loss" in (out / "metrics.csv").read_text().splitlines()[0]
@@ -121,6 +122,9 @@ def test_rl_resume_without_checkpoint_is_a_clear_error(capsys, tmp_path, small_p
     code, _, err = run(capsys, "rl", "--game", "guess_the_number", "--preset", "ci", "--init", str(small_policy_dir),
                        "--out", str(tmp_path), "--resume", "--quiet")
     assert code == 2 and "no checkpoint" in err
+    code, _, err = run(capsys, "rl", "--algo", "grpo", "--game", "math", "--preset", "ci", "--init", str(small_policy_dir),
+                       "--out", str(tmp_path / "grpo"), "--update-dtype", "bfloat16", "--quiet")
+    assert code == 2 and "GRPO" in err and not (tmp_path / "grpo").exists()
 
 
 def test_evaluate_takes_game_options_and_rejects_malformed_ones(capsys, small_policy_dir):

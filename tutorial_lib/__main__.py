@@ -162,8 +162,10 @@ def _rl(args) -> int:
     preset = _preset(args)
     if args.algo == "grpo" and args.game != "math":
         raise ValueError("rl --algo grpo trains math answers (chapter 7's tic-tac-toe moves run from the notebook)")
+    if args.update_dtype and args.algo == "grpo":
+        raise ValueError("--update-dtype is REINFORCE's and PPO's; GRPO computes in the Trainer's dtype (bfloat16 on a GPU)")
     settings = rl_settings(args.game, preset, args.algo, iterations=args.iterations, save_every=args.save_every,
-                           turns_per_iteration=args.turns_per_iteration)
+                           turns_per_iteration=args.turns_per_iteration, update_dtype=args.update_dtype)
     if args.algo == "grpo":
         def train(policy, game, settings, *, out_dir, resume, progress):
             return train_grpo(policy, settings, out_dir=out_dir, resume=resume, progress=progress)
@@ -247,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--iterations", type=int, help="RL iterations (GRPO: optimiser steps)")
     rl.add_argument("--turns-per-iteration", type=int)
     rl.add_argument("--save-every", type=int, help="checkpoint every this many iterations (GRPO: optimiser steps)")
+    rl.add_argument("--update-dtype", choices=["float32", "bfloat16"],
+                    help="the update's arithmetic: bfloat16 autocasts its forward and backward passes (weights and "
+                         "optimiser stay float32); fast on a GPU or a CPU with AVX512-BF16 or AMX")
     rl.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     distributed.setup()  # under accelerate launch: join the other processes before any model loads
