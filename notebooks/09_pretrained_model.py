@@ -711,13 +711,22 @@ if ranges_lengths:  # the verdict lines as a picture: one arrow a run, the runs 
     before_after(verdicts, title="Greedy success on 1-50 (200 games) before RL -> after, one arrow a run",
                  xlabel="share of games won")
     plt.show()
-# the claim: a line of three seeds or more whose every run rose beyond noise
-held = [recipe for recipe in dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)
-        if len(runs := [row for row in ranges_lengths if ranges_recipe(row) == recipe]) >= 3
-        and set(run_verdicts(runs, "", "before_success_rate", "after_success_rate", runs[0]["eval_episodes"])) == {"better"}]
-for ranges, iterations, recipe, cpu in held:
-    say(f"RL raised SmolLM2's greedy success on 1-50 beyond noise in every recorded seed of one line: SFT on "
-        f"{ranges}, {iterations} iterations, {recipe}, on {cpu}.")
+# the claim: a line of three seeds or more whose every run rose beyond noise; short of it, the line
+# that came closest (most seeds better, none worse)
+lines = {recipe: run_verdicts(runs, "", "before_success_rate", "after_success_rate", runs[0]["eval_episodes"])
+         for recipe in dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)
+         if len(runs := [row for row in ranges_lengths if ranges_recipe(row) == recipe]) >= 3}
+if lines:
+    (ranges, iterations, recipe, cpu), verdicts = max(
+        lines.items(), key=lambda line: (line[1].count("better") - 2 * line[1].count("worse"), len(line[1])))
+    counted = (f"better in {verdicts.count('better')} of {len(verdicts)} seeds, within noise in "
+               f"{verdicts.count('noise')}, worse in {verdicts.count('worse')}")
+    say(f"The line of three seeds or more that rose most often: SFT on {ranges}, {iterations} iterations, {recipe}, "
+        f"on {cpu}: {counted}. "
+        + ("RL raised SmolLM2's greedy success on 1-50 beyond noise in every one of its seeds." if set(verdicts) == {"better"}
+           else "Not in every seed: the claim that RL improves SmolLM2 here holds for some data orders, not yet for all."))
+elif ranges_lengths:
+    say("No line has three seeds yet: the record cannot hold the claim that RL improves SmolLM2 here.")
 if any(row.get("update_dtype") == "bfloat16" for row in ranges_runs):
     mismatch = {dtype: [k3 for row in ranges_runs if row.get("update_dtype", "float32") == dtype
                         for k3 in row["curves"].get("kl_k3", [])] for dtype in ("float32", "bfloat16")}
@@ -728,9 +737,6 @@ if any(row.get("update_dtype") == "bfloat16" for row in ranges_runs):
     say("KL from the sampler to the policy being trained, per action token (the same weights, so rounding alone): "
         + "; ".join(f"{dtype} updates {mean_kl(values)} on average over {len(values)} iterations"
                     for dtype, values in mismatch.items() if values) + ".")
-if ranges_lengths and not held:
-    say("No line of three seeds or more rose beyond noise in every seed: the record does not yet hold the claim "
-        "that RL improves SmolLM2 here.")
 if ranges_runs and cpu_runs:
     first_start = {row["seed"]: row["before_success_rate"] for row in cpu_runs}  # one evaluation per SFT seed
     say(f"The start trained on 1-10 alone began at {spread(list(first_start.values()))} on the same 200 games "
@@ -892,7 +898,7 @@ if cost_rows:
 #   start by a KL penalty is judged on a line of its own, beside the same seeds without it, as is a run
 #   whose update computed in bfloat16 (faster on a CPU that has it, and another path from the same
 #   seed); the arrows of the before/after figure show every run's verdict at once, and the cell
-#   says whether any line of three seeds or more rose in every one. Tic-tac-toe as x,
+#   names the line of three seeds or more that rose most often, and whether it rose in every one. Tic-tac-toe as x,
 #   whose better moves the SFT policy samples, is the second task; its section says which way
 #   the recorded runs moved the draws against minimax and the losses to random.
 #
