@@ -691,8 +691,11 @@ def ranges_recipe(row: dict) -> tuple:
     return sft_ranges(row), row["iterations"], pretrained_rl_recipe(row), cpu_label(row["device"])
 
 
-for recipe in sorted(dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)):
-    runs = [row for row in ranges_lengths if ranges_recipe(row) == recipe]
+# each verdict line's runs, by seed
+ranges_lines: dict[tuple, list[dict]] = {}
+for row in sorted(ranges_lengths, key=lambda row: (ranges_recipe(row), row["seed"])):
+    ranges_lines.setdefault(ranges_recipe(row), []).append(row)
+for recipe, runs in ranges_lines.items():
     say(f"GuessTheNumber 1-50 from SFT on {recipe[0]}, {recipe[1]} iterations, {recipe[2]}, on {recipe[3]}, "
         f"seed{'s' if len(runs) > 1 else ''} {', '.join(str(row['seed']) for row in runs)}:",
         across_runs(runs, "the greedy success rate", "before_success_rate", "after_success_rate",
@@ -701,21 +704,20 @@ for recipe in sorted(dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)
                       round(sum(row["after_mean_turns"] for row in runs) / len(runs) * runs[0]["eval_episodes"]),
                       higher_is_better=False) + ".")
 say_find_versus_game(ranges_lengths)  # the same seed and length on the game's own reward, where recorded
-if ranges_lengths:  # the verdict lines as a picture: one arrow a run, the runs of a line together
-    verdicts: dict[str, dict] = {}
-    for row in sorted(ranges_lengths, key=lambda row: (ranges_recipe(row), row["seed"])):
-        highest = max(high for _, high, _ in row["sft_options"]["ranges"])
-        line = f"SFT up to 1-{highest}, {row['iterations']} iterations, {pretrained_rl_recipe(row)} ({cpu_label(row['device'])})"
-        verdicts.setdefault(line, {})[f"seed {row['seed']}"] = compare_rates(
-            "", row["before_success_rate"], row["after_success_rate"], row["eval_episodes"])
-    before_after(verdicts, title="Greedy success on 1-50 (200 games) before RL -> after, one arrow a run",
+if ranges_lines:  # the verdict lines as a picture: one arrow a run, the runs of a line together
+    arrows = {}
+    for (_, iterations, recipe, cpu), runs in ranges_lines.items():
+        highest = max(high for _, high, _ in runs[0]["sft_options"]["ranges"])
+        arrows[f"SFT up to 1-{highest}, {iterations} iterations, {recipe} ({cpu})"] = {
+            f"seed {row['seed']}": compare_rates("", row["before_success_rate"], row["after_success_rate"],
+                                                 row["eval_episodes"]) for row in runs}
+    before_after(arrows, title="Greedy success on 1-50 (200 games) before RL -> after, one arrow a run",
                  xlabel="share of games won")
     plt.show()
 # the claim: a line of three seeds or more whose every run rose beyond noise; short of it, the line
 # that came closest (most seeds better, none worse)
 lines = {recipe: run_verdicts(runs, "", "before_success_rate", "after_success_rate", runs[0]["eval_episodes"])
-         for recipe in dict.fromkeys(ranges_recipe(row) for row in ranges_lengths)
-         if len(runs := [row for row in ranges_lengths if ranges_recipe(row) == recipe]) >= 3}
+         for recipe, runs in ranges_lines.items() if len(runs) >= 3}
 if lines:
     (ranges, iterations, recipe, cpu), verdicts = max(
         lines.items(), key=lambda line: (line[1].count("better") - 2 * line[1].count("worse"), len(line[1])))
@@ -730,6 +732,7 @@ elif ranges_lengths:
 if any(row.get("update_dtype") == "bfloat16" for row in ranges_runs):
     mismatch = {dtype: [k3 for row in ranges_runs if row.get("update_dtype", "float32") == dtype
                         for k3 in row["curves"].get("kl_k3", [])] for dtype in ("float32", "bfloat16")}
+
     def mean_kl(values: list[float]) -> str:  # the record keeps the curves to 4 decimals
         mean = sum(values) / len(values)
         return f"{mean:.1e}" if mean >= 5e-5 else "below 5e-05 (the record's 4 decimals)"

@@ -89,8 +89,10 @@ def test_a_bfloat16_update_computes_in_bfloat16_and_steps_float32_weights(policy
     for algorithm in (Reinforce(policy, ReinforceSettings(microbatch_turns=4, update_dtype="bfloat16")),
                       PPO(policy, PPOSettings(microbatch_turns=4, minibatch_turns=8, update_dtype="bfloat16"))):
         start = {k: v.clone() for k, v in policy.model.state_dict().items()}
-        with update_precision(algorithm.settings, policy.model):
-            metrics = algorithm.update(rollout)
+        prepare, seen = algorithm.prepare, []  # the update autocasts by itself, from its first step on
+        algorithm.prepare = lambda *a, prepare=prepare, seen=seen: seen.append(torch.is_autocast_enabled("cpu")) or prepare(*a)
+        metrics = algorithm.update(rollout)
+        assert seen == [True] and not torch.is_autocast_enabled("cpu"), algorithm.name
         assert all(v == v for v in metrics.values() if isinstance(v, float)), algorithm.name  # no NaN
         assert all(p.dtype == torch.float32 for p in policy.model.parameters())
         assert all(s.dtype == torch.float32 for state in algorithm.optimizer.state.values()

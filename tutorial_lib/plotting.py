@@ -168,8 +168,9 @@ def before_after(groups: Mapping[str, Mapping[str, Change]], *, title: str, xlab
     """Each run's metric before and after as an arrow, one row a run, the rows of one recipe (a
     group) together under its name: ``groups[recipe][run] = compare_rates(...)``. The arrow's colour
     is the verdict (:data:`VERDICT_COLORS`); the faint bar around its head spans the noise margin
-    (two standard errors) either side: where the arrow's tail lies inside it, the change is noise. Where a table lists many runs' verdicts, this shows at a glance
-    which recipe moved every seed, and how far from where each began."""
+    (two standard errors) either side: where the arrow's tail lies inside it, the change is noise.
+    Where a table lists many runs' verdicts, this shows at a glance which recipe moved every seed,
+    and how far from where each began."""
     rows = [(group, run, change) for group, runs in groups.items() for run, change in runs.items()]
     if not rows:
         raise ValueError("no runs to plot")

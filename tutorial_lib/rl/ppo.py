@@ -317,15 +317,18 @@ class PPO:
         """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x shuffled minibatches, one
         optimiser step each; returns the iteration's metrics."""
         settings = self.settings
-        batch, info = self.prepare(rollout)
-        steps: list[dict[str, float]] = []
-        self.policy.model.train()
-        for epoch in range(settings.ppo_epochs):  # detail 10: epochs over shuffled minibatches
-            for minibatch, tokens, turns in shared_minibatches(batch, settings.minibatch_turns):
-                self.optimizer.zero_grad(set_to_none=True)
-                stats, finite = self.minibatch_loss(minibatch, tokens, turns)  # forward, losses, backward
-                grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm, finite_loss=finite)  # 10, 12
-                steps.append({**distributed.sum_metrics(stats), "grad_norm": grad_norm, "skipped": skipped, "epoch": epoch})
+        with update_precision(settings, self.policy.model):  # float32, or bfloat16 autocast
+            batch, info = self.prepare(rollout)
+            steps: list[dict[str, float]] = []
+            self.policy.model.train()
+            for epoch in range(settings.ppo_epochs):  # detail 10: epochs over shuffled minibatches
+                for minibatch, tokens, turns in shared_minibatches(batch, settings.minibatch_turns):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    stats, finite = self.minibatch_loss(minibatch, tokens, turns)  # forward, losses, backward
+                    grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm,
+                                                           finite_loss=finite)  # 10, 12
+                    steps.append({**distributed.sum_metrics(stats), "grad_norm": grad_norm, "skipped": skipped,
+                                  "epoch": epoch})
         metrics = {key: sum(step[key] for step in steps) / len(steps)
                    for key in ("policy_loss", "value_loss", "entropy", "clipfrac", "grad_norm")}
         last_epoch = [step for step in steps if step["epoch"] == settings.ppo_epochs - 1]  # approx-KL: after (nearly) all steps
@@ -391,7 +394,6 @@ def train_ppo(
     run.restore(ppo)
     for _ in run.iterations():
         rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        with update_precision(settings, policy.model):
-            metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
+        metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
         run.end_iteration(metrics, ppo)
     return run.finish(ppo)

@@ -167,8 +167,9 @@ class Reinforce:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One REINFORCE update on ``rollout``: :meth:`prepare` it, then one optimiser step; the
         learning-rate schedule moves once per iteration."""
-        batch = self.prepare(rollout)
-        metrics = self.step(batch)
+        with update_precision(self.settings, self.policy.model):  # float32, or bfloat16 autocast
+            batch = self.prepare(rollout)
+            metrics = self.step(batch)
         if self.reference is not None:  # per action token of the whole batch, as PPO logs it
             metrics["kl_ref"] = self.last_kl_ref / global_token_count(batch)
         step_schedule(self.scheduler)
@@ -236,7 +237,6 @@ def train_reinforce(
     run.restore(reinforce)
     for _ in run.iterations():
         rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        with update_precision(settings, policy.model):
-            metrics = reinforce.update(rollout)  # advantages, then one step
+        metrics = reinforce.update(rollout)  # advantages, then one step
         run.end_iteration(metrics, reinforce)
     return run.finish(reinforce)
