@@ -723,12 +723,17 @@ if lines:
         lines.items(), key=lambda line: (line[1].count("better") - 2 * line[1].count("worse"), len(line[1])))
     counted = (f"better in {verdicts.count('better')} of {len(verdicts)} seeds, within noise in "
                f"{verdicts.count('noise')}, worse in {verdicts.count('worse')}")
-    say(f"The line of three seeds or more that rose most often: SFT on {ranges}, {iterations} iterations, {recipe}, "
-        f"on {cpu}: {counted}. "
-        + ("RL raised SmolLM2's greedy success on 1-50 beyond noise in every one of its seeds." if set(verdicts) == {"better"}
-           else "Not in every seed: the claim that RL improves SmolLM2 here holds for some data orders, not yet for all."))
+    claim = (f"The line of three seeds or more that rose most often: SFT on {ranges}, {iterations} iterations, "
+             f"{recipe}, on {cpu}: {counted}. "
+             + ("RL raised SmolLM2's greedy success on 1-50 beyond noise in every one of its seeds."
+                if set(verdicts) == {"better"}
+                else "Not in every seed: the claim that RL improves SmolLM2 here holds for some data orders, not yet for all."))
 elif ranges_lengths:
-    say("No line has three seeds yet: the record cannot hold the claim that RL improves SmolLM2 here.")
+    claim = "No line has three seeds yet: the record cannot hold the claim that RL improves SmolLM2 here."
+else:
+    claim = "The record holds no claim about RL on SmolLM2 yet."
+say(claim)
+glue("smollm2_claim", claim, display=False)  # the summary quotes it
 if any(row.get("update_dtype") == "bfloat16" for row in ranges_runs):
     mismatch = {dtype: [k3 for row in ranges_runs if row.get("update_dtype", "float32") == dtype
                         for k3 in row["curves"].get("kl_k3", [])] for dtype in ("float32", "bfloat16")}
@@ -889,21 +894,24 @@ if cost_rows:
 #   finished rows on a CPU and compiles a static-cache step on a GPU, with the log-probabilities of
 #   the policy being trained; the update groups turns of like length so that little of it is padding.
 #   The engine and cost tables give each change's factor where it was measured.
-# - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, longer
-#   than a chapter: the record section reads the recorded runs (on a CPU and on a GPU) and says, recipe by recipe, in how many seeds the success rate rose beyond noise; its
-#   curves and example games show what changed, and a run on a reward for the find only tests
-#   whether GEM's payment for a close last guess is what holds the success rate. Starts trained
-#   on several ranges (up to 1-30, and up to 1-40) are the other GuessTheNumber starts: their
-#   section says, start by start, in how many seeds RL raised the success on 1-50 beyond noise, and
-#   its example games show the moves RL found that the SFT start never played, the first guess included;
-#   a run extended to more iterations is judged again at its new length, invalid guesses included (a
-#   repeated guess close to the secret is paid nearly as a win); a gain in some seeds of a start and not in the others is not yet the claim, and a run held near its SFT
-#   start by a KL penalty is judged on a line of its own, beside the same seeds without it, as is a run
-#   whose update computed in bfloat16 (faster on a CPU that has it, and another path from the same
-#   seed); the arrows of the before/after figure show every run's verdict at once, and the cell
-#   names the line of three seeds or more that rose most often, and whether it rose in every one. Tic-tac-toe as x,
-#   whose better moves the SFT policy samples, is the second task; its section says which way
-#   the recorded runs moved the draws against minimax and the losses to random.
+# - Whether RL makes SmolLM2 better is a question for many iterations over several seeds, more
+#   than a chapter's budget on a CPU: the record section reads the recorded runs. It groups them in
+#   lines (the SFT start's ranges, the iterations, the recipe and the CPU, since the same seed is
+#   another start on another CPU) and counts, line by line, the seeds whose greedy success on 1-50
+#   rose beyond two standard errors, stayed within them or fell; the arrow figure shows every run at
+#   once. As this build read the record: {glue:text}`smollm2_claim`
+# - A gain in some seeds of a line and not in the others is not yet the claim: the starts differ by
+#   data order alone (each line's `before` spread says by how much), and with 16 games an
+#   iteration one lucky batch can send a run down another path. The recipes the record compares each have a line of their own
+#   beside the same seeds without them: a reward for the find only (which closes the partial
+#   reward's loophole of a repeated guess next to the secret), a KL penalty to the SFT start (a
+#   leash for the start that has most to lose), an update in bfloat16 (faster where the CPU has
+#   it, and another path from the same seed), and a run extended to more iterations, judged again
+#   at its new length.
+# - What RL changed is in the games: the moves the SFT start never played on 1-50 (the opening
+#   first), and the guesses that throw away what the feedback said.
+# - Tic-tac-toe as x, whose better moves the SFT policy samples, is the second task; its section
+#   says which way the recorded runs moved the draws against minimax and the losses to random.
 #
 # ## Exercises
 #
