@@ -258,3 +258,21 @@ def test_a_run_in_stages_trains_what_one_call_trains(tiny_cache, gtn_examples, t
     assert parts[-1].seconds > parts[0].seconds  # the time adds up over the parts
     with pytest.raises(ValueError, match="stage must be"):
         train_sft(whole_policy, gtn_examples[:40], settings, output_dir=tmp_path / "x", stage=(4, 3))
+
+
+def test_a_checkpoint_moved_with_its_cache_is_complete_and_loads_where_it_lands(tiny_cache, gtn_examples, tmp_path):
+    """book/setup.md tells a notebook reader to keep the cache on Drive, mounted wherever the next runtime
+    mounts it: a checkpoint must not depend on the folder it was written in."""
+    import shutil
+
+    from tutorial_lib.runtime.durable import recover
+
+    policy = load_policy("tiny", tiny_config=SMALL)
+    settings = SFTSettings(epochs=1, batch_size=8, report_to="none")
+    train_sft(policy, gtn_examples[:16], settings, output_dir=tmp_path / "here" / "sft" / "game-key")
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    moved = tmp_path / "there" / "sft" / "game-key"
+    assert not (tmp_path / "here").exists()
+    assert recover(moved)  # what sft_policy asks before loading instead of training again
+    prompt = ["<|user|>\nGuess.<|end|>\n<|assistant|>\n"]
+    assert load_policy(str(moved)).generate(prompt, max_new_tokens=6) == policy.generate(prompt, max_new_tokens=6)
