@@ -716,32 +716,25 @@ if ranges_lines:  # the verdict lines as a picture: one arrow a run, the runs of
     plt.show()
 # the claim: a line of three seeds or more whose every run rose beyond noise; short of it, the line
 # that came closest (most seeds better, none worse)
-def line_verdicts(runs: list[dict]) -> list[str]:
-    return run_verdicts(runs, "", "before_success_rate", "after_success_rate", runs[0]["eval_episodes"])
-
-
-def counted(verdicts: list[str]) -> str:
-    return (f"better in {verdicts.count('better')} of {len(verdicts)} seed{'s' if len(verdicts) > 1 else ''}, "
-            f"within noise in {verdicts.count('noise')}, worse in {verdicts.count('worse')}")
-
-
-lines = {recipe: line_verdicts(runs) for recipe, runs in ranges_lines.items() if len(runs) >= 3}
+lines = {recipe: run_verdicts(runs, "", "before_success_rate", "after_success_rate", runs[0]["eval_episodes"])
+         for recipe, runs in ranges_lines.items() if len(runs) >= 3}
 if lines:
     (ranges, iterations, recipe, cpu), verdicts = max(
         lines.items(), key=lambda line: (line[1].count("better") - 2 * line[1].count("worse"), len(line[1])))
+    counted = (f"better in {verdicts.count('better')} of {len(verdicts)} seeds, within noise in "
+               f"{verdicts.count('noise')}, worse in {verdicts.count('worse')}")
     claim = (f"The line of three seeds or more that rose most often: SFT on {ranges}, {iterations} iterations, "
-             f"{recipe}, on {cpu}: {counted(verdicts)}. "
+             f"{recipe}, on {cpu}: {counted}. "
              + ("RL raised SmolLM2's greedy success on 1-50 beyond noise in every one of its seeds on this CPU."
                 if set(verdicts) == {"better"}
                 else "Not in every seed: the claim that RL improves SmolLM2 here holds for some data orders, not yet for all."))
     # the same recipe on other CPUs: another rounding trains other SFT starts and samples other games
-    elsewhere = [(other, runs) for (other_ranges, other_iterations, other_recipe, other), runs in ranges_lines.items()
-                 if (other_ranges, other_iterations, other_recipe) == (ranges, iterations, recipe) and other != cpu]
+    elsewhere = {line[3]: runs for line, runs in ranges_lines.items()
+                 if line[:3] == (ranges, iterations, recipe) and line[3] != cpu}
     if elsewhere:
         claim += (" The same recipe on another CPU: "
-                  + "; ".join(f"{other} (seed{'s' if len(runs) > 1 else ''} "
-                              f"{', '.join(str(row['seed']) for row in runs)}), {counted(line_verdicts(runs))}"
-                              for other, runs in elsewhere)
+                  + "; ".join(across_runs(runs, other, "before_success_rate", "after_success_rate",
+                                          runs[0]["eval_episodes"]) for other, runs in elsewhere.items())
                   + ". A gain that another CPU's rounding does not repeat is not yet the claim either.")
 elif ranges_lengths:
     claim = "No line has three seeds yet: the record cannot hold the claim that RL improves SmolLM2 here."
