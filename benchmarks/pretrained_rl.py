@@ -35,6 +35,11 @@ keeps the game's own rules, so its success rate compares with runs on the game's
 natively (``benchmarks/results/pretrained_rl_cost.jsonl``); its own runs show what it does to learning.
 ``--kl-coef`` takes a KL penalty to the SFT start from each turn's reward (the ``kl_coef`` of the
 RL settings; the per-iteration ``kl_ref`` curve shows how far the policy went).
+``--validate-every N`` chooses the run's model on held-out games (:mod:`tutorial_lib.rl.validation`):
+``--validation-episodes`` greedy games on seeds of their own (50,000 up: neither the training's nor
+the evaluation's) before RL, every N iterations and after the last; the weights that score best
+on the task's headline (its evaluation options) are the model the evaluation after RL judges, the
+SFT start included. Training itself is the same as without it.
 
 Every run lives in its own folder under ``--runs`` (named by preset, task, seed and settings), and
 a run killed at any point continues where it stopped when the same command is given again: the
@@ -83,6 +88,10 @@ TASKS = {
 HEADLINE = {"ttt-x": "minimax_draw_rate", "ttt-o": "minimax_draw_rate", "math": "accuracy (new problems)",
             "gtn-50": "success_rate", "gtn-100": "success_rate", "gtn-50-ranges": "success_rate",
             "gtn-50-ranges-40": "success_rate"}
+#: what validation ranks a task's checkpoints by (``--validate-every``): the headline on the
+#: evaluation's own options, over games of validation seeds; math's problems are its training split
+VALIDATION = {"ttt-x": ("draw_rate", {"opponent": "minimax"}), "ttt-o": ("draw_rate", {"opponent": "minimax"}),
+              "math": ("accuracy", {})}
 CURVES = ("mean_return", "success_rate", "invalid_rate", "entropy", "kl_k3", "kl_ref", "turns", "sample_seconds",
           "train_seconds")
 
@@ -165,10 +174,21 @@ def rl_run_settings(task: str, seed: int, preset, args):
         if spec["game"] != "guess_the_number":
             raise SystemExit(f"--reward find is GuessTheNumber's (no closeness payment); task {task} plays {spec['game']}")
         options["closeness_reward"] = False  # training only: evaluation keeps the game's own rules
+    validation = {}
+    if args.validate_every:
+        metric, options_of_metric = VALIDATION.get(task, ("success_rate", {}))
+        validation = dict(validate_every=args.validate_every, validation_episodes=args.validation_episodes,
+                          validation_metric=metric, validation_env_options={
+                              **preset.game(spec["game"]).env_options, **spec["eval"], **options_of_metric})
     return rl_settings(spec["game"], preset, spec["algo"], seed=seed, env_options=options, save_every=1,
                        iterations=args.iterations, learning_rate=args.learning_rate, num_envs=args.num_envs,
                        turns_per_iteration=args.turns, temperature=args.temperature,
-                       kl_coef=args.kl_coef, update_dtype=args.update_dtype)
+                       kl_coef=args.kl_coef, update_dtype=args.update_dtype, **validation)
+
+
+#: settings added after the first runs were recorded (their folders were named without them)
+LATER_SETTINGS = ("update_dtype", "validate_every", "validation_episodes", "validation_metric",
+                  "validation_env_options", "validation_first_seed")
 
 
 def folder_description(settings, episodes: int, model: str, algo: str) -> dict:
@@ -178,8 +198,10 @@ def folder_description(settings, episodes: int, model: str, algo: str) -> dict:
     learning-rate schedule spans the iterations, so there they are part of it), the evaluation's
     games and the model."""
     named = asdict(replace(settings, iterations=1) if algo == "reinforce" else settings)
-    if named["update_dtype"] == "float32":  # a setting added later names a folder only when it is set,
-        del named["update_dtype"]  # so that the runs begun before it still resume
+    defaults = asdict(type(settings)())
+    for later in LATER_SETTINGS:  # a setting added later names a folder only when it differs from its default,
+        if named[later] == defaults[later]:  # so that the runs begun before it still resume
+            del named[later]
     return {"settings": named, "episodes": episodes, "model": model}
 
 
@@ -259,6 +281,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
            "learning_rate": settings.learning_rate, "temperature": settings.temperature, "kl_coef": settings.kl_coef,
            "update_dtype": settings.update_dtype,
+           "validate_every": settings.validate_every, "validation": trained.validation,
            "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
            "train_options": settings.env_options, "sft_options": spec.get("sft"), "eval_episodes": episodes, "headline": HEADLINE[task],
            "turns": int(sum(r.get("turns", 0) for r in history)),
@@ -309,6 +332,10 @@ def main() -> None:
                         help="the RL update's arithmetic: bfloat16 autocasts its forward and backward passes, "
                              "weights and optimiser in float32 (fast where the CPU has AVX512-BF16 or AMX; "
                              "default: the preset's, float32)")
+    parser.add_argument("--validate-every", type=int, default=0,
+                        help="choose the run's model on held-out greedy games: validate the start, every this many "
+                             "iterations and the last, and keep the best weights (0: the last iteration's)")
+    parser.add_argument("--validation-episodes", type=int, default=50, help="validation games (seeds 50,000 up)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="folder of the runs' own folders (default: the cache's pretrained-rl folder)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds this call may take")

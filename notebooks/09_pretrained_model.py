@@ -812,6 +812,15 @@ else:
 #   them, which is rounding alone: REINFORCE scores the weights that sampled) and its runs take
 #   other paths from the second iteration on. The same seed's float32 line, where recorded, says
 #   whether the verdict survived.
+# - **The model chosen on validation games.** A run's last weights are one draw from where 16
+#   sampled games a step moved it. A line whose recipe says "model chosen on ... validation games"
+#   played greedy games on seeds of their own (neither the training's nor these 200) before RL,
+#   every few iterations and after the last, and the evaluation after RL judges the weights that
+#   scored best there, the SFT start included (`validate_every`, `tutorial_lib.rl.validation`:
+#   early stopping, as supervised learning does it). The table's "model of iteration" says which.
+#   Training is the same as without it, so the same seed's line without it on the same CPU shows
+#   what the choice alone changed. A start kept (iteration 0) scores what it scored before RL:
+#   the run found nothing its validation games preferred.
 #
 # A run extended to more iterations has a verdict line at each length; its curves and games are
 # those of its longest. The curves are the sampled games of each iteration (noisy, as above); the

@@ -100,12 +100,34 @@ def test_a_bfloat16_update_is_a_run_of_its_own_and_float32_folders_keep_their_na
     from tutorial_lib.presets import get_preset
 
     args = Namespace(reward="game", iterations=1, learning_rate=None, num_envs=3, turns=6, temperature=None,
-                     kl_coef=None, update_dtype=None)
+                     kl_coef=None, update_dtype=None, validate_every=0, validation_episodes=50)
     settings = script.rl_run_settings("gtn-50", 3, get_preset("ci"), args)
     assert settings.update_dtype == "float32"
     assert "update_dtype" not in script.folder_description(settings, 4, "tiny", "reinforce")["settings"]
     fast = script.rl_run_settings("gtn-50", 3, get_preset("ci"), Namespace(**{**vars(args), "update_dtype": "bfloat16"}))
     assert script.folder_description(fast, 4, "tiny", "reinforce")["settings"]["update_dtype"] == "bfloat16"
+    assert not {"validate_every", "validation_metric"} & set(script.folder_description(settings, 4, "tiny", "reinforce")["settings"])
+
+
+def test_a_validated_run_is_judged_on_the_weights_its_validation_chose(script, monkeypatch, tmp_path):
+    """``--validate-every``: a run of its own; its line says what validation scored and chose, on
+    the game's own rules (validation plays GuessTheNumber 1-50 with the closeness payment the
+    find reward removes from training), and the evaluation after RL is of the chosen weights."""
+    runs, out = tmp_path / "runs", tmp_path / "record.jsonl"
+    call(script, monkeypatch, runs, out, 2, "--reward", "find")
+    call(script, monkeypatch, runs, out, 2, "--reward", "find", "--validate-every", "1", "--validation-episodes", "3")
+    plain, validated = (json.loads(line) for line in out.read_text().splitlines())
+    assert plain["run_dir"] != validated["run_dir"] and plain["validation"] is None
+    assert plain["curves"]["mean_return"] == validated["curves"]["mean_return"]  # the same training
+    chosen = validated["validation"]
+    assert chosen["metric"] == "success_rate" and set(chosen["scores"]) == {"0", "1", "2"}
+    assert chosen["scores"][str(chosen["best_iteration"])] == max(chosen["scores"].values())
+    settings = json.loads((Path(validated["run_dir"]) / "rl_settings.json").read_text())
+    assert settings["env_options"]["closeness_reward"] is False
+    assert settings["validation_env_options"].get("closeness_reward", True) is True
+    assert settings["validation_env_options"]["high"] == 50
+    if chosen["best_iteration"] == 0:  # the start kept: the evaluation after is the one before
+        assert validated["after_success_rate"] == validated["before_success_rate"]
 
 
 def test_a_task_with_its_own_sft_games_starts_from_a_checkpoint_trained_on_them(script, monkeypatch, tmp_path):

@@ -291,6 +291,11 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
     fast = {**held, "update_dtype": "bfloat16"}
     assert records.pretrained_rl_recipe(fast).endswith("KL penalty 0.1, update in bfloat16")
     assert records.pretrained_rl_recipe({**find, "kl_coef": 0.0}) == records.pretrained_rl_recipe(find)
+    chosen = {**held, "validate_every": 3, "validation": {"episodes": 50, "best_iteration": 6}, "run_dir": "/runs/chosen"}
+    assert records.pretrained_rl_recipe(chosen).endswith("KL penalty 0.1, model chosen on 50 validation games every 3 iterations")
+    assert records.pretrained_rl_recipe({**held, "validate_every": 0}) == records.pretrained_rl_recipe(held)
+    assert records.longest_runs([held, chosen]) == [held, chosen]
+    assert list(report.pretrained_rl_summary([held, chosen])["model of iteration"]) == [12, 6]
     assert records.longest_runs([find, held]) == [find, held]
     table = report.pretrained_rl_summary([base, find])
     said = capsys.readouterr().out.replace("\n", " ")

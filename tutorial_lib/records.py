@@ -161,7 +161,8 @@ def latest_runs(rows: Sequence[dict]) -> list[dict]:
 
 def pretrained_rl_recipe(row: dict) -> str:
     """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, the
-    training reward where it is not the game's own, the KL penalty to the start where there is one, the update's dtype where it is not float32), as far as its line records it; iterations are
+    training reward where it is not the game's own, the KL penalty to the start where there is one, the update's dtype where it is not float32, the
+    validation that chose the model where one did), as far as its line records it; iterations are
     left out, so that the lengths of one run share a recipe."""
     parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
              if row.get(key) is not None]
@@ -173,6 +174,9 @@ def pretrained_rl_recipe(row: dict) -> str:
         parts.append(f"KL penalty {row['kl_coef']:g}")
     if row.get("update_dtype", "float32") != "float32":
         parts.append(f"update in {row['update_dtype']}")
+    if row.get("validate_every"):
+        episodes = (row.get("validation") or {}).get("episodes")
+        parts.append(f"model chosen on {episodes or 'held-out'} validation games every {row['validate_every']} iterations")
     return ", ".join(parts)
 
 

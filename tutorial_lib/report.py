@@ -304,6 +304,9 @@ def pretrained_rl_summary(rows: Sequence[dict]):
                            "verdict": verdict(row), "metric": PRETRAINED_RL_CLAIMS[row["headline"]][0],
                            "minutes": row["seconds"] / 60}
                           for row in rows]).set_index(["task", "recipe", "seed"])
+    if any(row.get("validation") for row in rows):  # the weights judged: the last iteration's, or validation's choice
+        table.insert(table.columns.get_loc("after"), "model of iteration",
+                     [(row.get("validation") or {}).get("best_iteration", row["iterations"]) for row in rows])
     return table.round(3)
 
 

@@ -13,6 +13,10 @@ and ``update(rollout)``. Both loops read the same:
         run.end_iteration(metrics, ppo)                          # log; checkpoint when it is time
     result = run.finish(ppo)                                     # the model in out_dir/model
 
+With ``validate_every`` the run also plays held-out greedy games before the first iteration and
+every few iterations, and its model is the best weights it passed through, the start included
+(:mod:`~tutorial_lib.rl.validation`: early stopping on a validation set, as in supervised learning).
+
 :class:`Run` seeds, collects ``turns_per_iteration`` turns from fresh training seeds, logs
 (``metrics.csv``, TensorBoard, a progress bar) and checkpoints everything the next iteration reads,
 so that ``resume=True`` (or ``stage=(i, n)`` over notebook cells) continues exactly. The functions
@@ -39,6 +43,7 @@ import torch
 
 from tutorial_lib.lm.engine import SamplingWeights
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs, collect
+from tutorial_lib.rl.validation import Validation, ValidationPlan
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import fit_threads
 from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
@@ -110,6 +115,19 @@ class RLSettings:
     token_budget: int | None = None
     #: checkpoint every this many iterations (and at the end)
     save_every: int = 5
+    #: choose the run's model on held-out games (:mod:`~tutorial_lib.rl.validation`): before the
+    #: first iteration, every this many and after the last, play ``validation_episodes`` greedy
+    #: games and keep the weights that score best on ``validation_metric``, the start included.
+    #: 0: no validation, the last iteration's weights are the model. Training is the same either way
+    validate_every: int = 0
+    validation_episodes: int = 50
+    #: a metric of :func:`~tutorial_lib.evaluation.evaluate.summarize` for the game, higher is better
+    validation_metric: str = "mean_return"
+    #: the validation games' options instead of the training's ``env_options`` (a game's own reward
+    #: where training changed it)
+    validation_env_options: dict[str, Any] | None = None
+    #: validation seeds start here: apart from training's (``first_seed``) and the evaluation's (0 up)
+    validation_first_seed: int = 50_000
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -125,6 +143,12 @@ class RLSettings:
             raise ValueError(f"update_dtype must be one of {', '.join(UPDATE_DTYPES)}; got {self.update_dtype!r}")
         if self.train_seeds is not None and self.train_seeds < 1:
             raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
+        if self.validate_every < 0 or (self.validate_every and self.validation_episodes < 1):
+            raise ValueError(f"validate_every must be >= 0 and validation_episodes >= 1; got {self.validate_every} "
+                             f"and {self.validation_episodes}")
+        if self.validate_every and self.validation_first_seed + self.validation_episodes > self.first_seed:
+            raise ValueError(f"validation seeds {self.validation_first_seed}-{self.validation_first_seed + self.validation_episodes - 1} "
+                             f"reach the training seeds (from {self.first_seed} up): validation_first_seed must be lower")
         for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
@@ -242,6 +266,9 @@ class RLResult:
     algorithm: Algorithm | None = None
     #: ``False`` for a part of a staged run (``stage=(i, n)``, i < n): checkpointed, no model saved yet
     finished: bool = True
+    #: with ``validate_every``: the validation scores by iteration and the one chosen as the model
+    #: (:meth:`~tutorial_lib.rl.validation.Validation.summary`; also ``out_dir/validation.json``)
+    validation: dict[str, Any] | None = None
 
     def curve(self, key: str) -> list[float]:
         return [row[key] for row in self.history if key in row]
@@ -466,6 +493,10 @@ class Run:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.start, self.next_seed = 0, settings.first_seed
+        self.validation = Validation(ValidationPlan(
+            game, every=settings.validate_every, episodes=settings.validation_episodes, metric=settings.validation_metric,
+            env_options=settings.env_options if settings.validation_env_options is None else settings.validation_env_options,
+            first_seed=settings.validation_first_seed)) if settings.validate_every else None
         # before the algorithm builds its modules: a fresh value head is the same in every run with this seed
         torch.manual_seed(settings.seed)
 
@@ -483,6 +514,8 @@ class Run:
             self.next_seed = saved["next_seed"]
             algorithm.load_state_dict(saved.get("algorithm", {}))
             restore_process_rng(saved, self.out_dir)
+            if self.validation is not None:
+                self.validation.load_state_dict(saved.get("validation", {}))
         elif distributed.process_index() > 0:
             # the modules are built (the same in every process); from here on each process samples
             # its own stream, not a copy of the main one's
@@ -499,6 +532,10 @@ class Run:
         self.bar = run_progress_bar(algorithm.name, self.game, token_budget=budget, steps=self.settings.iterations,
                                     done_steps=self.start, history=self.history, progress=self.progress and main)
         self.over_budget = budget is not None and self.spent >= budget  # a resumed part after the budget ran out
+        if self.validation is not None and not self.validation.scores:
+            # the start (or, for a run begun without validation, the weights it resumes with) is a candidate too
+            score = self.validation.consider(self.start, self.policy, algorithm.modules())
+            self.bar.set_postfix(val=f"{score:.2f}", refresh=False)
 
     def iterations(self):
         """The iterations this part of the run trains, stopping once the token budget is spent;
@@ -544,16 +581,26 @@ class Run:
         metrics = {**self.metrics, **update_metrics}
         metrics["sample_seconds"] = self.sampled - self.tick
         metrics["train_seconds"] = time.perf_counter() - self.sampled
+        budget = settings.token_budget
+        self.spent += metrics["action_tokens"]
+        over_budget = budget is not None and self.spent >= budget
+        postfix = {"ret": f"{metrics['mean_return']:.2f}", "success": f"{metrics['success_rate']:.2f}"}
+        if self.validation is not None and self.validation.due(iteration + 1, last=iteration + 1 == settings.iterations or over_budget):
+            began = time.perf_counter()
+            score = self.validation.consider(iteration + 1, self.policy, algorithm.modules())
+            metrics[f"validation_{settings.validation_metric}"] = score
+            metrics["validation_seconds"] = time.perf_counter() - began
+            postfix["val"] = f"{score:.2f}"
         self.log.write(iteration + 1, metrics)
         self.history.append({"step": iteration + 1, **metrics})
         # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)
-        self.bar.set_postfix(ret=f"{metrics['mean_return']:.2f}", success=f"{metrics['success_rate']:.2f}", refresh=False)
-        budget = settings.token_budget
-        self.spent += metrics["action_tokens"]
+        self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(min(metrics["action_tokens"], budget - self.bar.n) if budget is not None else 1)
-        self.over_budget = budget is not None and self.spent >= budget
+        self.over_budget = over_budget
         if (iteration + 1) % settings.save_every == 0 or iteration + 1 in (self.stop, settings.iterations) or self.over_budget:
             saved = {"next_seed": self.next_seed, "algorithm": algorithm.state_dict()}
+            if self.validation is not None:  # the scores so far and the best weights: one whole checkpoint
+                saved["validation"] = self.validation.state_dict()
             if distributed.launched():  # every process's generators: a resumed run samples what this one would have
                 saved["process_rng"] = distributed.gather([rng_state()])
             if distributed.is_main():
@@ -568,5 +615,11 @@ class Run:
         seconds = time.perf_counter() - self.began
         if self.part < self.parts and not self.over_budget:  # a part: the next part resumes from its checkpoint
             return RLResult(self.out_dir, self.history, seconds, algorithm, finished=False)
+        chosen = None
+        if self.validation is not None:
+            self.validation.restore_best(self.policy, algorithm.modules())
+            chosen = self.validation.summary()
+            if distributed.is_main():
+                durable.write_text(self.out_dir / "validation.json", json.dumps(chosen, indent=1))
         save_final_model(self.policy, self.out_dir, algorithm.modules())
-        return RLResult(self.out_dir, self.history, seconds, algorithm)
+        return RLResult(self.out_dir, self.history, seconds, algorithm, validation=chosen)

@@ -128,7 +128,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def _trainable_state(model) -> dict[str, torch.Tensor]:
+def trainable_state(model) -> dict[str, torch.Tensor]:
     """The weights that training changes: all of them, or only the adapters under PEFT."""
     if hasattr(model, "peft_config"):
         from peft import get_peft_model_state_dict
@@ -137,7 +137,8 @@ def _trainable_state(model) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
-def _load_trainable_state(model, weights: dict[str, torch.Tensor]) -> None:
+def load_trainable_state(model, weights: dict[str, torch.Tensor]) -> None:
+    """Put weights :func:`trainable_state` took back into ``model`` (the adapters only, under PEFT)."""
     if hasattr(model, "peft_config"):
         from peft import set_peft_model_state_dict
 
@@ -166,11 +167,11 @@ def save_checkpoint(
     """
     payload = {
         "step": step,
-        "weights": _trainable_state(model),
+        "weights": trainable_state(model),
         "optimizer": optimizer.state_dict(),
         "rng": rng_state(),
         "state": state or {},
-        "modules": {name: _trainable_state(module) for name, module in (modules or {}).items()},
+        "modules": {name: trainable_state(module) for name, module in (modules or {}).items()},
     }
     with durable.building(folder) as staging:
         torch.save(payload, staging / "training_state.pt")
@@ -203,13 +204,13 @@ def load_checkpoint(
     except Exception as error:  # a damaged zip or pickle: the bare error names neither the file nor a way out
         raise CheckpointError(f"the checkpoint {path} cannot be read ({type(error).__name__}: {error}): it is "
                               f"damaged; delete {folder} and start without --resume") from error
-    _load_trainable_state(model, saved["weights"])
+    load_trainable_state(model, saved["weights"])
     stored = saved.get("modules", {})
     if set(stored) != set(modules or {}):
         raise ValueError(f"the checkpoint at {folder} holds modules {sorted(stored)}, not {sorted(modules or {})}: "
                          "was it written by another algorithm?")
     for name, module in (modules or {}).items():
-        _load_trainable_state(module, stored[name])
+        load_trainable_state(module, stored[name])
     optimizer.load_state_dict(saved["optimizer"])
     set_rng_state(saved["rng"])
     return int(saved["step"]), saved["state"]
