@@ -317,7 +317,8 @@ pd.DataFrame(
 )
 
 # %% [markdown]
-# An untrained policy writes mostly noise, so nearly every one of its actions is invalid. Here is
+# An untrained policy writes mostly noise, so most of its actions should be invalid: the table says
+# how many were. Here is
 # the freshly initialised tiny model (or, at `small` and `full`, the pretrained model before any
 # fine-tuning) playing each game with greedy decoding (always the most probable next token), the
 # episodes of a game in one batch. Each line shows a game's first output, with any run of one

@@ -344,8 +344,9 @@ for game, (before, after) in results.items():
 pd.DataFrame(rows).set_index(["game", "metric"]).round(3)
 
 # %% [markdown]
-# Read each game's `invalid_rate` first. Before SFT it is near 1 everywhere, so the rows beside it
-# are what the game gives a player that never acts validly: tic-tac-toe plays a random legal move
+# Read each game's `invalid_rate` first. Before SFT the tiny model's is near 1 (a pretrained model
+# at `small` may already write some valid actions), so the rows beside it are mostly what the game
+# gives a player that never acts validly: tic-tac-toe plays a random legal move
 # in its place (chapter 1), so its wins and losses before SFT are a random player's. After SFT,
 # where `invalid_rate` is near 0 but the headline metric stays low, the policy learnt the format
 # and not the task; where it stays well above 0, it still writes actions the game rejects.

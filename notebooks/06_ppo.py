@@ -303,19 +303,26 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 # counts, kernel sets and perturbed starts, each cell a fresh process that trains its own SFT
 # checkpoint). First, which training opponent held up, from the same checkpoints (runs better /
 # within noise / worse). The three opponents were compared with this chapter's earlier recipe
-# (chapter 5's learning rate for a third of the iterations; its cells close this section), so the
+# (chapter 5's learning rate for a third of the `ci` recipe's iterations; its cells close this section), so the
 # table holds those runs only:
 
 # %%
 EARLIER_ITERATIONS = 20  # the earlier recipe's length (its learning rate was chapter 5's)
-tictactoe_opponents("ttt-ppo", preset, iterations=EARLIER_ITERATIONS)
+opponents = tictactoe_opponents("ttt-ppo", preset, iterations=EARLIER_ITERATIONS)
+display(opponents)
+if len(opponents):
+    # each cell counts the runs "better / within noise / worse"
+    held = [f"{name} ({row['runs']} runs)" for name, row in opponents.iterrows()
+            if int(row["draws vs minimax"].split(" / ")[0]) == row["runs"]]
+    say("Draws against minimax rose beyond noise in every run of: " + (", ".join(held) or "no row") + ".")
 
 # %% [markdown]
 # Read each row's `draws vs minimax` cell against its `losses vs random` cell: the opponent to keep
 # is the one whose draws rose without the losses rising. A row of two runs is a hint, not a result;
-# the mixture (chapter 5's choice) is the row with the most runs. In the record shown, the mixture
-# is the only row whose draws rose beyond noise in every run, while its losses to random went both
-# ways: so the mixture stays, and what the rest of this section changes is the learning rate.
+# the mixture (chapter 5's choice) is the row with the most runs. The line under the table names
+# the rows whose draws rose beyond noise in every run; the mixture stays unless a row of as many
+# runs does as well with fewer losses to random, and what the rest of this section changes is the
+# learning rate.
 
 # %% [markdown]
 # And the cells of exactly this chapter's recipe (the settings the run above trained with), one row
@@ -347,7 +354,7 @@ say(f"Each batch of about {ttt_settings.turns_per_iteration} turns here takes ab
 # result to expect is the spread of the rows, not any one of them.
 #
 # Why the learning rate is not chapter 5's: the cells below ran this chapter's earlier recipe,
-# chapter 5's rate for a third of the iterations, from the same starts (the record's account of
+# chapter 5's rate for a third of the `ci` recipe's iterations, from the same starts (the record's account of
 # each: `benchmarks/results/rl_numerics_grid.md`):
 
 # %%
@@ -368,7 +375,7 @@ if earlier_grid:
 # the invalid moves rise (the record's account, `benchmarks/results/rl_numerics_grid.md`, lists
 # them), and the sampled return does not recover (the "not recovered" case of the sentence under
 # the figure above). A smaller step per batch needs more batches to get as far,
-# which is why this chapter's run has more iterations than that one.
+# which is why the recorded recipe (the `ci` preset's) has more iterations than the earlier one.
 
 # %% [markdown]
 # Chapter 5's REINFORCE trains on batches of the same size from the same starts (how many each
@@ -435,14 +442,15 @@ fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_varian
 # %% [markdown]
 # The accuracy panel is the share of right answers in each sampled batch of training problems; the
 # other three say whether the updates behind it were sound. Read them together, with the half-run
-# means printed above. *Explained variance* rises above 0 as the critic learns which problems the
-# policy gets right (a negative value means the critic is worse than predicting the mean).
+# means printed above. *Explained variance* rises above 0 if the critic learns which problems the
+# policy gets right (a negative value means the critic is worse than predicting the mean; the
+# half-run means say which this run did).
 # *Approx-KL* estimates the KL divergence from the policy that sampled the batch to the updated
 # one: per action token it averages $k_3 = (r - 1) - \log r$, with $r = \pi_\theta/\pi_\text{old}$ as
 # above (never negative, unbiased on samples from $\pi_\text{old}$; the plain mean of $-\log r$,
 # "k1", is unbiased too but can come out negative). Approx-KL and the *clip fraction* say how far
 # each update moved: values near 0 mean the learning rate could go up, unless the schedule is
-# taking it down (this run's cosine schedule ends at 0, so both shrink through the run); a clip
+# taking it down (this run's cosine schedule ends at 0, so both should shrink through the run); a clip
 # fraction above ~0.3, almost a third of the tokens at the clip, means the epochs after the first
 # are largely wasted. A dip in the
 # accuracy line that recovers is the noise of batches of a few hundred answers. A fall that does

@@ -502,12 +502,11 @@ if engine_rows:
 # %% [markdown]
 # ## Does RL improve SmolLM2? The record over seeds
 #
-# The book's claim is that RL makes a language-model policy better. For the tiny model, the
-# recorded runs hold it over seeds for tic-tac-toe's draws against minimax with the mixture of
-# opponents (chapters 5 and 6 print in how many runs they rose beyond noise), and on the math
-# problems it trained on only in part: PPO at chapter 7's constant learning rate, while chapter
-# 6's own recipe raised them beyond noise in some of its recorded runs (each chapter prints its
-# count), and chapter 7 counts the runs that improved the new problems. For SmolLM2 it takes many iterations from the model's own SFT
+# The book's claim is that RL makes a language-model policy better. For the tiny model, chapters
+# 5 and 6 print in how many recorded runs over seeds tic-tac-toe's draws against minimax rose
+# beyond noise with the mixture of opponents, chapter 6 how many of its runs raised the math
+# problems it trained on, and chapter 7 how many improved the new problems: read those counts
+# there, each beside its recipe. For SmolLM2 it takes many iterations from the model's own SFT
 # checkpoint on a task with room to improve: more than a chapter's budget on a CPU.
 # `benchmarks/pretrained_rl.py` runs them and records each run with its command. A run keeps its
 # state in its own folder, so one that is stopped continues where it stopped when the same command is
@@ -829,10 +828,10 @@ else:
 # %% [markdown]
 # ### A task whose better moves the policy samples: tic-tac-toe as x
 #
-# Tic-tac-toe is such a task. This chapter's `small` SFT policy, playing x, loses every greedy
-# game against minimax, yet sampled it draws some of them (the record's notes count them): the
-# better moves have probability, so REINFORCE has something to reinforce. The runs below take
-# chapter 5's recipe on it: REINFORCE with the baseline per state, against the mixture of random
+# Tic-tac-toe is such a task. In the recorded runs, the `small` SFT policy playing x lost every
+# greedy game against minimax, yet sampled it drew some of them (`benchmarks/results/pretrained_rl_cpu.md`
+# counts them; the line below prints the starts' draws): the better moves have probability, so
+# REINFORCE has something to reinforce. The runs below take chapter 5's recipe on it: REINFORCE with the baseline per state, against the mixture of random
 # and minimax (half the games each, drawn from the seed), playing x only; greedy evaluation on the
 # same 200 games against each opponent before and after. The claim would be more draws against
 # minimax without more losses to random. The cell reads each recorded run:
