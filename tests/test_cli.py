@@ -118,6 +118,21 @@ def test_rl_ppo_runs_and_saves_its_value_model(capsys, tmp_path, small_policy_di
     assert "policy_loss" in (out / "metrics.csv").read_text().splitlines()[0]
 
 
+def test_rl_can_choose_its_model_on_validation_games(capsys, tmp_path, small_policy_dir):
+    out = tmp_path / "chosen"
+    code, stdout, _ = run(capsys, "rl", "--game", "math", "--preset", "ci", "--init", str(small_policy_dir),
+                          "--out", str(out), "--iterations", "2", "--turns-per-iteration", "4", "--validate-every", "2",
+                          "--validation-episodes", "3", "--validation-metric", "accuracy", "--quiet")
+    assert code == 0
+    chosen = json.loads(stdout)["validation"]
+    assert chosen["metric"] == "accuracy" and set(chosen["scores"]) == {"0", "2"}
+    assert json.loads((out / "validation.json").read_text()) == chosen
+    code, _, err = run(capsys, "rl", "--game", "math", "--preset", "ci", "--init", str(small_policy_dir),
+                       "--out", str(tmp_path / "bad"), "--iterations", "1", "--turns-per-iteration", "4",
+                       "--validate-every", "1", "--validation-metric", "draw_rate", "--quiet")
+    assert code == 2 and "not a metric of math" in err
+
+
 def test_rl_resume_without_checkpoint_is_a_clear_error(capsys, tmp_path, small_policy_dir):
     code, _, err = run(capsys, "rl", "--game", "guess_the_number", "--preset", "ci", "--init", str(small_policy_dir),
                        "--out", str(tmp_path), "--resume", "--quiet")

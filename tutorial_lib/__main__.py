@@ -164,8 +164,12 @@ def _rl(args) -> int:
         raise ValueError("rl --algo grpo trains math answers (chapter 7's tic-tac-toe moves run from the notebook)")
     if args.update_dtype and args.algo == "grpo":
         raise ValueError("--update-dtype is REINFORCE's and PPO's; GRPO computes in the Trainer's dtype (bfloat16 on a GPU)")
+    if args.validate_every and args.algo == "grpo":
+        raise ValueError("--validate-every is REINFORCE's and PPO's; GRPO's Trainer keeps its own checkpoints")
     settings = rl_settings(args.game, preset, args.algo, iterations=args.iterations, save_every=args.save_every,
-                           turns_per_iteration=args.turns_per_iteration, update_dtype=args.update_dtype)
+                           turns_per_iteration=args.turns_per_iteration, update_dtype=args.update_dtype,
+                           validate_every=args.validate_every, validation_episodes=args.validation_episodes,
+                           validation_metric=args.validation_metric)
     if args.algo == "grpo":
         def train(policy, game, settings, *, out_dir, resume, progress):
             return train_grpo(policy, settings, out_dir=out_dir, resume=resume, progress=progress)
@@ -185,6 +189,7 @@ def _rl(args) -> int:
         print(json.dumps({"output_dir": str(result.out_dir), "model": str(result.out_dir / "model"), "algo": args.algo,
                           "iterations": len(result.history), "seconds": round(result.seconds, 1),
                           "processes": distributed.num_processes(),
+                          **({"validation": result.validation} if getattr(result, "validation", None) else {}),
                           "last": {k: last[k] for k in ("mean_return", "success_rate", "invalid_rate") if k in last}}))
     return 0
 
@@ -252,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--update-dtype", choices=["float32", "bfloat16"],
                     help="the update's arithmetic: bfloat16 autocasts its forward and backward passes (weights and "
                          "optimiser stay float32); fast on a GPU or a CPU with AVX512-BF16 or AMX")
+    rl.add_argument("--validate-every", type=int,
+                    help="choose the model on held-out greedy games: validate the start, every this many iterations "
+                         "and the last, and save the best weights as the model (default: the last iteration's)")
+    rl.add_argument("--validation-episodes", type=int, help="validation games (seeds 50,000 up; default 50)")
+    rl.add_argument("--validation-metric", help="the summary metric validation ranks by, higher is better "
+                                                "(default mean_return; e.g. success_rate, draw_rate, accuracy)")
     rl.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     distributed.setup()  # under accelerate launch: join the other processes before any model loads
