@@ -438,11 +438,12 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
 # chapter 5's RL works on. The price of the lines is length: the completion tokens per move
 # printed above, so every move costs more generation, and the SFT run more time (the timings
 # above). The lines carry no label and no separators for that reason (each line is always four
-# words: three squares, then the square that completes the line or `-`): with both, completions
-# were a third longer and each optimiser step took a third more time. The recorded runs on the
-# shorter lines were also cut from 60 epochs to 45, and lost somewhat more games to random than
-# the 60-epoch runs, which chapter 5's RL then won back (the record's row on those lines,
-# `benchmarks/results/sft_recipe.md`).
+# words: three squares, then the square that completes the line or `-`): in the recorded runs
+# with both, completions were a third longer and each optimiser step took a third more time. The
+# recorded runs on the shorter lines were also cut from 60 epochs to 45 and lost somewhat more
+# games to random than the 60-epoch runs (the record's row on those lines,
+# `benchmarks/results/sft_recipe.md`); whether RL wins them back is chapter 5's question, and its
+# losses-to-random verdict is the answer for this build.
 #
 # ## Math: training problems and new problems
 #
