@@ -86,7 +86,8 @@ class Validation:
                 raise ValueError(f"validation_metric {self.plan.metric!r} is not a metric of {self.plan.game}; "
                                  f"choose one of {', '.join(sorted(summary))}")
             value[0] = summary[self.plan.metric]
-        return float(distributed.broadcast(value)[0])
+        # float32 on the wire (any device takes it): rounded back to the rate it was
+        return round(float(distributed.broadcast(value)[0]), 6)
 
     def consider(self, iteration: int, policy, modules: dict[str, torch.nn.Module]) -> float:
         """Validate the weights after ``iteration`` iterations; keep a copy if they are the best so
