@@ -43,7 +43,7 @@ import torch
 
 from tutorial_lib.lm.engine import SamplingWeights
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs, collect
-from tutorial_lib.rl.validation import Validation, ValidationPlan
+from tutorial_lib.rl.validation import Validation
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cpu_threads import fit_threads
 from tutorial_lib.runtime.progress import progress_bar, quiet_transformers
@@ -493,10 +493,7 @@ class Run:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.start, self.next_seed = 0, settings.first_seed
-        self.validation = Validation(ValidationPlan(
-            game, every=settings.validate_every, episodes=settings.validation_episodes, metric=settings.validation_metric,
-            env_options=settings.env_options if settings.validation_env_options is None else settings.validation_env_options,
-            first_seed=settings.validation_first_seed)) if settings.validate_every else None
+        self.validation = Validation(game, settings) if settings.validate_every else None
         # before the algorithm builds its modules: a fresh value head is the same in every run with this seed
         torch.manual_seed(settings.seed)
 

@@ -15,7 +15,6 @@ a run with it samples and updates exactly as the same run without it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,24 +25,9 @@ from tutorial_lib.runtime import distributed
 from tutorial_lib.runtime.tracking import load_trainable_state, rng_state, set_rng_state, trainable_state
 
 
-@dataclass
-class ValidationPlan:
-    """What a run validates on, from its :class:`~tutorial_lib.rl.rl_loop.RLSettings`."""
-
-    game: str
-    every: int
-    episodes: int
-    metric: str
-    env_options: dict[str, Any] = field(default_factory=dict)
-    first_seed: int = 50_000
-
-    @property
-    def seeds(self) -> range:
-        return range(self.first_seed, self.first_seed + self.episodes)
-
-
 class Validation:
-    """The best weights a run has passed through, by greedy play on the plan's seeds.
+    """The best weights a run of ``game`` has passed through, by greedy play on the validation games
+    its :class:`~tutorial_lib.rl.rl_loop.RLSettings` name (``validate_every``, ``validation_*``).
 
     ``scores`` maps each validated iteration (0: the start) to its score; ``best_iteration`` is the
     one whose weights :meth:`restore_best` puts back. All of it is in :meth:`state_dict`, which the
@@ -51,8 +35,11 @@ class Validation:
     stopped.
     """
 
-    def __init__(self, plan: ValidationPlan):
-        self.plan = plan
+    def __init__(self, game: str, settings):
+        self.game, self.settings = game, settings
+        self.env_options = settings.env_options if settings.validation_env_options is None \
+            else settings.validation_env_options
+        self.seeds = range(settings.validation_first_seed, settings.validation_first_seed + settings.validation_episodes)
         self.scores: dict[int, float] = {}
         self.best_iteration: int | None = None
         self.best_weights: dict[str, Any] | None = None
@@ -62,11 +49,11 @@ class Validation:
         return None if self.best_iteration is None else self.scores[self.best_iteration]
 
     def due(self, iteration: int, last: bool) -> bool:
-        """Whether the weights after ``iteration`` iterations are validated: every ``plan.every``, and the last."""
-        return iteration not in self.scores and (last or iteration % self.plan.every == 0)
+        """Whether the weights after ``iteration`` iterations are validated: every ``validate_every``, and the last."""
+        return iteration not in self.scores and (last or iteration % self.settings.validate_every == 0)
 
     def score(self, policy) -> float:
-        """The policy's greedy ``plan.metric`` on the validation games, the same on every process
+        """The policy's greedy ``validation_metric`` on the validation games, the same on every process
         (the main one plays; the others wait for its score). The random state is kept as it was."""
         value = torch.zeros(1)
         if distributed.is_main():
@@ -75,17 +62,18 @@ class Validation:
             if sampling is not None:
                 policy.sampling = "greedy"  # the evaluation's own rule: the policy's most likely action
             try:
-                records = run_episodes(self.plan.game, policy, self.plan.seeds, env_options=self.plan.env_options,
-                                       batch_size=self.plan.episodes)
+                records = run_episodes(self.game, policy, self.seeds, env_options=self.env_options,
+                                       batch_size=len(self.seeds))
             finally:
                 if sampling is not None:
                     policy.sampling = sampling
                 set_rng_state(saved)
             summary = summarize(records)
-            if self.plan.metric not in summary:
-                raise ValueError(f"validation_metric {self.plan.metric!r} is not a metric of {self.plan.game}; "
+            metric = self.settings.validation_metric
+            if metric not in summary:
+                raise ValueError(f"validation_metric {metric!r} is not a metric of {self.game}; "
                                  f"choose one of {', '.join(sorted(summary))}")
-            value[0] = summary[self.plan.metric]
+            value[0] = summary[metric]
         # float32 on the wire (any device takes it): rounded back to the rate it was
         return round(float(distributed.broadcast(value)[0]), 6)
 
@@ -110,7 +98,7 @@ class Validation:
 
     def summary(self) -> dict[str, Any]:
         """What ``validation.json`` and the run's result say: the metric, the scores, the choice."""
-        return {"metric": self.plan.metric, "episodes": self.plan.episodes, "first_seed": self.plan.first_seed,
+        return {"metric": self.settings.validation_metric, "episodes": len(self.seeds), "first_seed": self.seeds.start,
                 "scores": {str(k): v for k, v in sorted(self.scores.items())},
                 "best_iteration": self.best_iteration, "best_score": self.best_score}
 
