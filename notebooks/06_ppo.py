@@ -561,8 +561,9 @@ pd.DataFrame([{"workload": name, "metric": key, "SFT": change.before, "SFT + PPO
 
 # %% [markdown]
 # The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a
-# test RL can move: the policy already knows how to block and win, and RL can make it do
-# so more consistently when it trains against the positions where it fails (chapter 5's mixture of
+# test RL can move: chapter 4's tactics table shows how often the policy already completes and
+# blocks a line, and RL can make it do so more consistently when it trains against the positions
+# where it fails (chapter 5's mixture of
 # opponents; the opponents' table rests on a few runs each). The sign that it did is a draw rate
 # against minimax that rose beyond noise (the sentence under the tic-tac-toe table says whether it
 # did in this run). Over the recorded cells of this recipe ({glue:text}`ppo_grid_holds`) the draws

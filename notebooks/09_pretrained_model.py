@@ -634,16 +634,20 @@ if guesses_record.exists():
     masses = guess_mass(json.loads(guesses_record.read_text()))
     display(masses)
     after_too_high = masses[~masses.index.get_level_values("history").str.startswith("first guess")]
+    bisecting = after_too_high['within 2 of its middle'].max()
+    run_turns = round(max(sum(row["curves"]["turns"]) for row in cpu_runs))  # the turns it sampled
     say(f"After a guess that was too high, the most any of these policies put within 2 of the middle of the range "
-        f"left, at either temperature: {after_too_high['within 2 of its middle'].max():.1e}.")
+        f"left, at either temperature: {bisecting:.1e}. Even if every one of the longest recorded run's {run_turns:,} "
+        f"sampled turns followed such a history, it would be expected to sample such a guess "
+        f"{run_turns * bisecting:.2g} times.")
 else:
     say("(The record benchmarks/results/pretrained_rl_guesses.json ships with the repository, which this "
         "installation does not have.)")
 
 # %% [markdown]
-# A run of the recipe above plays 16 games an iteration, about two hundred in all, and reaches such a
-# history in a fraction of them, so a bisecting
-# guess with the probability printed above is expected far less than once in a whole run.
+# A run reaches such a history in a fraction of its turns, so the count printed above is an upper
+# bound on how often it samples a bisecting guess: where it is below one, a whole run is expected to
+# sample such a guess less than once.
 # REINFORCE can only reinforce what it samples: a move the
 # policy almost never samples gains only in proportion to its own tiny probability (as the softmax
 # shifts weight off the sampled moves), whatever the reward or the learning rate (the record's run
@@ -772,8 +776,9 @@ else:
 # %% [markdown]
 # Read the verdict lines first: each counts, over the recorded seeds of one start and length, the
 # runs whose greedy success on the 200 games rose, stayed within two standard errors, or fell. The
-# starts differ by data order alone, and by as much as the runs' gains (the `before` spread of each
-# line): a start that already finds most secrets has little room to rise and as much to lose. A
+# starts differ by data order alone; each line's `before` spread says by how much. Set it beside the
+# runs' gains: where it is as wide, the start matters as much as RL, and a start that already finds
+# most secrets has little room to rise and as much to lose. A
 # line that counts some runs better and others within noise or worse says that RL raised that
 # start from some data orders, not from every one; the claim holds for a start whose line says
 # better in every run, over three seeds or more. Then the games, first guess first:
