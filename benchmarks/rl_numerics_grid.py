@@ -3,7 +3,7 @@
     python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [ttt-reinforce ttt-ppo] [--seeds 0 1 2] [--threads 1 2]
         [--kernels default avx2] [--normalise rebn_state rebn] [--out benchmarks/results/F.jsonl]
         [--train-opponent minimax] [--set learning_rate=5e-4 kl_coef=0.1] [--scratch DIR]
-        [--perturb 1 2 3 [--perturb-scale 1e-6]] [--sft-epochs 30]
+        [--perturb 1 2 3 [--perturb-scale 1e-6]] [--sft-epochs 30] [--evaluate-every 30]
 
 Training on one CPU with one thread setting is deterministic; across CPUs and thread counts the
 sums round differently, and an RL run sensitive to that lands somewhere else. Seeds alone do not
@@ -38,6 +38,9 @@ Tuning a recipe: ``--sft-epochs N`` trains the SFT start for N epochs instead of
 ``kl_coef=0.1``), ``--train-opponent`` changes the opponent RL trains against (tic-tac-toe; the
 evaluations stay random and minimax), and ``--scratch DIR`` keeps the cells' caches there, so a
 second recipe on the same cells reuses their SFT checkpoints instead of training them again.
+``--evaluate-every N`` also evaluates after every N iterations (the run goes in parts that resume
+exactly, as the chapters' cells do): one run says where a longer recipe's gain arrives
+(``evaluations`` in the line: the iteration and the same metrics as ``after_``).
 
 One JSON line per cell (``record_run``: preset, model, CPU and the cell's numerics in each line).
 """
@@ -93,7 +96,7 @@ def perturb_weights(model, scale: float, seed: int) -> None:
 
 def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides: dict | None = None,
              train_opponent: str | None = None, perturb: int | None = None, perturb_scale: float = 1e-6,
-             sft_epochs: int | None = None) -> dict:
+             sft_epochs: int | None = None, evaluate_every: int | None = None) -> dict:
     """One cell, in this process (whose numerics the parent set through the environment)."""
     import torch
 
@@ -139,7 +142,13 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
     train = train_ppo if algo == "ppo" else train_reinforce
     # a fresh run folder each time: a kept --scratch must not resume an earlier recipe's run
     out_dir = Path(tempfile.mkdtemp(prefix=f"grid-{recipe}-{seed}-", dir=cache_root()))
-    run = train(policy, game, settings, out_dir=out_dir, progress=False)
+    parts = settings.iterations // evaluate_every if evaluate_every else 1
+    evaluations, seconds = [], 0.0
+    for part in range(1, parts + 1):  # each part resumes the last one's checkpoint: the run of one part, exactly
+        run = train(policy, game, settings, out_dir=out_dir, progress=False, stage=(part, parts))
+        seconds += run.seconds
+        if part < parts:
+            evaluations.append({"iteration": round(settings.iterations * part / parts), **evaluate()})
     shutil.rmtree(out_dir, ignore_errors=True)
     after = evaluate()
     return {"recipe": recipe, "seed": seed, "normalise": normalise if algo == "reinforce" else None, "threads": torch.get_num_threads(),
@@ -153,9 +162,10 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
             "overrides": overrides or {}, "train_opponent": settings.env_options.get("opponent"),
             "iterations": settings.iterations,
             # the whole recipe, so a chapter shows only the cells of the recipe it runs (records.tictactoe_recipe_runs)
-            "settings": recipe_settings(settings), "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(run.seconds, 1),
+            "settings": recipe_settings(settings), "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
-            "return_curve": [round(row["mean_return"], 3) for row in run.history]}
+            "return_curve": [round(row["mean_return"], 3) for row in run.history],
+            **({"evaluations": evaluations} if evaluations else {})}
 
 
 def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normalises: list[str], preset: str,
@@ -202,15 +212,18 @@ def main() -> None:
                         help="also run cells from the SFT checkpoint perturbed with these noise seeds")
     parser.add_argument("--perturb-scale", type=float, default=1e-6)
     parser.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: the preset's)")
+    parser.add_argument("--evaluate-every", type=int, default=None, metavar="N",
+                        help="also evaluate after every N iterations (N divides the run's iterations)")
     parser.add_argument("--cell", nargs=3, metavar=("SEED", "NORMALISE", "PERTURB"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:  # a child: one recipe of one cell, its numerics already in the environment
         perturb = None if args.cell[2] == "None" else int(args.cell[2])
         print(json.dumps(run_cell(args.recipe[0], int(args.cell[0]), args.cell[1], args.preset,
                                   parse_overrides(args.set), args.train_opponent, perturb, args.perturb_scale,
-                                  args.sft_epochs)))
+                                  args.sft_epochs, args.evaluate_every)))
         return
 
+    from tutorial_lib.pipeline import rl_settings
     from tutorial_lib.presets import get_preset
     from tutorial_lib.records import record_run
     from tutorial_lib.runtime.cache import cache_root
@@ -219,11 +232,17 @@ def main() -> None:
     main_cache = cache_root()
     scratch = Path(args.scratch) if args.scratch else Path(tempfile.mkdtemp(prefix="rl-grid-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    parse_overrides(args.set)  # a malformed --set stops here, before any cell trains
+    overrides = parse_overrides(args.set)  # a malformed --set stops here, before any cell trains
+    if args.evaluate_every is not None:
+        for recipe in args.recipe:
+            iterations = overrides.get("iterations", rl_settings(RECIPES[recipe]["game"], preset, RECIPES[recipe]["algo"]).iterations)
+            if args.evaluate_every < 1 or iterations % args.evaluate_every:
+                raise SystemExit(f"--evaluate-every {args.evaluate_every} must divide {recipe}'s {iterations} iterations")
     extra = [*(["--set", *args.set] if args.set else []),
              *(["--train-opponent", args.train_opponent] if args.train_opponent else []),
              "--perturb-scale", str(args.perturb_scale),
-             *(["--sft-epochs", str(args.sft_epochs)] if args.sft_epochs is not None else [])]
+             *(["--sft-epochs", str(args.sft_epochs)] if args.sft_epochs is not None else []),
+             *(["--evaluate-every", str(args.evaluate_every)] if args.evaluate_every is not None else [])]
     cores = os.cpu_count() or 1
     try:
         for threads in args.threads:
