@@ -148,7 +148,7 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
         run = train(policy, game, settings, out_dir=out_dir, progress=False, stage=(part, parts))
         seconds += run.seconds
         if part < parts:
-            evaluations.append({"iteration": round(settings.iterations * part / parts), **evaluate()})
+            evaluations.append({"iteration": part * evaluate_every, **evaluate()})
     shutil.rmtree(out_dir, ignore_errors=True)
     after = evaluate()
     return {"recipe": recipe, "seed": seed, "normalise": normalise if algo == "reinforce" else None, "threads": torch.get_num_threads(),
