@@ -243,7 +243,7 @@ def finetune(game, stage=(1, 1)):
         return None
     results[game].append(evaluate_policy(game, policy, preset=preset, **options))
     curves[game] = result.losses
-    timings[game] = {"examples": result.examples, "distinct examples": result.distinct_examples,
+    timings[game] = {"examples": result.examples, "rows per epoch": result.distinct_examples,
                      "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
     return pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T.round(3)
@@ -252,7 +252,7 @@ def finetune(game, stage=(1, 1)):
 # %% [markdown]
 # **GuessTheNumber** (easy): binary-search transcripts. Binary search on 1-10 passes through few
 # states: chapter 3's games hold thousands of examples but only a handful of distinct ones
-# (the timings table below counts both). Training on each distinct example once, its loss weighted
+# (the timings table below counts the rows each epoch trains). Training on each distinct example once, its loss weighted
 # by how often it occurs (`merge_duplicates`), is the same loss as the full data, so an "epoch"
 # here is one step over those few examples.
 
@@ -320,8 +320,9 @@ pd.DataFrame(timings).T
 # and comes back down, a few batches were fitted worse; with a constant learning rate (the
 # `lr_scheduler` column of the settings table) nothing damps such steps at the end. The table gives
 # each run's size and cost: examples, the completion tokens that carry loss, the share of padding,
-# and the training time. Compare `examples` with `distinct examples`: where they differ,
-# `merge_duplicates` trains each distinct example once, weighted, which is why that run is short.
+# and the training time. Compare `examples` with `rows per epoch`: where they differ,
+# `merge_duplicates` trains each distinct example once, weighted, which is why that run is short;
+# a game without it trains every example as a row, repeats included (chapter 3 counted them).
 # The seconds are this machine's and will differ on another.
 
 # %% [markdown]

@@ -48,8 +48,10 @@
 #   6, seeds in chapter 7) say how often they rose (and which CPU and preset recorded them), and
 #   your run may land anywhere in that spread;
 # - **changes within noise elsewhere**: each chapter prints, beside its tables, whether a change
-#   exceeds two standard errors of its evaluation set, and what its diagnostics (entropy, explained
-#   variance, GRPO's zero-std groups) say about why a run did not move;
+#   exceeds two standard errors of its evaluation set, and what its diagnostics say about why a run
+#   did not move: the entropy of the sampled tokens (how much the policy still explores), PPO's
+#   explained variance (how much of the returns' spread its critic predicts, chapter 6), GRPO's
+#   zero-std groups (answers to one problem that all scored alike, so nothing to learn from, chapter 7);
 # - **numbers that differ from anyone else's**: the tiny model's training is deterministic on one
 #   CPU but not across CPUs, so every figure in the prose is printed by the cell that computed it.
 #
@@ -656,18 +658,22 @@ fig = learning_curves(ablation, ["mean_return", "invalid_rate"],
 losses = {name: results["loss_rate"] for name, results in ablation_eval.items()}
 widest = compare_rates("loss rate", min(losses.values()), max(losses.values()), 200, higher_is_better=False)  # 200 games each
 returns = {name: sum(row["mean_return"] for row in history) / len(history) for name, history in ablation.items()}
-say(f"Greedy loss rates after {short} iterations range from {min(losses.values()):.3f} to {max(losses.values()):.3f}: "
-    f"{'a spread within the noise of 200 games' if widest.verdict == 'noise' else 'a spread larger than the noise of 200 games'} "
+lowest, highest = min(losses, key=losses.get), max(losses, key=losses.get)
+say(f"Greedy loss rates after {short} iterations range from {losses[lowest]:.3f} ({lowest}) to {losses[highest]:.3f} "
+    f"({highest}): "
+    f"{'a spread within the noise of 200 games' if widest.verdict == 'noise' else 'a spread larger than the noise of 200 games, from one training run each'} "
     f"(two standard errors: {widest.noise:.3f}). Mean sampled return over the run: "
     + ", ".join(f"{name} {value:+.3f}" for name, value in returns.items()) + ".")
 pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
 # One run of each, as long as the sentence above says: it also says whether their greedy loss rates
-# differ by more than another set of 200 evaluation games could; the mean sampled returns come from one
-# run each and cannot rank the three. Expect little difference from this start in so few
-# iterations. Half the training games are against random, which the SFT policy mostly wins (its
-# win rate above), so raw returns
+# differ by more than another set of 200 evaluation games could. That is the noise of the
+# *evaluation*; the noise of *training* is another draw of the sampled games, and one run per
+# variant says nothing about it, so even a spread beyond the evaluation's noise does not rank the
+# three (the mean sampled returns, from one run each, cannot either). Nor is there much reason
+# to expect a large difference from this start in so few iterations. Half the training games are
+# against random, which the SFT policy mostly wins (its win rate above), so raw returns
 # push up much of what the policy already does, much as the centred ones do; the opponents reply
 # at random (minimax among its equally good moves), so the positions rarely repeat beyond the
 # first moves, and the baseline per state falls back to the batch mean for most turns and behaves

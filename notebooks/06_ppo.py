@@ -249,8 +249,10 @@ show_source(PPO.minibatch_loss)
 # (the sentence printed under this recipe's recorded grid gives both, and the recorded cells at
 # the end of this section show what chapter 5's rate did). The evaluation plays each opponent
 # separately: the draws against minimax, which punishes every missed block, are
-# the change to look for; the losses to random say whether it cost anything there. The run goes in
-# two parts, one cell each, as chapter 4's longest runs do:
+# the change to look for; the losses to random say whether it cost anything there. The sentence
+# printed after the run also reports the critic's *explained variance* (the share of the returns'
+# spread its values predict: 1 for every return, 0 for no better than their mean; read below) and
+# the clip fraction. The run goes in two parts, one cell each, as chapter 4's longest runs do:
 
 # %%
 ttt_evaluations = {f"tictactoe vs {opponent}": {"opponent": opponent} for opponent in ("random", "minimax")}
@@ -312,17 +314,21 @@ opponents = tictactoe_opponents("ttt-ppo", preset, iterations=EARLIER_ITERATIONS
 display(opponents)
 if len(opponents):
     # each cell counts the runs "better / within noise / worse"
-    held = [f"{name} ({row['runs']} runs)" for name, row in opponents.iterrows()
+    held = [f"{name} ({row['runs']} runs; losses to random rose beyond noise in "
+            f"{row['losses vs random'].split(' / ')[2]} of them)" for name, row in opponents.iterrows()
             if int(row["draws vs minimax"].split(" / ")[0]) == row["runs"]]
     say("Draws against minimax rose beyond noise in every run of: " + (", ".join(held) or "no row") + ".")
 
 # %% [markdown]
 # Read each row's `draws vs minimax` cell against its `losses vs random` cell: the opponent to keep
-# is the one whose draws rose without the losses rising. A row of two runs is a hint, not a result;
-# the mixture (chapter 5's choice) is the row with the most runs. The line under the table names
-# the rows whose draws rose beyond noise in every run; the mixture stays unless a row of as many
-# runs does as well with fewer losses to random, and what the rest of this section changes is the
-# learning rate.
+# is the one whose draws rose in every run with the fewest runs whose losses rose. A row of two runs
+# is a hint, not a result; the mixture (chapter 5's choice) is the row with the most runs. The line
+# under the table names the rows whose draws rose beyond noise in every run, and in how many of
+# those runs the losses to random rose too. Where they did, the earlier recipe bought its draws
+# with some of its wins against random: a step too large, not an opponent too hard, which is why
+# the mixture stays (unless a row of as many runs does as well with fewer losses) and what the rest
+# of this section changes is the learning rate. The cells of the chapter's own recipe, next, count
+# the same losses at the lower rate.
 
 # %% [markdown]
 # And the cells of exactly this chapter's recipe (the settings the run above trained with), one row

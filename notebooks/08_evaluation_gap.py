@@ -532,6 +532,15 @@ for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
 kinds = pd.Series([why_different(s, tokenizer) for s in differ], dtype=object)
 for kind in dict.fromkeys(kinds):  # the differing turns again, one row per kind
     token_rows[f"differ: {kind}"] = ratio_row([by_turn[id(s)] for s, k in zip(differ, kinds) if k == kind])
+shown = differ  # the examples printed below
+if not differ and agree:
+    # a run whose every turn tokenises back would show nothing of the trap: one of its turns, cut two
+    # tokens early by hand as the token limit cuts an action, stands in for a differing turn
+    whole = next((s for s in agree if len(s.action_ids) > 3), agree[0])
+    cut_ids = whole.action_ids[:-2]
+    shown = [replace(whole, text=tokenizer.decode(cut_ids, skip_special_tokens=True), action_ids=cut_ids,
+                     logprobs=whole.logprobs[:-2])]
+    token_rows["cut two tokens early by hand (one turn)"] = ratio_row(log_ratios(shown, tokenizer, trainer_logprobs))
 rejected = sum(bad for s, bad in turn_samples["sampled (T=1)"] if s.action_ids != retokenised(s, tokenizer))
 if differ:
     say(f"{len(differ)} of {len(sampled_turns)} sampled turns give other ids when their text is tokenised "
@@ -540,7 +549,8 @@ if differ:
 else:
     say(f"In this run none of the {len(sampled_turns)} sampled turns gives other ids when its text is "
         "tokenised again, so the table has no row for them. An action cut at its token limit would: "
-        "`retokenised` ends every action with end-of-turn.")
+        "`retokenised` ends every action with end-of-turn. The table's last row and the example below are "
+        "one of this run's turns cut two tokens early by hand, to show what such a turn does.")
 if "tokens agree" in token_rows:
     say("On the turns whose tokens agree, the trainer's log-probabilities differ from the sampler's by "
         f"{token_rows['tokens agree']['mean |log ratio|, sampled ids']:.2g} on average (float rounding).")
@@ -548,7 +558,7 @@ pd.DataFrame(token_rows).T.map(lambda value: f"{value:.3g}")  # 3 significant di
 
 # %% [markdown]
 # Each row of the table is a group of sampled turns: those whose tokens agree (up to 200), all
-# those whose tokens differ, and the latter again by kind. Compare the two `mean |log ratio|`
+# those whose tokens differ, and the latter again by kind (or the one turn cut by hand). Compare the two `mean |log ratio|`
 # columns: on the sampled ids the trainer should recover the sampler's log-probabilities up to float
 # rounding, whatever the group, while on the text tokenised again it scores, on the differing
 # turns, a token sequence the
@@ -557,13 +567,14 @@ pd.DataFrame(token_rows).T.map(lambda value: f"{value:.3g}")  # 3 significant di
 # update pushes on tokens that were not sampled; one ratio of that size is enough to wreck a
 # batch's gradient unless it is clipped away. The sentence above the table says how many such turns
 # this run had, of which kind, and how many the game rejected (a rejected action is one whose
-# negative advantage the update should push down, on the tokens that produced it). The examples
+# negative advantage the update should push down, on the tokens that produced it); in a run that
+# had none, one turn cut by hand stands in. The examples
 # below show what a differing turn looks like. The fix is the library's: every turn keeps the
 # sampler's `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly
 # those.
 
 # %%
-for s in differ[:4]:
+for s in shown[:4]:
     print(f"{s.text!r} ({why_different(s, tokenizer)})"
           f"\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
           f"\n  tokenised again: {tokenizer.convert_ids_to_tokens(retokenised(s, tokenizer))}")

@@ -103,6 +103,11 @@ preset = get_preset()
 real = pretrained_preset(preset)
 print(describe(preset))
 print(f"this chapter's pretrained model: {real.model}, with the settings of the {real.name!r} preset")
+gtn_sft, gtn_rl = sft_settings("guess_the_number", real), rl_settings("guess_the_number", real)
+print(f"  its counts: SFT {gtn_sft.max_steps or gtn_sft.epochs} {'steps' if gtn_sft.max_steps else 'epochs'} of "
+      f"{gtn_sft.batch_size} examples; evaluation games per game: "
+      + ", ".join(f"{game} {real.game(game).eval_episodes}" for game in ("tictactoe", "cookingworld", "guess_the_number", "math"))
+      + f"; REINFORCE {gtn_rl.iterations} iteration(s) of {gtn_rl.turns_per_iteration} turns")
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
 
 
@@ -487,7 +492,8 @@ say(f"This chapter's RL policy samples with the {rl_policy.engine!r} engine"
 # prompts of a game; `games` plays N games to their ends. The cell reads the record. Each number in
 # its table is a speed relative to `baseline` in the same row (above 1 is faster); `merged` and
 # `compact-unmerged` are one change each, `engine` merged weights with the device's engine (`compact`
-# on a CPU, a static cache on a GPU):
+# on a CPU, a static cache on a GPU). An empty cell is a setting not measured on that device (on a
+# GPU the engine is the static cache, so its compacting loop without merging was not run):
 
 # %%
 engine_rows = recorded_runs(ENGINE_RECORD)
@@ -512,8 +518,9 @@ if engine_rows:
 # state in its own folder, so one that is stopped continues where it stopped when the same command is
 # given again.
 #
-# On a CPU the task is GuessTheNumber on 1-50 in 7 turns, the hard game above: this chapter's `small`
-# SFT recipe (1-10 in 4 turns) with the run's seed as the order of its examples, evaluated greedily on
+# On a CPU the task is GuessTheNumber on 1-50 in 7 turns, the hard game above: the `small` preset's
+# SFT recipe (40 LoRA steps on 1-10 in 4 turns; at `ci` this chapter ran fewer, as its first cell
+# printed) with the run's seed as the order of its examples, evaluated greedily on
 # 200 held-out games (seeds 0-199), then REINFORCE with chapter 5's baseline per state on games from
 # seeds 100,000 up, then the same 200 games again. The runs sample at a temperature above 1: at 1
 # the SFT policy samples its own greedy answer almost every time, and an action whose probability
@@ -522,7 +529,9 @@ if engine_rows:
 # `benchmarks/results/pretrained_rl_cpu.md`). The trainer scores at the sampler's temperature
 # (chapter 6), so the policy trained is the tempered one; greedy evaluation takes the most likely
 # token, which a temperature does not change. The cell reads every recorded run, on a CPU and on a
-# GPU, and prints the recipe; each run's verdict is the book's two-standard-error rule over its 200 games:
+# GPU, and prints the recipe; each run's verdict is the book's two-standard-error rule over its 200 games
+# (a table's "model of iteration", where present, says which iteration's weights were judged: a run
+# may choose its model on validation games, as the record section below explains):
 
 # %%
 # a clone holds benchmarks/results; a pip install does not, and recorded_runs says so
@@ -658,7 +667,7 @@ else:
 # sections try the first two.
 
 # %% [markdown]
-# ### A start that bisects: SFT on several ranges
+# ### A start taught to halve several ranges: SFT on 1-10, 1-20 and 1-30
 #
 # The same SFT recipe (the `small` preset's 40 LoRA steps of 8 examples, the run's seed as the
 # order of the examples) on 300 binary-search games whose range is drawn for each game from 1-10 in
@@ -767,8 +776,12 @@ if ranges_runs:
                     ["success_rate", "mean_return", "invalid_rate", "entropy", *leashed],
                     title="SmolLM2 + REINFORCE on GuessTheNumber 1-50, SFT on several ranges (sampled games)")
     plt.show()
-    changed = guessing_games(ranges_runs, limit=6)
-    display(changed) if len(changed) else say("In the recorded example games RL changed no guess.")
+    changed = guessing_games(ranges_runs, limit=2)  # two games a run: every row shown, none cut by pandas
+    if len(changed):
+        with pd.option_context("display.max_rows", len(changed)):
+            display(changed)
+    else:
+        say("In the recorded example games RL changed no guess.")
 else:
     say("No run from the start trained on several ranges is recorded yet "
         "(benchmarks/pretrained_rl.py --tasks gtn-50-ranges).")
@@ -776,7 +789,8 @@ else:
 # %% [markdown]
 # Read the verdict lines first: each counts, over the recorded seeds of one start and length, the
 # runs whose greedy success on the 200 games rose, stayed within two standard errors, or fell. The
-# starts differ by data order alone; each line's `before` spread says by how much. Set it beside the
+# starts differ by data order, and by the machine that trained them (two CPUs of one name may round
+# differently: the summary sentences give each machine's flags); each line's `before` spread says by how much. Set it beside the
 # runs' gains: where it is as wide, the start matters as much as RL, and a start that already finds
 # most secrets has little room to rise and as much to lose. A
 # line that counts some runs better and others within noise or worse says that RL raised that
@@ -922,7 +936,7 @@ if cost_rows:
 #   rose beyond two standard errors, stayed within them or fell; the arrow figure shows every run at
 #   once. As this build read the record: {glue:text}`smollm2_claim`
 # - A gain in some seeds of a line and not in the others is not yet the claim: the starts differ by
-#   data order alone (each line's `before` spread says by how much), and with 16 games an
+#   data order and by the machine (each line's `before` spread says by how much), and with 16 games an
 #   iteration one lucky batch can send a run down another path. The recipes the record compares each have a line of their own
 #   beside the same seeds without them: a reward for the find only (which closes the partial
 #   reward's loophole of a repeated guess next to the secret), a KL penalty to the SFT start (a

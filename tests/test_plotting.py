@@ -77,3 +77,14 @@ def test_before_after_draws_one_arrow_a_run_coloured_by_its_verdict():
     matplotlib.pyplot.close("all")
     with pytest.raises(ValueError, match="no runs"):
         before_after({}, title="t", xlabel="x")
+
+
+def test_tick_labels_of_narrow_panels_do_not_overlap():
+    long = [{"step": i, "mean_return": 0.0, "clipfrac": 0.0, "entropy": 1.0} for i in range(1, 161)]
+    fig = learning_curves({"run": long}, ["mean_return", "clipfrac", "entropy"], title="t")  # three panels a row
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [label.get_window_extent(renderer) for label in ax.get_xticklabels() if label.get_text()]
+        assert len(boxes) >= 3
+        assert all(left.x1 + 2 < right.x0 for left, right in zip(boxes, boxes[1:])), [b.x0 for b in boxes]

@@ -245,7 +245,7 @@ def test_pretrained_rl_summary_counts_each_tasks_claim(capsys):
             run("gtn-100", 0, "success_rate", .30, .20)]
     table = report.pretrained_rl_summary(rows)
     said = capsys.readouterr().out.replace("\n", " ")
-    assert "ttt-x (reinforce, smollm2-135m on GPU B" in said
+    assert "ttt-x (reinforce, smollm2-135m on GPU B, each seed's longest run: 30 iterations" in said
     assert "draws against minimax: better in 1 of 2 runs, within noise in 1 of 2 runs" in said
     assert "success rate: worse in 1 of 1 run (" in said
     assert table.loc[("ttt-x", "", 0), "after"] == .70 and table.loc[("gtn-100", "", 0), "minutes"] == 2.0

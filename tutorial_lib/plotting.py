@@ -146,7 +146,9 @@ def learning_curves(
         ax.set_title(textwrap.fill(METRIC_TITLES.get(key, key.replace("_", " ")), int(width / columns * 11)),
                      fontsize=11)
         ax.set_xlabel(x_label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
+        # iterations are whole numbers; about one tick label in every 0.6 inch, so that a narrow
+        # panel's labels ("80", "100", "120") do not run together
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=max(3, int(width / columns * 1.6)), integer=True))
         ax.grid(alpha=0.3)
     # wrapped to the figure's width (about ten characters an inch at this size): a long title
     # would run off both edges

@@ -289,7 +289,9 @@ def pretrained_rl_summary(rows: Sequence[dict]):
         key = runs[0]["headline"]
         name, better = PRETRAINED_RL_CLAIMS[key]
         devices = " and ".join(sorted({row["device"] for row in runs}))
+        lengths = " or ".join(str(n) for n in sorted({row["iterations"] for row in runs}))
         say(f"{task}{', ' + recipe if recipe else ''} ({runs[0]['algo']}, {runs[0]['model']} on {devices}, "
+            f"each seed's longest run: {lengths} iterations, "
             f"{runs[0]['eval_episodes']} games or problems each):", across_runs(runs, name, f"before_{key}", f"after_{key}", runs[0]["eval_episodes"],
                                            higher_is_better=better) + ".")
 
