@@ -325,10 +325,11 @@ if len(opponents):
 # is a hint, not a result; the mixture (chapter 5's choice) is the row with the most runs. The line
 # under the table names the rows whose draws rose beyond noise in every run, and in how many of
 # those runs the losses to random rose too. Where they did, the earlier recipe bought its draws
-# with some of its wins against random: a step too large, not an opponent too hard, which is why
-# the mixture stays (unless a row of as many runs does as well with fewer losses) and what the rest
-# of this section changes is the learning rate. The cells of the chapter's own recipe, next, count
-# the same losses at the lower rate.
+# with some of its games against random. The suspect is the step size rather than the opponent
+# (each PPO batch takes several optimiser steps at chapter 5's rate), so the mixture stays (unless
+# a row of as many runs does as well with fewer losses) and what the rest of this section changes
+# is the learning rate; the cells of the chapter's own recipe, next, count the same losses at the
+# lower rate, which tests that suspicion.
 
 # %% [markdown]
 # And the cells of exactly this chapter's recipe (the settings the run above trained with), one row
