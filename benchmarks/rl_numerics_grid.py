@@ -55,12 +55,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
 TTT = dict(game="tictactoe", opponents=("random", "minimax"), keys=("win_rate", "draw_rate", "loss_rate", "invalid_rate"))
+#: one cell at a time copies the built tiny model into a cache folder (:func:`run_cells`)
+COPY_LOCK = threading.Lock()
+
 RECIPES = {
     # evaluated on the range RL trains on (chapter 5); tic-tac-toe with the default rules (chapters 5, 6)
     "gtn-reinforce": dict(algo="reinforce", game="guess_the_number", opponents=(None,), eval_training_options=True,
@@ -174,10 +178,12 @@ def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normali
     cache per (kernels, threads, seed): recipes on the same game share the SFT checkpoint, as chapters
     5 and 6 do, and so do a seed's perturbed cells (each perturbs its own loaded copy)."""
     cache = scratch / f"{kernels}-{threads}-{seed}"  # perturbed cells share their SFT checkpoint
-    # the tiny model and its tokenizer are built from a config, not trained: copied as they are
-    for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
-        if not (cache / built.name).exists():
-            shutil.copytree(built, cache / built.name)
+    # the tiny model and its tokenizer are built from a config, not trained: copied as they are, by
+    # one cell at a time (two cells of one seed start together and would copy into the same folder)
+    with COPY_LOCK:
+        for built in main_cache.glob("tiny-*") if main_cache.exists() else []:
+            if not (cache / built.name).exists():
+                shutil.copytree(built, cache / built.name)
     env = {**os.environ, "TUTORIAL_THREADS": str(threads), "TUTORIAL_CACHE": str(cache)}
     env.pop("OMP_NUM_THREADS", None)
     env.pop("ATEN_CPU_CAPABILITY", None)
@@ -244,6 +250,7 @@ def main() -> None:
              *(["--sft-epochs", str(args.sft_epochs)] if args.sft_epochs is not None else []),
              *(["--evaluate-every", str(args.evaluate_every)] if args.evaluate_every is not None else [])]
     cores = os.cpu_count() or 1
+    failed: list[str] = []
     try:
         for threads in args.threads:
             # cells with a fixed thread count run side by side as long as each gets its own cores,
@@ -251,14 +258,24 @@ def main() -> None:
             cells = [(kernels, seed, perturb) for kernels in args.kernels for seed in args.seeds
                      for perturb in [None, *args.perturb]]
             with ThreadPoolExecutor(max_workers=max(1, cores // threads)) as pool:
-                futures = [pool.submit(run_cells, args.recipe, kernels, threads, seed, args.normalise, args.preset,
-                                       main_cache, scratch, extra, perturb) for kernels, seed, perturb in cells]
+                futures = {pool.submit(run_cells, args.recipe, kernels, threads, seed, args.normalise, args.preset,
+                                       main_cache, scratch, extra, perturb): (kernels, threads, seed, perturb)
+                           for kernels, seed, perturb in cells}
                 for future in as_completed(futures):
-                    for line in future.result():
+                    try:
+                        lines = future.result()
+                    except BaseException as error:  # the other cells run on: their lines are recorded
+                        failed.append(f"{futures[future]}: {error}")
+                        print(f"cell (kernels, threads, seed, perturbation) {futures[future]} failed: {error}",
+                              file=sys.stderr, flush=True)
+                        continue
+                    for line in lines:
                         record_run(line, args.out, preset=preset)
     finally:
         if not args.scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} cell(s) failed, the others recorded: " + "; ".join(failed))
 
 
 if __name__ == "__main__":
