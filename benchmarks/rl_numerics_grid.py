@@ -264,7 +264,7 @@ def main() -> None:
                 for future in as_completed(futures):
                     try:
                         lines = future.result()
-                    except BaseException as error:  # the other cells run on: their lines are recorded
+                    except (Exception, SystemExit) as error:  # run_cells exits on a failed cell; the others run on
                         failed.append(f"{futures[future]}: {error}")
                         print(f"cell (kernels, threads, seed, perturbation) {futures[future]} failed: {error}",
                               file=sys.stderr, flush=True)
