@@ -16,8 +16,12 @@ py=${PYTHON:-.venv/bin/python}
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 rm -rf .gpu && mkdir -p .gpu/a/whl .gpu/b
 version() { "$py" -m pip show "$1" 2>/dev/null | awk '/^Version/{print $2}'; }
-wheels=()
-for name in transformers peft trl datasets gguf dill multiprocess filelock open_spiel; do
+# the card's image holds huggingface-hub 1.33 (KINDS.md in the device tool's notes); transformers
+# 5.25 asks for huggingface-hub >= 2.4, which needs httpx2, absent there, and fails at import (seen
+# 2026-12-04): the card gets the last transformers that runs on its hub, whatever this machine has
+card_transformers=${CARD_TRANSFORMERS:-5.24.0}
+wheels=("transformers==$card_transformers")
+for name in peft trl datasets gguf dill multiprocess filelock open_spiel; do
     wheels+=("$name==$(version "$name")")
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

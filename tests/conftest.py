@@ -74,5 +74,6 @@ def sharp_model(tiny_policy):
     bias = torch.zeros(model.config.vocab_size)
     bias[tiny_policy.tokenizer.eos_token_id] = 4.0
     bias[tiny_policy.tokenizer.pad_token_id] = float("-inf")
-    model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * 10 + bias)
+    # the bias follows the logits to their device: on a CUDA machine the tests' models live on the card
+    model.lm_head.register_forward_hook(lambda module, inputs, logits: logits * 10 + bias.to(logits.device))
     return model

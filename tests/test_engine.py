@@ -51,6 +51,11 @@ def lora_model(tiny_policy):
     return model
 
 
+def device_of(model) -> torch.device:
+    """Where ``model`` lives: the tests' tiny model is on the card where there is one (``load_policy``)."""
+    return next(model.parameters()).device
+
+
 def recompute(model, samples, pad_token_id):
     with torch.no_grad():
         return action_logprobs(model, collate_turns(samples, pad_token_id)).logprobs
@@ -84,7 +89,7 @@ def test_finished_rows_leave_the_batch(tiny_policy, ending_model):
     """Each decode step runs only the rows still writing: the batch shrinks as rows end."""
     tokenizer = tiny_policy.tokenizer
     rows = tokenizer(PROMPTS, add_special_tokens=False)["input_ids"]
-    batch = pad_prompt_ids(rows, tokenizer.pad_token_id)
+    batch = {key: value.to(device_of(ending_model)) for key, value in pad_prompt_ids(rows, tokenizer.pad_token_id).items()}
     widths = []
     hook = ending_model.model.register_forward_pre_hook(
         lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
@@ -107,7 +112,8 @@ def test_lora_is_sampled_through_a_merged_copy_that_follows_training(tiny_policy
     weights = SamplingWeights(lora_model)
     assert weights.mergeable
     base_before = {n: p.detach().clone() for n, p in lora_model.named_parameters() if not p.requires_grad}
-    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]])
+    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]],
+                       device=device_of(lora_model))
     merged = weights.model()
     assert not any(name for name, _ in merged.named_modules() if "lora" in name)  # plain layers, no adapters
     with torch.no_grad():  # float32, W + BA vs xW + xAB: rounding of 32-term dot products, ~1e-7 (seen)
@@ -145,7 +151,9 @@ def test_models_that_cannot_be_merged_sample_through_themselves(tiny_policy, lor
 
 def test_engine_choice(tiny_policy):
     assert tiny_policy.model.num_parameters() < TINY_PARAMETERS
-    assert pick_engine(tiny_policy.model) == "generate"  # the book's records were sampled by generate
+    # the engine follows where the model lives unless a kind is named
+    assert pick_engine(tiny_policy.model) == pick_engine(tiny_policy.model, device_of(tiny_policy.model).type)
+    assert pick_engine(tiny_policy.model, "cpu") == "generate"  # the book's records were sampled by generate
     assert pick_engine(tiny_policy.model, "cuda") == "static"
     with pytest.raises(ValueError, match="unknown engine"):
         LanguagePolicy(tiny_policy.model, tiny_policy.tokenizer, engine="vllm")
@@ -191,7 +199,8 @@ def test_a_kl_reference_of_a_lora_model_is_a_merged_frozen_copy_of_its_start(tin
     from tutorial_lib.rl.reinforce import ReinforceSettings
     from tutorial_lib.rl.rl_loop import frozen_reference
 
-    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]])
+    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]],
+                       device=device_of(lora_model))
     with torch.no_grad():
         start = lora_model(ids).logits
     reference = frozen_reference(ReinforceSettings(kl_coef=0.1), lora_model)

@@ -86,7 +86,8 @@ def test_checkpointing_only_when_one_example_does_not_fit_without(smollm2_shape)
 def test_sft_sized_to_device_keeps_the_examples_of_a_step(tiny_policy, monkeypatch):
     settings = SFTSettings.for_pretrained(size_to_device=True)  # 8 x 8 with checkpointing, as written
     dataset = {"input_ids": [[1] * 40, [1] * 90], "labels": [[-100] * 30 + [1] * 10, [-100] * 80 + [1] * 10]}
-    assert sized_to_device(settings, tiny_policy.model, dataset) == settings  # a CPU keeps them
+    on_cpu = copy.deepcopy(tiny_policy.model).cpu()  # the tests' model is on the card where there is one
+    assert sized_to_device(settings, on_cpu, dataset) == settings  # a CPU keeps them
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.sizes_by_memory", lambda model: True)  # an accelerator
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes", lambda device=None: 64 * GiB)
     sized = sized_to_device(settings, tiny_policy.model, dataset)
@@ -100,7 +101,7 @@ def test_rl_updates_sized_to_device(tiny_policy, monkeypatch):
     turns = [TurnSample(0, t, [1] * (20 + t), [2] * 5, [0.0] * 5, 0.0, False, False, False) for t in range(50)]
     batch = TurnBatch.of(turns, 0)
     assert microbatch_size(RLSettings(microbatch_turns=16), tiny_policy.model, batch) == 16
-    model = copy.deepcopy(tiny_policy.model)
+    model = copy.deepcopy(tiny_policy.model).cpu()
     assert microbatch_size(RLSettings(microbatch_turns=16, size_to_device=True), model, batch) == 16  # a CPU
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.sizes_by_memory", lambda model: True)  # an accelerator
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes", lambda device=None: 64 * GiB)
