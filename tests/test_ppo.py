@@ -103,6 +103,12 @@ def test_explained_variance_and_the_schedule():
     assert factors[0] < factors[1] < factors[2] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(factors[2:], factors[3:]))  # cosine decay after warm-up
     assert lr_multiplier(5, PPOSettings(lr_schedule="constant")) == 1.0
+    # warm-up, the full rate, then a linear fall over the last decay_iterations that never reaches 0
+    wsd = PPOSettings(iterations=10, lr_schedule="warmup_stable_decay", warmup_iterations=1, decay_iterations=4)
+    assert [lr_multiplier(i, wsd) for i in range(10)] == pytest.approx([0.5, 1, 1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2])
+    for bad in (0, 10):  # no decay at all, or a decay that overlaps the warm-up
+        with pytest.raises(ValueError, match="decay_iterations"):
+            PPOSettings(iterations=10, lr_schedule="warmup_stable_decay", warmup_iterations=1, decay_iterations=bad)
 
 
 class AlwaysGuessOne:

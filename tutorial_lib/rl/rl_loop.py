@@ -57,7 +57,7 @@ from tutorial_lib.runtime.tracking import (
 )
 
 #: learning-rate schedules over a run's iterations
-LR_SCHEDULES = ("constant", "warmup_cosine")
+LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_stable_decay")
 #: the dtypes an update may compute in (:attr:`RLSettings.update_dtype`)
 UPDATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -75,11 +75,16 @@ class RLSettings:
     #: games played side by side while collecting
     num_envs: int = 32
     learning_rate: float = 1e-4
-    #: ``"constant"``, or ``"warmup_cosine"``: linear warm-up over ``warmup_iterations``, then a
-    #: cosine to 0 at the last iteration (:func:`lr_multiplier`); stepped once per iteration
+    #: ``"constant"``; ``"warmup_cosine"``: linear warm-up over ``warmup_iterations``, then a
+    #: cosine to 0 at the last iteration; or ``"warmup_stable_decay"``: the warm-up, the full rate,
+    #: then a linear fall over the last ``decay_iterations`` (:func:`lr_multiplier`). A constant rate
+    #: keeps moving the policy by about the rate each step, so which iteration a run stops at decides
+    #: part of its verdict; a decay at the end lets it settle. Stepped once per iteration
     lr_schedule: str = "constant"
-    #: iterations of linear warm-up (``"warmup_cosine"`` only)
+    #: iterations of linear warm-up (the two schedules with a warm-up only)
     warmup_iterations: int = 0
+    #: the last iterations over which ``"warmup_stable_decay"`` lowers the rate towards 0
+    decay_iterations: int = 0
     adam_betas: tuple[float, float] = (0.9, 0.95)
     max_grad_norm: float = 1.0
     #: turns per forward/backward pass (a micro-batch): memory, not maths; their gradients add up
@@ -135,6 +140,10 @@ class RLSettings:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}; got {self.lr_schedule!r}")
         if self.warmup_iterations < 0:
             raise ValueError(f"warmup_iterations must be >= 0; got {self.warmup_iterations}")
+        if self.lr_schedule == "warmup_stable_decay" and not (
+                1 <= self.decay_iterations <= self.iterations - self.warmup_iterations):
+            raise ValueError(f"warmup_stable_decay needs 1 <= decay_iterations <= iterations - warmup_iterations "
+                             f"({self.iterations - self.warmup_iterations}); got {self.decay_iterations}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive; got {self.temperature}")
         if self.kl_coef < 0:
@@ -384,11 +393,17 @@ def synchronised_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, fi
 
 def lr_multiplier(iteration: int, settings: RLSettings) -> float:
     """The learning-rate factor of ``iteration`` (0-based): 1 with a constant schedule; else a
-    linear warm-up, then a cosine to 0 at the run's last iteration."""
+    linear warm-up, then a cosine to 0 at the run's last iteration (``warmup_cosine``), or 1 until
+    the last ``decay_iterations``, which fall linearly from just under 1 to ``1 / (decay + 1)`` at the
+    last iteration (``warmup_stable_decay``: no iteration is spent on a step of size 0)."""
     if settings.lr_schedule == "constant":
         return 1.0
     if iteration < settings.warmup_iterations:
         return (iteration + 1) / (settings.warmup_iterations + 1)
+    if settings.lr_schedule == "warmup_stable_decay":
+        left = settings.iterations - iteration  # iterations from this one to the end, this one included
+        decay = settings.decay_iterations
+        return 1.0 if left > decay else left / (decay + 1)
     span = max(settings.iterations - settings.warmup_iterations, 1)
     return 0.5 * (1 + math.cos(math.pi * (iteration - settings.warmup_iterations) / span))
 
