@@ -56,6 +56,12 @@ def device_of(model) -> torch.device:
     return next(model.parameters()).device
 
 
+def board_ids(tokenizer, model) -> torch.Tensor:
+    """One tic-tac-toe prompt's token ids as a batch of one, where ``model`` lives."""
+    ids = tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]
+    return torch.tensor([ids], device=device_of(model))
+
+
 def recompute(model, samples, pad_token_id):
     with torch.no_grad():
         return action_logprobs(model, collate_turns(samples, pad_token_id)).logprobs
@@ -112,8 +118,7 @@ def test_lora_is_sampled_through_a_merged_copy_that_follows_training(tiny_policy
     weights = SamplingWeights(lora_model)
     assert weights.mergeable
     base_before = {n: p.detach().clone() for n, p in lora_model.named_parameters() if not p.requires_grad}
-    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]],
-                       device=device_of(lora_model))
+    ids = board_ids(tiny_policy.tokenizer, lora_model)
     merged = weights.model()
     assert not any(name for name, _ in merged.named_modules() if "lora" in name)  # plain layers, no adapters
     with torch.no_grad():  # float32, W + BA vs xW + xAB: rounding of 32-term dot products, ~1e-7 (seen)
@@ -199,8 +204,7 @@ def test_a_kl_reference_of_a_lora_model_is_a_merged_frozen_copy_of_its_start(tin
     from tutorial_lib.rl.reinforce import ReinforceSettings
     from tutorial_lib.rl.rl_loop import frozen_reference
 
-    ids = torch.tensor([tiny_policy.tokenizer("Board: x(1,1) o(2,2) Your move", add_special_tokens=False)["input_ids"]],
-                       device=device_of(lora_model))
+    ids = board_ids(tiny_policy.tokenizer, lora_model)
     with torch.no_grad():
         start = lora_model(ids).logits
     reference = frozen_reference(ReinforceSettings(kl_coef=0.1), lora_model)
