@@ -3,7 +3,7 @@
     python benchmarks/rl_numerics_grid.py --recipe gtn-reinforce [ttt-reinforce ttt-ppo] [--seeds 0 1 2] [--threads 1 2]
         [--kernels default avx2] [--normalise rebn_state rebn] [--out benchmarks/results/F.jsonl]
         [--train-opponent minimax] [--set learning_rate=5e-4 kl_coef=0.1] [--scratch DIR]
-        [--perturb 1 2 3 [--perturb-scale 1e-6]] [--sft-epochs 30] [--evaluate-every 30]
+        [--perturb 1 2 3 [--perturb-scale 1e-6] [--perturbed-only]] [--sft-epochs 30] [--evaluate-every 30]
 
 Training on one CPU with one thread setting is deterministic; across CPUs and thread counts the
 sums round differently, and an RL run sensitive to that lands somewhere else. Seeds alone do not
@@ -19,7 +19,7 @@ sample that variation, so each cell of the grid runs in a fresh process with
   ``1 + scale * N(0, 1)`` (``--perturb-scale``, 1e-6: a few float32 ulps) with the noise drawn from
   seed P, before anything is evaluated: a cheaper stand-in for another CPU's rounding (greedy play
   is mostly unchanged; a run sensitive to rounding takes another path). The unperturbed cell runs
-  too,
+  too, unless ``--perturbed-only`` says it is already recorded,
 
 and its own cache folder, so that the SFT checkpoint RL starts from is trained under the same
 numerics, as on a reader's machine (the tiny model and its tokenizer are copied from the main
@@ -216,6 +216,8 @@ def main() -> None:
     parser.add_argument("--scratch", default=None, help="keep the cells' caches (SFT checkpoints) in this folder")
     parser.add_argument("--perturb", type=int, nargs="+", default=[], metavar="SEED",
                         help="also run cells from the SFT checkpoint perturbed with these noise seeds")
+    parser.add_argument("--perturbed-only", action="store_true",
+                        help="run only the perturbed cells (their unperturbed cells are already recorded)")
     parser.add_argument("--perturb-scale", type=float, default=1e-6)
     parser.add_argument("--sft-epochs", type=int, default=None, help="SFT epochs (default: the preset's)")
     parser.add_argument("--evaluate-every", type=int, default=None, metavar="N",
@@ -239,6 +241,8 @@ def main() -> None:
     scratch = Path(args.scratch) if args.scratch else Path(tempfile.mkdtemp(prefix="rl-grid-"))
     scratch.mkdir(parents=True, exist_ok=True)
     overrides = parse_overrides(args.set)  # a malformed --set stops here, before any cell trains
+    if args.perturbed_only and not args.perturb:
+        raise SystemExit("--perturbed-only needs --perturb: without it there is no cell to run")
     if args.evaluate_every is not None:
         for recipe in args.recipe:
             iterations = overrides.get("iterations", rl_settings(RECIPES[recipe]["game"], preset, RECIPES[recipe]["algo"]).iterations)
@@ -256,7 +260,7 @@ def main() -> None:
             # cells with a fixed thread count run side by side as long as each gets its own cores,
             # so their numerics are what they would be alone (only their speed is shared)
             cells = [(kernels, seed, perturb) for kernels in args.kernels for seed in args.seeds
-                     for perturb in [None, *args.perturb]]
+                     for perturb in ([] if args.perturbed_only else [None]) + args.perturb]
             with ThreadPoolExecutor(max_workers=max(1, cores // threads)) as pool:
                 futures = {pool.submit(run_cells, args.recipe, kernels, threads, seed, args.normalise, args.preset,
                                        main_cache, scratch, extra, perturb): (kernels, threads, seed, perturb)
