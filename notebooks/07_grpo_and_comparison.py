@@ -536,13 +536,13 @@ if grpo_ttt_seeds:
         across_runs(grpo_ttt_seeds, "losses against random", "before_loss", "after_loss", 200,
                     higher_is_better=False) + ".")
     # the three tic-tac-toe algorithms of Part 3 by SFT data order (their budgets, and the records'
-    # machines, differ): chapters 5 and 6 from their recipe's grid cells with torch's own kernels and
-    # an unperturbed start, one per seed (one thread where the record has it, as the book runs)
+    # machines, differ): chapters 5 and 6 from their recipe's grid cells with an unperturbed start, one
+    # per seed (torch's own kernels and one thread where the record has them, as the book runs)
     def one_cell_per_seed(recipe, algo):
         cells = [row for row in tictactoe_recipe_runs(recipe, rl_settings("tictactoe", preset, algo), preset)
-                 if row["kernels"] == "default" and row.get("perturbation") is None]
+                 if not isinstance(row.get("perturbation"), dict)]
         chosen = {}
-        for row in sorted(cells, key=lambda row: row["threads"] != 1):  # 1-thread cells first
+        for row in sorted(cells, key=lambda row: (row["kernels"] != "default", row["threads"] != 1)):
             chosen.setdefault(row["seed"], row)
         return [(seed, row["before_minimax_draw_rate"], row["after_minimax_draw_rate"]) for seed, row in sorted(chosen.items())]
 

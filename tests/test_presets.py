@@ -197,6 +197,26 @@ def test_rl_settings_apply_a_runs_changes_in_one_place():
         rl_settings("tictactoe", preset, iterations=0)
 
 
+def test_a_shorter_or_longer_run_decays_over_the_same_share_of_it():
+    from dataclasses import replace
+
+    from tutorial_lib.pipeline import rl_settings, scaled_decay
+    from tutorial_lib.rl.reinforce import ReinforceSettings
+
+    wsd = ReinforceSettings(iterations=120, lr_schedule="warmup_stable_decay", decay_iterations=30, warmup_iterations=2)
+    assert [scaled_decay(wsd, n) for n in (120, 240, 12, 3, 1)] == [30, 60, 3, 1, 1]
+    assert scaled_decay(replace(wsd, warmup_iterations=0), 1) == 1
+    preset = presets.PRESETS["ci"]
+    written = rl_settings("tictactoe", preset)  # chapter 5's recipe decays over its last quarter
+    assert written.lr_schedule == "warmup_stable_decay"
+    short = rl_settings("tictactoe", preset, iterations=10)  # chapter 5's ablation: a valid schedule, not an error
+    assert short.decay_iterations == scaled_decay(written, 10) >= 1
+    assert rl_settings("tictactoe", preset, iterations=10, decay_iterations=4).decay_iterations == 4  # named: kept
+    with pytest.raises(ValueError, match="iterations must be at least 1"):  # the count's own error, not the schedule's
+        rl_settings("tictactoe", preset, iterations=0)
+    assert rl_settings("tictactoe", preset, "ppo", iterations=10).lr_schedule == "constant"  # untouched
+
+
 def test_a_changed_sft_recipe_gets_checkpoints_of_its_own_and_leaves_the_rest(tmp_path, monkeypatch):
     from tutorial_lib.pipeline import expert_data_path, rl_settings, sft_dir, sft_settings, with_sft_changes
 

@@ -392,3 +392,36 @@ def test_a_recorded_run_is_named_by_its_game_in_words():
     ttt = {"task": "ttt-x", "game": "tictactoe", "seed": 0, "train_options": {"agent_mark": "x"}}
     assert records.pretrained_run_name(ttt) == "tic-tac-toe as x, seed 0"
     assert records.pretrained_run_name({"task": "math", "game": "math", "seed": 1, "train_options": {}}) == "math, seed 1"
+
+
+def test_grid_paths_follow_each_distinct_cell_from_start_to_end():
+    def cell(seed, perturbation, curve, middle, end):
+        return dict(recipe="ttt-reinforce", seed=seed, perturbation=perturbation, kernels="avx2", threads=1,
+                    iterations=120, return_curve=curve, before_minimax_draw_rate=.585, after_minimax_draw_rate=end,
+                    after_random_loss_rate=0.0,
+                    evaluations=[{"iteration": 60, "minimax_draw_rate": middle, "random_loss_rate": 0.0}])
+    rows = [cell(0, None, [0.1], .75, .93), cell(0, {"seed": 2, "scale": 1e-6}, [0.2], .79, .905),
+            dict(cell(0, None, [0.1], .75, .93), threads=2)]  # the same run again, bit for bit: drawn once
+    paths = report.grid_paths(rows, "minimax_draw_rate")
+    assert list(paths.values()) == [[(0, .585), (60, .75), (120, .93)], [(0, .585), (60, .79), (120, .905)]]
+    assert list(paths)[1] == "seed 0, noise seed 2, 1e-06, avx2, 1 thread"
+
+
+def test_evaluation_paths_draws_a_line_a_run_and_a_panel_a_recipe():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tutorial_lib.plotting import evaluation_paths
+
+    groups = {"constant": {"a": [(0, .5), (60, .7), (120, .8)], "b": [(0, .5), (120, .9)]},
+              "decay": {"a": [(0, .5), (120, .95)]}}
+    fig = evaluation_paths(groups, title="t", ylabel="draws", level=.85)
+    assert [ax.get_title() for ax in fig.axes] == ["constant (2 runs)", "decay (1 run)"]  # a panel a recipe
+    runs = [[line for line in ax.get_lines() if line.get_linestyle() != ":"] for ax in fig.axes]
+    assert [[list(line.get_xdata()) for line in lines] for lines in runs] == [[[0, 60, 120], [0, 120]], [[0, 120]]]
+    assert [list(runs[0][1].get_ydata()), list(runs[1][0].get_ydata())] == [[.5, .9], [.5, .95]]
+    assert all([line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"] == [.85] for ax in fig.axes)
+    assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim()  # shared: the recipes compare at a glance
+    matplotlib.pyplot.close("all")
+    with pytest.raises(ValueError, match="no runs"):
+        evaluation_paths({"constant": {}, "decay": {"a": []}}, title="t", ylabel="draws")

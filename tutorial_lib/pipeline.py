@@ -132,7 +132,9 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce", **changes: A
     ``changes`` are fields of the settings; ``None`` keeps the preset's. ``env_options`` are added to
     the preset's options, not put in their place. ``iterations`` and ``save_every`` are GRPO's
     ``steps`` and ``save_steps``. Fewer ``turns_per_iteration`` than games side by side (or than
-    PPO's minibatch) bring those down with them, unless ``changes`` name them too.
+    PPO's minibatch) bring those down with them, unless ``changes`` name them too. Another number of
+    ``iterations`` under a ``warmup_stable_decay`` schedule decays over the same share of the run
+    (:func:`scaled_decay`), unless ``changes`` name ``decay_iterations`` too.
     """
     if algo == "grpo":
         settings = grpo_settings(game, preset)
@@ -149,12 +151,24 @@ def rl_settings(game: str, preset: Preset, algo: str = "reinforce", **changes: A
         raise ValueError(f"{type(settings).__name__} has no setting {', '.join(unknown)}")
     if "env_options" in changes:
         changes["env_options"] = {**settings.env_options, **changes["env_options"]}
+    if ("iterations" in changes and "decay_iterations" not in changes
+            and getattr(settings, "lr_schedule", None) == "warmup_stable_decay"):
+        # a recipe that decays over its last quarter still does when a run is shorter or longer
+        changes["decay_iterations"] = scaled_decay(settings, changes["iterations"])
     turns = changes.get("turns_per_iteration")
     if turns is not None:
         changes.setdefault("num_envs", min(settings.num_envs, turns))
         if hasattr(settings, "minibatch_turns"):
             changes.setdefault("minibatch_turns", min(settings.minibatch_turns, turns))
     return replace(settings, **changes)  # the settings' own checks run on the result
+
+
+def scaled_decay(settings, iterations: int) -> int:
+    """The ``decay_iterations`` of ``settings`` scaled to a run of ``iterations``: the same share of
+    the run, at least 1 and no more than the iterations after the warm-up (the settings' own check
+    reports a run too short for any)."""
+    share = settings.decay_iterations / settings.iterations
+    return max(1, min(round(share * iterations), iterations - settings.warmup_iterations))
 
 
 #: the loop settings that GRPO (TRL's trainer) names otherwise

@@ -203,3 +203,31 @@ def before_after(groups: Mapping[str, Mapping[str, Change]], *, title: str, xlab
                for verdict, colour in VERDICT_COLORS.items()]
     ax.legend(handles=handles, frameon=False, fontsize=8, loc="lower right")
     return ax
+
+
+def evaluation_paths(groups: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]], *, title: str, ylabel: str,
+                     level: float | None = None):
+    """Greedy evaluations along training, one line a run, one panel a recipe: ``groups[recipe][run]``
+    is the run's ``(iteration, value)`` points, from its start to its end
+    (:func:`~tutorial_lib.report.grid_paths`). The panels share their axes, so two recipes from the
+    same starts compare at a glance; ``level`` draws a dotted line at a value the runs are meant to
+    reach. Where a table gives each run's end, this shows when the change arrived and whether the
+    run still moved at its end."""
+    groups = {group: {run: path for run, path in runs.items() if path} for group, runs in groups.items()}
+    if not any(groups.values()):
+        raise ValueError("no runs to plot")
+    fig, axes = plt.subplots(1, len(groups), figsize=(min(8.0, 3.6 * len(groups) + 0.6), 3.4), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax, (group, runs) in zip(axes[0], groups.items()):
+        for run, path in runs.items():
+            x, y = zip(*path)
+            ax.plot(x, y, marker="o", markersize=3, alpha=0.85, label=run)
+        if level is not None:
+            ax.axhline(level, color="black", linestyle=":", linewidth=1)
+        ax.set_title(textwrap.fill(f"{group} ({len(runs)} run{'s' if len(runs) != 1 else ''})", 40), fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    fig.suptitle(textwrap.fill(title, 80), fontsize=11)
+    fig.tight_layout()
+    return fig

@@ -149,11 +149,15 @@ PRESETS: dict[str, Preset] = {
                 env_options=dict(opponent="random", agent_mark="alternate"),
                 expert_episodes=300,
                 sft=dict(epochs=45, learning_rate=3e-3, lr_scheduler="constant", extra={"adam_beta2": 0.95}),
-                reinforce=ReinforceSettings(iterations=60, learning_rate=1e-3, env_options=dict(TICTACTOE_RL_OPTIONS)),
-                # chapter 6: the same start, opponents, batch size, batches and constant lr schedule as
-                # chapter 5's REINFORCE; two epochs of two minibatches take four steps per batch, so a
-                # lower rate (at 1e-3 runs collapsed under another rounding: rl_numerics_grid.md)
-                ppo=PPOSettings(iterations=60, learning_rate=3e-4, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
+                # chapter 5: 120 batches with the rate falling over the last 30, so that every grid
+                # cell (seeds, kernels, perturbed starts) ends well above its start rather than
+                # wherever a constant rate left it (rl_numerics_grid.md, the 120-iteration sections)
+                reinforce=ReinforceSettings(iterations=120, learning_rate=1e-3, lr_schedule="warmup_stable_decay",
+                                            decay_iterations=30, env_options=dict(TICTACTOE_RL_OPTIONS)),
+                # chapter 6: the same start, opponents, batch size and batches as chapter 5's REINFORCE;
+                # two epochs of two minibatches take four steps per batch, so a lower, constant rate
+                # (at 1e-3 runs collapsed under another rounding: rl_numerics_grid.md)
+                ppo=PPOSettings(iterations=120, learning_rate=3e-4, lr_schedule="constant", gamma=1.0, gae_lambda=0.95,
                          minibatch_turns=128, microbatch_turns=128, env_options=dict(TICTACTOE_RL_OPTIONS)),
                 # chapter 7: single moves of decisive positions, the minimax reward; fewer sampled tokens
                 # than chapter 6's PPO run (benchmarks/results/grpo_tictactoe.md)

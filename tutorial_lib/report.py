@@ -159,6 +159,21 @@ def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
     return table.rename(columns=lambda column: column.replace("_rate", "").replace("_", " ")).round(3)
 
 
+def grid_paths(rows: Sequence[dict], key: str) -> dict[str, list[tuple[int, float]]]:
+    """Each grid cell's greedy ``key`` (``minimax_draw_rate``) along its run: the start, the
+    evaluations ``rl_numerics_grid.py --evaluate-every`` recorded on the way, and the end, as
+    ``(iteration, value)`` points under the cell's name (seed, perturbation, kernels, threads), for
+    :func:`~tutorial_lib.plotting.evaluation_paths`. A cell repeated bit for bit is drawn once."""
+    paths = {}
+    for row in distinct_runs(rows):
+        perturbed = isinstance(row.get("perturbation"), dict)
+        name = (f"seed {row['seed']}" + (f", {perturbation_label(row['perturbation'])}" if perturbed else "")
+                + f", {row.get('kernels')}, {row.get('threads')} thread{'s' if row.get('threads') != 1 else ''}")
+        middle = [(point["iteration"], point[key]) for point in row.get("evaluations", []) if key in point]
+        paths[name] = [(0, row[f"before_{key}"]), *middle, (row["iterations"], row[f"after_{key}"])]
+    return paths
+
+
 def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3, unit: str = "iteration") -> str:
     """How far a learning curve's smoothed line (``learning_curves``' running mean over ``smooth``
     points) fell below its best so far, at worst, and where it ended: a dip the run recovered from

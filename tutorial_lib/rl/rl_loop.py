@@ -136,6 +136,10 @@ class RLSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        # the counts first: the schedule's checks below are stated in them
+        for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}; got {self.lr_schedule!r}")
         if self.warmup_iterations < 0:
@@ -158,9 +162,6 @@ class RLSettings:
         if self.validate_every and self.validation_first_seed + self.validation_episodes > self.first_seed:
             raise ValueError(f"validation seeds {self.validation_first_seed}-{self.validation_first_seed + self.validation_episodes - 1} "
                              f"reach the training seeds (from {self.first_seed} up): validation_first_seed must be lower")
-        for name in ("iterations", "turns_per_iteration", "num_envs", "microbatch_turns", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
 
 
 def update_precision(settings: RLSettings, model) -> AbstractContextManager:
