@@ -571,8 +571,13 @@ tictactoe_opponents("ttt-reinforce", preset)
 ttt = sft_policy("tictactoe", preset)
 before["tictactoe"] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES)
 before_minimax = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES, opponent="minimax")
+# the run goes in two parts, one cell each (the second resumes the first's checkpoint exactly)
 ttt_run = train_reinforce(ttt, "tictactoe", rl_settings("tictactoe", preset), out_dir=runs_dir / "reinforce-ttt",
-                          progress=False)
+                          progress=False, stage=(1, 2))
+
+# %%
+ttt_run = train_reinforce(ttt, "tictactoe", rl_settings("tictactoe", preset), out_dir=runs_dir / "reinforce-ttt",
+                          progress=False, stage=(2, 2))
 after["tictactoe"] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES)
 after_minimax = evaluate_policy("tictactoe", ttt, preset=preset, episodes=EPISODES, opponent="minimax")
 pd.concat({

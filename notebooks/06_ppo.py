@@ -254,15 +254,21 @@ show_source(PPO.minibatch_loss)
 # the change to look for; the losses to random say whether it cost anything there. The sentence
 # printed after the run also reports the critic's *explained variance* (the share of the returns'
 # spread its values predict: 1 for every return, 0 for no better than their mean; read below) and
-# the clip fraction. The run goes in two parts, one cell each, as chapter 4's longest runs do:
+# the clip fraction. The run goes in four parts, one cell each, as chapter 4's longest runs do:
 
 # %%
 ttt_evaluations = {f"tictactoe vs {opponent}": {"opponent": opponent} for opponent in ("random", "minimax")}
 ttt_columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
-ttt_run, _ = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(1, 2))
+ttt_run, _ = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(1, 4))
 
 # %%
-ttt_run, table = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(2, 2))
+ttt_run, _ = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(2, 4))
+
+# %%
+ttt_run, _ = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(3, 4))
+
+# %%
+ttt_run, table = ppo_before_and_after("tictactoe", ttt_evaluations, ttt_columns, stage=(4, 4))
 table
 
 # %%
