@@ -74,6 +74,7 @@ if "google.colab" in sys.modules:
 
 # %%
 import random
+from collections import Counter
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -330,7 +331,9 @@ ax.legend()
 plt.show()
 say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probability of any other opening "
     f"went from {1 - table_runs['ReBN (batch baseline)'][0]:.4f} to {1 - table_runs['ReBN (batch baseline)'][-1]:.4f} "
-    f"with ReBN, and to {1 - table_runs['baseline per state'][-1]:.4f} with a baseline per state.")
+    f"with ReBN ({(1 - table_runs['ReBN (batch baseline)'][-1]) / (1 - table_runs['ReBN (batch baseline)'][0]):.1f}x), "
+    f"and from {1 - table_runs['baseline per state'][0]:.4f} to {1 - table_runs['baseline per state'][-1]:.4f} "
+    f"with a baseline per state ({(1 - table_runs['baseline per state'][-1]) / (1 - table_runs['baseline per state'][0]):.1f}x).")
 
 # %% [markdown]
 # The curve to watch is ReBN's: whether the chance of leaving the best opening grows, though nearly
@@ -345,8 +348,10 @@ say(f"After {len(table_runs['ReBN (batch baseline)'])} iterations the probabilit
 # batch's turns *in the same state* (for a language model, the same prompt), where the batch saw
 # that state more than once, and the batch mean otherwise; then it divides by the standard
 # deviation of those centred returns, as ReBN does with its own. When every turn of a state took
-# the same action, their advantages add up to exactly zero, so a policy that is sure of a move is
-# left alone until it tries another, and then the two are compared. A baseline that depends only
+# the same action, their advantages add up to exactly zero, so a policy that is sure of a move gets
+# no push from those turns; only a batch that samples another move moves it, and then the two are
+# compared (Adam can carry such a step on for a few iterations, which is why its curve above need
+# not be flat: compare how far each curve moved, in the sentence above). A baseline that depends only
 # on the state keeps the gradient unbiased {cite}`sutton2018reinforcement`; this one counts the
 # turn's own return in its state's mean, which scales a state's advantages by (n−1)/n (n: its
 # turns), a reweighting per state, never a change of sign. It is the library's default
@@ -522,7 +527,7 @@ if len(grid):
 # episode of a given secret number is the same episode. With a baseline per state, the turns of one
 # state and one action cancel exactly; only a turn that tries another guess is compared with the
 # usual one. Those rare updates still move weights every state shares, so the sampled curves can
-# dip and recover while greedy play ends where it started (the curves and the before-and-after
+# dip and recover while greedy play may end where it started (the curves and the before-and-after
 # table above; with GEM's ReBN the policy is also pushed off its openings, the push the section on
 # ReBN's blind spot measures, and the grid above says whether that moved greedy play in the
 # recorded runs). To learn more, the policy has to try something else. The fix is upstream:
@@ -722,6 +727,10 @@ say(f"Greedy loss rates after {short} iterations range from {losses[lowest]:.3f}
     f"{'a spread within the noise of 200 games' if widest.verdict == 'noise' else 'a spread larger than the noise of 200 games, from one training run each'} "
     f"(two standard errors: {widest.noise:.3f}). Mean sampled return over the run: "
     + ", ".join(f"{name} {value:+.3f}" for name, value in returns.items()) + ".")
+prompts = Counter(tuple(turn.prompt_ids) for turn in ttt_batch.turns)  # the batch of 64 games collected above
+recurring = sum(count for count in prompts.values() if count > 1) / len(ttt_batch.turns)
+say(f"In the batch of {len(ttt_batch.turns)} turns collected at the start of the chapter, {recurring:.0%} of the "
+    f"turns share their prompt with another turn of the batch; the baseline per state compares those only.")
 pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
@@ -729,14 +738,14 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 # differ by more than another set of 200 evaluation games could. That is the noise of the
 # *evaluation*; the noise of *training* is another draw of the sampled games, and one run per
 # variant says nothing about it, so even a spread beyond the evaluation's noise does not rank the
-# three (the mean sampled returns, from one run each, cannot either). Nor is there much reason
-# to expect a large difference from this start in so few iterations. Half the training games are
-# against random, which the SFT policy mostly wins (its win rate above), so raw returns
-# push up much of what the policy already does, much as the centred ones do; the opponents reply
-# at random (minimax among its equally good moves), so the positions rarely repeat beyond the
-# first moves, and the baseline per state falls back to the batch mean for most turns and behaves
-# like ReBN. Telling them apart would take several seeds per
-# variant, and longer runs. The baseline matters where returns are mostly failures or all alike
+# three (the mean sampled returns, from one run each, cannot either). Two reasons they may behave
+# alike here. Half the training games are against random, which the SFT policy mostly wins (its
+# win rate above), so raw returns push up much of what the policy already does, much as the
+# centred ones do. And the opponents reply at random (minimax among its equally good moves), so
+# few positions repeat within a batch beyond the first moves: where the share of turns whose prompt
+# recurs (printed above) is small, the baseline per state falls back to the batch mean for most
+# turns and behaves like ReBN. Telling them apart would take several seeds per variant, and longer
+# runs. The baseline matters where returns are mostly failures or all alike
 # (exercise 2, and chapter 7's groups of answers to one problem), and where a confident policy
 # meets the same states again and again (GuessTheNumber, above).
 

@@ -16,9 +16,10 @@
 # %% [markdown]
 # # 6. PPO with a value head
 #
-# REINFORCE (chapter 5) compares each turn's return with the batch's mean return. A return is one
-# noisy sample, and the batch mean is the same baseline for a turn at the start of a hopeless game
-# and a turn one step from winning. PPO {cite}`schulman2017ppo` learns a *critic* V(s) that
+# REINFORCE (chapter 5) compares each turn's return with a mean over the batch: over the turns
+# taken in the same state, or over the whole batch where the state came up once (most tic-tac-toe
+# turns). A return is one noisy sample, and a batch mean is the same baseline for a turn at the
+# start of a hopeless game and a turn one step from winning whenever their states differ. PPO {cite}`schulman2017ppo` learns a *critic* V(s) that
 # predicts the return from each state, credits an action with how much better things went than
 # predicted (GAE {cite}`schulman2016gae`), and reuses each batch for several gradient steps, with a
 # clip that stops any step from moving the policy far from the one that sampled it.
@@ -141,7 +142,8 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 
 # %% [markdown]
 # The head starts at zero, so every value is 0 until it has learnt something: the first
-# advantages are plain returns.
+# advantages are the returns, normalised over the batch (detail 6 of the summary's table), much
+# like chapter 5's ReBN.
 #
 # ## GAE over turns, and truncation
 #
@@ -392,7 +394,7 @@ else:
 # lowers its rate over its last batches.
 
 # %% [markdown]
-# Read the perturbed rows beside the unperturbed row of their seed: the same start, to a millionth,
+# Read the perturbed rows beside the unperturbed row with the same kernels, threads and seed: the same start, to a millionth,
 # and the same seeds. Where they end far apart, the run's outcome was decided by rounding, not by
 # the recipe, and a reader's CPU rounds differently from the one that recorded the table: the
 # result to expect is the spread of the rows, not any one of them.
@@ -413,7 +415,8 @@ if earlier_grid:
 # Compare this sentence with the one printed for this chapter's recipe, whose draws against minimax
 # rose beyond noise in {glue:text}`ppo_minimax_draw_rate_better` and whose losses to random rose
 # beyond noise in {glue:text}`ppo_random_loss_rate_worse`: the count of rows that went each way is
-# the verdict between the two learning rates.
+# the verdict between the two recipes, which differ in learning rate and in length (and their
+# grids in which cells they hold).
 # Where a recipe's rows go both ways, look at how far each batch moves the policy: with several
 # steps per batch at chapter 5's rate, a few unlucky batches can push the policy off moves it knew,
 # the invalid moves rise (the record's account, `benchmarks/results/rl_numerics_grid.md`, lists
@@ -526,7 +529,8 @@ if len(math_seeds):
 # greedy table as one more draw. On training problems, the means before and after say whether the
 # recipe tends to raise greedy accuracy, and the count of runs beyond noise says how often one
 # run's evaluation of 200 problems can show it: where the mean rises but most runs stay within
-# noise, the gain is real but smaller than one run can resolve. On new problems, a run beyond
+# noise, the recipe may help by less than one run's evaluation can resolve, and more seeds would
+# settle it. On new problems, a run beyond
 # noise would contradict the expectation above.
 #
 # ## CookingWorld

@@ -493,7 +493,8 @@ say(f"This chapter's RL policy samples with the {rl_policy.engine!r} engine"
 # its table is a speed relative to `baseline` in the same row (above 1 is faster); `merged` and
 # `compact-unmerged` are one change each, `engine` merged weights with the device's engine (`compact`
 # on a CPU, a static cache on a GPU). An empty cell is a setting not measured on that device (on a
-# GPU the engine is the static cache, so its compacting loop without merging was not run):
+# GPU the engine is the static cache, so its compacting loop without merging was not run). A cell
+# below 1 is a setting that was slower than `baseline` there: a change pays only where its row says so.
 
 # %%
 engine_rows = recorded_runs(ENGINE_RECORD)
@@ -522,7 +523,7 @@ if engine_rows:
 # SFT recipe (40 LoRA steps on 1-10 in 4 turns; at `ci` this chapter ran fewer, as its first cell
 # printed) with the run's seed as the order of its examples, evaluated greedily on
 # 200 held-out games (seeds 0-199), then REINFORCE with chapter 5's baseline per state on games from
-# seeds 100,000 up, then the same 200 games again. The runs sample at a temperature above 1: at 1
+# seeds 100,000 up, then the same 200 games again. The CPU runs sample at a temperature above 1: at 1
 # the SFT policy samples its own greedy answer almost every time, and an action whose probability
 # is close to 1 has almost no gradient of its log-probability, so REINFORCE has little to push (a
 # first run at temperature 1, stopped after five iterations, is described in
@@ -531,7 +532,13 @@ if engine_rows:
 # token, which a temperature does not change. The cell reads every recorded run, on a CPU and on a
 # GPU, and prints the recipe; each run's verdict is the book's two-standard-error rule over its 200 games
 # (a table's "model of iteration", where present, says which iteration's weights were judged: a run
-# may choose its model on validation games, as the record section below explains):
+# may choose its model on validation games, as the record section below explains). The tasks are
+# named by game and size: `gtn-50` is GuessTheNumber on 1-50 in 7 turns, `gtn-100` on 1-100 in 8
+# turns, `gtn-50-ranges` and `gtn-50-ranges-40` the same 1-50 game from an SFT start trained on
+# several ranges (up to 1-30, or up to 1-40: the section on that start below), `ttt-x` tic-tac-toe
+# played as x only (trained against chapter 5's mixture, judged on the draws against minimax). "Reward: the find only" is a run rewarded for finding the number and
+# nothing else, and a "KL penalty" holds the policy near its SFT start (chapter 6). The GPU
+# rows ran on a card (the device column), some at temperature 1 and with more games side by side:
 
 # %%
 # a clone holds benchmarks/results; a pip install does not, and recorded_runs says so
@@ -667,7 +674,7 @@ else:
 # sections try the first two.
 
 # %% [markdown]
-# ### A start taught to halve several ranges: SFT on 1-10, 1-20 and 1-30
+# ### A start taught to halve several ranges: SFT on 1-10, 1-20, 1-30 (and 1-40)
 #
 # The same SFT recipe (the `small` preset's 40 LoRA steps of 8 examples, the run's seed as the
 # order of the examples) on 300 binary-search games whose range is drawn for each game from 1-10 in

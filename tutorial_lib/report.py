@@ -155,7 +155,8 @@ def tictactoe_grid(rows: Sequence[dict], episodes: int = 200):
                   for name, key, better in TICTACTOE_CHANGES) + ".")
     columns = [f"{when}_{key}" for _, key, _ in TICTACTOE_CHANGES for when in ("before", "after")]
     frame = pd.DataFrame([{**row, "perturbed": perturbation_label(row.get("perturbation"))} for row in rows])
-    table = frame.set_index(["kernels", "threads", "seed", "perturbed"])[columns]
+    # sorted, so that each seed's perturbed rows sit under its unperturbed row ("no" sorts before "noise seed")
+    table = frame.set_index(["kernels", "threads", "seed", "perturbed"])[columns].sort_index()
     return table.rename(columns=lambda column: column.replace("_rate", "").replace("_", " ")).round(3)
 
 
