@@ -31,7 +31,7 @@
 #   tell whether a policy does as well on held-out games as on its training games (CookingWorld's
 #   test fold);
 # - why a small model can need to write out intermediate steps before its answer (tic-tac-toe's
-#   worked lines);
+#   worked lines, from the recorded runs), and how to count the tactics it then plays;
 # - how to run the same thing from the command line at full scale.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
@@ -206,6 +206,12 @@ print(f"after a change of B: |adapted - base| up to {(trained - base).abs().max(
 del lora_policy
 
 # %% [markdown]
+# The merged model's logits can differ from the adapters' in their last digits. float32 keeps
+# about seven significant digits (a relative rounding error near $10^{-7}$), and the merged model
+# computes $(W + \frac{\alpha}{r}BA)x$ where the adapters compute $Wx + \frac{\alpha}{r}BAx$: the
+# same numbers added in another order. A difference of order $10^{-7}$ to $10^{-6}$ is that
+# rounding, not a bug; a wrong merge would show in the first digits, as the change of $B$ does.
+#
 # At {glue:text}`tiny_parameters:,d` parameters, rank-16 adapters are a large share of the tiny model and
 # full fine-tuning is cheap, so the `ci` preset trains every weight; a pretrained model, at any
 # preset, gets LoRA (`lora_for(preset)`).
@@ -272,7 +278,10 @@ finetune("tictactoe", stage=(2, 2))
 
 # %% [markdown]
 # **Math** (level 1, one operation): the generator's worked answers, evaluated on the test split:
-# problems drawn from another random stream than the training ones.
+# problems drawn from another random stream than the training ones. The reward is 1 for the right
+# number, 0.1 for a well-formed answer (`#### <number>`) with a wrong number and 0 for no such
+# answer, so `mean_return` is `accuracy` plus a tenth of the share of answers that are well-formed
+# but wrong, and above `accuracy` wherever there are some.
 
 # %%
 finetune("math")
@@ -315,8 +324,9 @@ plt.show()
 pd.DataFrame(timings).T
 
 # %% [markdown]
-# Each panel is one game's training loss, on a log scale. Look for where a curve flattens: past
-# that point more steps buy little on the training data. Where a curve jumps up at one logged step
+# Each panel is one game's training loss, on a log scale, in nats (natural-log units: the
+# cross-entropy computed with $\ln$; $\ln 2 \approx 0.69$ nats is one bit). Look for where a curve
+# flattens: past that point more steps buy little on the training data. Where a curve jumps up at one logged step
 # and comes back down, a few batches were fitted worse; with a constant learning rate (the
 # `lr_scheduler` column of the settings table) nothing damps such steps at the end. The table gives
 # each run's size and cost: examples, the completion tokens that carry loss, the share of padding,
@@ -423,8 +433,8 @@ answers = [answer for i in range(0, len(seen), 256) for answer in ttt.generate(
     max_new_tokens=MAX_NEW_TOKENS["tictactoe"])]
 print("one answer:", answers[5])
 lengths = {"with the worked lines": [len(ttt.tokenizer(c, add_special_tokens=False).input_ids) for _, c in labels],
-           "the move alone": [len(ttt.tokenizer(c.splitlines()[-1], add_special_tokens=False).input_ids)
-                              for _, c in labels]}
+           "the move line alone, tags included": [
+               len(ttt.tokenizer(c.splitlines()[-1], add_special_tokens=False).input_ids) for _, c in labels]}
 print("completion tokens per move:", {k: round(sum(v) / len(v), 1) for k, v in lengths.items()})
 pd.DataFrame({"training labels (MCTS)": tactics(labels),
               "SFT policy on its training prompts": tactics(zip(seen, answers)),
@@ -434,13 +444,15 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
 # Compare the policy's rows with its labels'. The labels' block rate falls short of 1 only where
 # MCTS faced a double threat: the game is lost whatever it plays, and it often plays neither
 # square, while blocking either counts here, so a policy can score above its labels in that
-# column. Any gap between the policy's rates on its training prompts and in its own games is what
-# it has not generalised; what it still misses in play costs it games against random, and is what
-# chapter 5's RL works on. The price of the lines is length: the completion tokens per move
-# printed above, so every move costs more generation, and the SFT run more time (the timings
-# above). The lines carry no label and no separators for that reason (each line is always four
-# words: three squares, then the square that completes the line or `-`): in the recorded runs
-# with both, completions were a third longer and each optimiser step took a third more time. The
+# column. Where its rate in its own games falls below its rate on the training prompts, that
+# shortfall is what it has not generalised; the game row counts fewer positions (its two
+# `positions with ...` columns), so a few positions move it. What it still misses in play costs
+# it games against random, and is what chapter 5's RL works on. The price of the lines is length:
+# the worked lines cost the difference between the two numbers printed above (the whole
+# completion against its last line, the move inside its `<move>` tags) in every move the policy
+# writes, and the SFT run trains on all of those tokens (the timings above). The lines carry no
+# label and no separators for that reason (each line is always four words: three squares, then
+# the square that completes the line or `-`): in the recorded runs with both, completions were a third longer and each optimiser step took a third more time. The
 # recorded runs on the shorter lines were also cut from 60 epochs to 45 and lost somewhat more
 # games to random than the 60-epoch runs (the record's row on those lines,
 # `benchmarks/results/sft_recipe.md`); whether RL wins them back is chapter 5's question, and its
@@ -518,7 +530,9 @@ table.round(3)
 # are in `benchmarks/results/sft_recipe.md`; its first table lists each change with the result
 # before and after it, and the cell below reads it from the file ("the table above" in a row means
 # one of the record's own tables). Its numbers come from the recorded runs on a 2-core CPU, not
-# from this page's run, and most rows are a single training run.
+# from this page's run, and most rows are a single training run. So are its outcomes, including
+# what a row says chapter 5's RL did with a checkpoint (in the recorded runs; this build's own RL
+# is in chapter 5), and its token counts (this page's are printed under *Worked lines* above).
 
 # %%
 recipe_record = RESULTS_DIR / "sft_recipe.md"
@@ -541,9 +555,10 @@ else:
 # Four lessons generalise.
 #
 # 1. **Make the right answer easy to copy and easy to find.** A model trained from scratch has no
-#    copying skill to fall back on: one token per tic-tac-toe move instead of digits, and the board
-#    placed last in the prompt (at a fixed distance from the answer), each cut the invalid moves
-#    several-fold (the first and third rows). Where finding the answer takes more computation than
+#    copying skill to fall back on: each tic-tac-toe move written as one token of the tiny
+#    tokenizer instead of digits (`x(1,2)`; the `<move>` tags around it are tokens of their own),
+#    and the board placed last in the prompt (at a fixed distance from the answer), each cut the
+#    invalid moves several-fold (the first and third rows). Where finding the answer takes more computation than
 #    the model does in one token, the completion can *carry the steps* (the worked lines).
 # 2. **A tiny model's skills can arrive late and suddenly.** In the recorded tic-tac-toe runs legal
 #    moves appeared late in training; a schedule that decays the learning rate to zero ended

@@ -95,10 +95,14 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
     A long run goes in parts, ``stage=(i, n)``, one cell each: the first part evaluates before
     training, the last after, and each part resumes from the previous one's checkpoint."""
     policy = sft_policy(game, preset)
+    settings = rl_settings(game, preset, "ppo")
     if stage[0] == 1:
+        say(f"PPO on {game}: {settings.iterations} batches of {settings.turns_per_iteration} turns, learning rate "
+            f"{settings.learning_rate:g} ({settings.lr_schedule}), γ = {settings.gamma:g}, GAE λ = {settings.gae_lambda:g}, "
+            f"{settings.ppo_epochs} epochs of minibatches of {settings.minibatch_turns} turns, "
+            f"KL penalty β = {settings.kl_coef:g}.")
         for name, options in evaluations.items():
             before[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
-    settings = rl_settings(game, preset, "ppo")
     run = train_ppo(policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=False, stage=stage)
     if not run.finished:  # a part that is not the last: its checkpoint is the next part's start
         return run, None
