@@ -178,6 +178,9 @@ print("their sampler log-probs:", [round(x, 3) for x in turn.logprobs[-10:]])
 print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", turn.truncated)
 
 # %% [markdown]
+# The last tokens print as the tokenizer stores them (chapter 2): `Ċ` is the byte-level BPE
+# tokenizer's symbol for a newline, and the last token is the end-of-turn token that stops
+# generation (the tiny model's `<|end|>`; SmolLM2's `<|im_end|>`).
 # The trainer recomputes those log-probabilities with gradients. Before any update the two must
 # agree, or the importance ratio below would be wrong from the start. A left-padded batch needs
 # the same position numbering `generate` used; `collate_turns` builds it.
