@@ -27,7 +27,8 @@
 #
 # **You will learn**
 # - how much of the gap is memorisation: the games the policy was trained on against unseen games
-#   of the same fold and against held-out test games, and what each comparison isolates;
+#   of the same fold and against held-out test games, what each comparison is meant to isolate, and
+#   why two sets of games can differ by chance;
 # - why returns logged during training (sampled at temperature 1) and evaluation returns (greedy)
 #   are returns of two different policies, and how far apart they are;
 # - what a prompt built differently from the training data's costs, and the check that catches it;
@@ -77,7 +78,7 @@ from tutorial_lib.evaluation.generalisation_gap import (
 )
 from tutorial_lib.evaluation.parity import log_ratios, prompt_parity, ratio_row, retokenised, why_different
 from tutorial_lib.evaluation.stats import compare_rates, rate_noise, spread
-from tutorial_lib.lm.policies import ExpertPolicy, LanguagePolicy
+from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, LanguagePolicy
 from tutorial_lib.lm.prompts import prompt_spec, render_chat
 from tutorial_lib.lm.tokenization import boundary_mismatch
 from tutorial_lib.pipeline import expert_data, sft_policy
@@ -136,7 +137,10 @@ def table(runs):
 # Chapter 4's policy was fine-tuned (supervised fine-tuning, SFT: trained to predict the expert's
 # action from the prompt) on the *gold paths*, the expert's winning action sequences, of train-fold
 # games (TextWorld-Express splits its games into disjoint sets, *folds*: train, dev and test;
-# section a says how they differ) with seeds `0..expert_episodes-1`; it is loaded from the cache (trained now if the cache is empty). The
+# section a says how they differ) with seeds `0..expert_episodes-1`, together with chapter 3's
+# variants of them: recovery data (mistakes injected into a game, then the expert's way back) and
+# counterfactual recipes (episodes rewritten with the recipe's verbs permuted; section c replays
+# both). It is loaded from the cache (trained now if the cache is empty). The
 # training games below are the first of those, the very games of its data. The TextWorld
 # tutorial's two curves correspond to two cells of a 2x2 table: *training-time* returns are
 # sampled episodes on training games, *evaluation* returns are greedy episodes on test games.
@@ -228,31 +232,48 @@ draw_terms.round(3)
 # with other recipes, and the folds also differ in their combinations (which ingredient is cut or
 # cooked which way). So "training games against test games" mixes two changes: the games are no
 # longer the ones the policy saw, *and* they come from another fold. A third group of games
-# separates the two: train-fold games that were not in the SFT data. Three greedy success rates,
+# is meant to separate the two: train-fold games that were not in the SFT data. Three greedy success rates,
 # then, each on this preset's number of games:
 #
-# - **training games**: the very games whose gold paths the policy was fine-tuned on;
-# - **unseen train-fold games**: the same fold, so games drawn the same way, but none of them in
-#   the data;
+# - **training games**: the very games whose gold paths (and chapter 3's variants of them) the
+#   policy was fine-tuned on;
+# - **unseen train-fold games**: the same fold, so games made by the same generator with the same
+#   settings, but none of them in the data;
 # - **test games**: the held-out fold.
 #
-# Each pair differs in one thing. Training games against unseen train-fold games differ only in
-# whether the policy saw the game: that difference is **memorisation** of particular games (their
-# layouts, where the ingredient lies, which verbs the recipe asks for). Unseen train-fold games
-# against test games differ only in the fold: that difference is **fold shift**, what the test fold
-# asks that the training fold never did. Training games against test games is the sum of the two,
-# the gap an evaluation on the test fold would report.
+# Each pair is *meant* to differ in one thing. Training games against unseen train-fold games
+# differ in whether the policy saw the game: what that pair is meant to measure is
+# **memorisation** of particular games (their layouts, where the ingredient lies, which verbs the
+# recipe asks for). Unseen train-fold games against test games differ in the fold: what that pair
+# is meant to measure is **fold shift**, what the test fold asks that the training fold never did.
+# Training games against test games holds both, the gap an evaluation on the test fold would
+# report. But two sets of this many games also differ by chance in how hard they are: one set can
+# draw more games with long plans or awkward layouts than another set of the same fold. So a drop
+# from the training games to the unseen train-fold games counts as memorisation only if the test
+# games show it too; a drop the test games do not share says that the unseen set is harder, not
+# that the policy memorised. Three outcomes, then, read after the table: **memorisation**, **fold
+# shift**, and **a set of games harder (or easier) by chance**. Beside each set's success the cell
+# prints the mean length of its games' gold paths (how many steps the expert's plan takes), a
+# first sign of whether one set asks for more than the others.
 
 # %%
 # fold_finding (tutorial_lib.evaluation.generalisation_gap) turns the three verdicts into a sentence
 # that claims only what they show
 unseen_train = [s for s in range(1000) if s not in set(data_seeds)][:n]  # the train fold has 1000 games
 runs["greedy, unseen train-fold games"] = greedy(policy, unseen_train, "train")
-folds = table({k: runs[k] for k in ["greedy, training games", "greedy, unseen train-fold games", "greedy, test games"]})
+game_sets = {"greedy, training games": ("train", trained_games),  # each set's fold and seeds
+             "greedy, unseen train-fold games": ("train", unseen_train),
+             "greedy, test games": ("test", range(n))}
+folds = table({k: runs[k] for k in game_sets})
+# gold_lengths (tutorial_lib.evaluation.generalisation_gap, section e): each game's gold-path length;
+# a few milliseconds a game, no model involved
+folds["gold path, mean length"] = [statistics.fmean(gold_lengths(world, fold, seeds))
+                                   for fold, seeds in game_sets.values()]
 F = folds["success_rate"]
-memorisation = compare_rates("going from training games to unseen train-fold games (memorisation), success",
-                             F.iloc[0], F.iloc[1], n)
-fold_shift = compare_rates("from unseen train-fold games to test games (fold shift), success", F.iloc[1], F.iloc[2], n)
+memorisation = compare_rates("going from training games to unseen train-fold games (meant to show memorisation), "
+                             "success", F.iloc[0], F.iloc[1], n)
+fold_shift = compare_rates("from unseen train-fold games to test games (meant to show fold shift), success",
+                           F.iloc[1], F.iloc[2], n)
 whole_gap = compare_rates("from training games to test games (the two together), success", F.iloc[0], F.iloc[2], n)
 memorisation_finding = fold_finding(memorisation, fold_shift, whole_gap)
 say(f"In this run: {memorisation}; {fold_shift}; {whole_gap}.", memorisation_finding)
@@ -260,24 +281,35 @@ folds.round(3)
 
 # %% [markdown]
 # Read the `success_rate` column down: training games, unseen train-fold games, test games. The
-# sentence above the table judges each step between them against the noise of its games; the
-# other columns (steps, invalid actions, episodes cut at the step limit) show how the failures
-# differ.
+# sentences above the table judge each step between them against the noise of its games and say
+# which of the outcomes below this run shows, if any. The other columns show how the failures
+# differ (steps, invalid actions, episodes cut at the step limit), and the last one whether one
+# set's gold paths are longer than the others'. Longer plans are one way a set can be harder, not
+# the only one (the recipe's verbs and the house's layout are others), so similar lengths do not
+# make two sets equally hard.
 #
-# What the possible outcomes imply. If the training games score well above the unseen train-fold
-# games, the policy has learnt those particular games beyond what carries over to new ones: its
-# success on training games measures memory, and a curve of training-time returns on the games of
-# its data overstates what it does on any other. If the unseen train-fold games score like
-# the training games but above the test games, the policy generalises within its fold and the
-# test fold asks for something the training fold never showed. The two call for different data:
-# more, and more varied, games of the kind already in the data for the first; data that covers
-# what the test fold varies for the second (chapter 3's counterfactual recipes permute the cut and
-# cook verbs for that reason). If the unseen train-fold games score below the training games but
-# the test games do not, the drop cannot be memorisation alone (new games of the other fold did not
-# suffer it): sets of games are not equally hard for a given policy, which is why a held-out number
-# is worth checking on more than one set of games. If no step exceeds the noise, the run cannot
-# tell, and more games per condition would be needed. Either way, the honest number is the
-# held-out fold's.
+# What the possible outcomes imply:
+#
+# - **Memorisation**: the training games score above both sets of new games. The policy has
+#   learnt those particular games beyond what carries over to new ones: its success on training
+#   games measures memory, and a curve of training-time returns on the games of its data overstates
+#   what it does on any other. (If the test games also score below the unseen train-fold games,
+#   fold shift comes on top of it.)
+# - **Fold shift**: the unseen train-fold games score like the training games (or above them), and
+#   the test games below both. The policy generalises within its fold, and the test fold asks for
+#   something the training fold never showed.
+# - **A set harder (or easier) by chance**: one set of new games scores below the training games
+#   and the other does not, or the test games score below the unseen train-fold games but not below
+#   the training games. Then the drop cannot be memorisation alone, since new games of the other
+#   fold did not suffer it: sets of games are not equally hard for a given policy, which is why a
+#   held-out number is worth checking on more than one set of games. The gold-path lengths show
+#   whether the odd set asked for longer plans.
+#
+# The first two call for different data: more, and more varied, games of the kind already in the
+# data for memorisation; data that covers what the test fold varies for fold shift (chapter 3's
+# counterfactual recipes permute the cut and cook verbs for that reason). If no step exceeds the
+# noise, or only the two steps together do, the run cannot tell, and more games per condition
+# would be needed. Either way, the honest number is the held-out fold's.
 #
 # This chapter measures the gap; it does not test a remedy. The record of chapter 4's recipe,
 # `benchmarks/results/sft_recipe.md`, holds single runs of two data changes (twice the games at the
@@ -486,9 +518,11 @@ def turns_of(names):
 turn_samples = {"sampled (T=1)": turns_of(["sampled, training games", "sampled, test games"]),
                 "greedy": turns_of(["greedy, training games", "greedy, test games"])}
 # why_different (tutorial_lib.evaluation.parity) names why a turn's text, encoded again with an
-# end-of-turn appended (retokenised), does not give back its sampled ids
+# end-of-turn appended (retokenised), does not give back its sampled ids; given the most tokens an
+# action may have, it calls a turn without end-of-turn cut at the limit only if it is that long
+token_limit = MAX_NEW_TOKENS["cookingworld"]
 reasons = pd.concat({
-    name: pd.DataFrame([{"reason": why_different(s, tokenizer), "rejected": bad} for s, bad in turns])
+    name: pd.DataFrame([{"reason": why_different(s, tokenizer, token_limit), "rejected": bad} for s, bad in turns])
     .groupby("reason")["rejected"].agg(turns="count", rejected_by_the_game="sum")
     for name, turns in turn_samples.items()
 }, axis=1).fillna(0).astype(int)
@@ -500,7 +534,9 @@ reasons
 # re-tokenising trainer would still score correctly; every other row is turns it would score on
 # ids the model did not write: BPE re-spellings, actions cut at the token limit (no BPE effect:
 # only the added end-of-turn differs, unless the cut text is also re-spelled), and special tokens
-# or broken bytes. `rejected_by_the_game` counts how many of each the game did not accept.
+# or broken bytes. A row appears only for a reason that some turn of this run has: in a run where
+# every turn tokenises back, only the `same tokens` row appears. `rejected_by_the_game` counts how
+# many of each the game did not accept.
 #
 # What a trainer makes of those turns: each action's total log-probability as the sampler
 # recorded it, as the trainer recomputes it on the sampled ids, and as it computes it on the text
@@ -529,7 +565,7 @@ for name, group in [("tokens agree", agree), ("tokens differ", differ)]:
     token_rows[name if name == "tokens agree" else "tokens differ (all kinds)"] = ratio_row(ratios)
     if name == "tokens differ":
         by_turn = dict(zip(map(id, group), ratios))
-kinds = pd.Series([why_different(s, tokenizer) for s in differ], dtype=object)
+kinds = pd.Series([why_different(s, tokenizer, token_limit) for s in differ], dtype=object)
 for kind in dict.fromkeys(kinds):  # the differing turns again, one row per kind
     token_rows[f"differ: {kind}"] = ratio_row([by_turn[id(s)] for s, k in zip(differ, kinds) if k == kind])
 shown = differ  # the examples printed below
@@ -563,19 +599,24 @@ pd.DataFrame(token_rows).T.map(lambda value: f"{value:.3g}")  # 3 significant di
 # rounding, whatever the group, while on the text tokenised again it scores, on the differing
 # turns, a token sequence the
 # sampler never drew. The last column says how often that sequence is less likely to the model
-# than what it wrote. Then the importance ratio no longer measures a change of weights, and the
-# update pushes on tokens that were not sampled; one ratio of that size is enough to wreck a
-# batch's gradient unless it is clipped away. The sentence above the table says how many such turns
+# than what it wrote. Then the importance ratio no longer measures a change of weights, and a ratio
+# far from 1 distorts the update either way: near 0 (the text tokenised again far less likely) the
+# turn all but stops contributing to the gradient, whatever its advantage; far above 1 one turn
+# outweighs the rest of the batch (unless clipping caps it). Either way the gradient is taken on
+# tokens the policy never sampled. The sentence above the table says how many such turns
 # this run had, of which kind, and how many the game rejected (a rejected action is one whose
 # negative advantage the update should push down, on the tokens that produced it); in a run that
-# had none, one turn cut by hand stands in. The examples
+# had none, one turn cut by hand stands in (shortened after sampling, so `why_different`, told the
+# token limit, does not call it cut at the limit). The examples
 # below show what a differing turn looks like. The fix is the library's: every turn keeps the
 # sampler's `action_ids` and `logprobs` (`Sample`, chapter 5), and the trainer scores exactly
 # those.
 
 # %%
+if shown is not differ:
+    print(f"No sampled turn differs; one cut two tokens early by hand (the token limit is {token_limit}):")
 for s in shown[:4]:
-    print(f"{s.text!r} ({why_different(s, tokenizer)})"
+    print(f"{s.text!r} ({why_different(s, tokenizer, token_limit)})"
           f"\n  sampled:         {tokenizer.convert_ids_to_tokens(s.action_ids)}"
           f"\n  tokenised again: {tokenizer.convert_ids_to_tokens(retokenised(s, tokenizer))}")
 
@@ -692,6 +733,7 @@ success = {**S, **folds["success_rate"], **{f"layout: {k}": v for k, v in prompt
            **{f"{k}: {c}": v for c in limits_table for k, v in limits_table[c].items()}}
 on_other_tokens = len(differ) / len(sampled_turns)
 log_ratio = token_rows.get("tokens differ (all kinds)", {})
+NONE_DIFFER = "n/a (no such turn in this run)"  # not 0: there is no ratio to average
 FIX = {"a": "report the test fold, with unseen train-fold games beside it",
        "b": "compare like with like; greedy held-out evaluation during training",
        "c": "one prompt function and spec everywhere; a parity test",
@@ -699,10 +741,12 @@ FIX = {"a": "report the test fold, with unseen train-fold games beside it",
        "e": "a limit above the longest gold path"}
 short_limit, long_limit = STEP_LIMITS["tutorial"], STEP_LIMITS["default"]
 effects = [
-    Effect("a. memorisation", "success, greedy", "training games", success["greedy, training games"],
-           "held-out test games", success["greedy, test games"]),
-    Effect("a. memorisation", "success, greedy", "training games", success["greedy, training games"],
-           "unseen train-fold games", success["greedy, unseen train-fold games"]),
+    # training games against each set of new games: the test fold adds fold shift, and either set can
+    # be harder by chance (section a)
+    Effect("a. games: seen vs unseen", "success, greedy, vs test fold", "training games",
+           success["greedy, training games"], "held-out test games", success["greedy, test games"]),
+    Effect("a. games: seen vs unseen", "success, greedy, vs unseen train fold", "training games",
+           success["greedy, training games"], "unseen train-fold games", success["greedy, unseen train-fold games"]),
     Effect("b. decoding", "success, training games", "sampled (T=1)", success["sampled, training games"],
            "greedy", success["greedy, training games"]),
     Effect("b. decoding", "success, test games", "sampled (T=1)", success["sampled, test games"],
@@ -712,16 +756,18 @@ effects = [
     Effect("d. tokenisation", "sampled turns scored on other tokens", "text tokenised again", on_other_tokens,
            "sampled ids kept", 0.0),
     Effect("d. tokenisation", "mean |log ratio| on those turns", "text tokenised again",
-           log_ratio.get("mean |log ratio|, text tokenised again", 0.0),
-           "sampled ids kept", log_ratio.get("mean |log ratio|, sampled ids", 0.0)),
+           log_ratio.get("mean |log ratio|, text tokenised again", NONE_DIFFER),
+           "sampled ids kept", log_ratio.get("mean |log ratio|, sampled ids", NONE_DIFFER)),
     *[Effect("e. step limit", f"success, {who}", f"{short_limit} steps",
              success[f"tutorial limit ({short_limit}): {who}"],
              f"{long_limit} steps", success[f"default limit ({long_limit}): {who}"])
       for who in ["gold path, tutorial's world", "SFT policy, this preset's world"]],
 ]
 summary = summary_table(effects, FIX)
+for column in ("value (mismatched)", "value (matched)"):  # 3 decimals, and the "n/a" of section d as it is
+    summary[column] = [v if isinstance(v, str) else f"{v:.3f}" for v in summary[column]]
 with pd.option_context("display.max_colwidth", None):  # the fixes are sentences: show them whole
-    display(summary.round(3))
+    display(summary)
 
 # %% [markdown]
 # Each row is one effect's metric under the mismatched condition and under the matched (fixed)
@@ -762,7 +808,8 @@ plt.show()
 # tokenisation rows are not part of the gap of a correct pipeline, but each is a silent bug: a
 # prompt laid out differently from the data's can lower what evaluation reports (section c prints
 # by how much in this run), and a
-# trainer that scores re-tokenised text pushes on tokens the policy never sampled (section d).
+# trainer that scores re-tokenised text would push on tokens the policy never sampled on every turn
+# whose text re-tokenises differently (section d prints how many this run had).
 
 # %%
 section = {"games": "games (a)", "decoding": "decoding (b)"}  # each term, and the section that splits it
@@ -784,8 +831,9 @@ per_draw.round(3)
 # - Measure memorisation on held-out games, and add unseen games of the training fold to tell
 #   memorised games apart from a shifted fold: the two call for different data (more varied games
 #   of the same kind, or data that covers what the test fold varies). Section a, and the sentence
-#   above, print which of the two this run shows, if either exceeds its noise; this chapter does
-#   not test either remedy.
+#   above, print which of the outcomes listed in section a this run shows (memorisation, fold
+#   shift, or a set of games harder by chance), if any exceeds its noise; this chapter does not
+#   test either remedy.
 # - Report held-out success, decoded the way you will deploy, with the data's prompt and a step
 #   limit the expert fits in, and say so; label training-time curves as sampled returns on
 #   training games.

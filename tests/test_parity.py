@@ -59,8 +59,9 @@ def test_why_different_names_each_reason(tiny_policy):
     assert lone_byte != tokenizer.unk_token_id
     cases = {
         "same tokens": canonical + [eos],
-        "cut at the token limit, only end-of-turn added": canonical,
-        "cut at the token limit, and re-spelled": by_character,
+        # without the token limit, a missing end-of-turn is not called a cut
+        "no end-of-turn token (as a cut at the token limit gives), only end-of-turn added": canonical,
+        "no end-of-turn token (as a cut at the token limit gives), and re-spelled": by_character,
         "special token inside the action": canonical + [special, eos],  # a stray one just before the end
         "bytes that are not UTF-8": [lone_byte] + canonical + [eos],
         "re-spelled: same text, other tokens": by_character + [eos],
@@ -69,6 +70,24 @@ def test_why_different_names_each_reason(tiny_policy):
         sample = sample_of(tokenizer, ids)
         assert sample.text == ("\ufffd" if reason == "bytes that are not UTF-8" else "") + "take knife"
         assert why_different(sample, tokenizer) == reason, ids
+
+
+def test_an_action_is_called_cut_only_if_it_reached_the_token_limit(tiny_policy):
+    tokenizer = tiny_policy.tokenizer
+    canonical, by_character = spellings(tokenizer, "take knife")
+    for ids, added in ((canonical, "only end-of-turn added"), (by_character, "and re-spelled")):
+        sample = sample_of(tokenizer, ids)
+        # as long as the limit (or longer): the sampler was stopped by the limit
+        for limit in (len(ids), len(ids) - 1):
+            assert why_different(sample, tokenizer, token_limit=limit) == f"cut at the token limit, {added}"
+        # shorter than the limit: the sampler would have gone on, so the action was shortened afterwards
+        assert why_different(sample, tokenizer, token_limit=len(ids) + 1) == \
+            f"no end-of-turn token, short of the token limit, {added}"
+    # a turn that ends with end-of-turn is never called cut, whatever the limit
+    assert why_different(sample_of(tokenizer, canonical + [tokenizer.eos_token_id]), tokenizer,
+                         token_limit=2) == "same tokens"
+    assert why_different(sample_of(tokenizer, by_character + [tokenizer.eos_token_id]), tokenizer,
+                         token_limit=2) == "re-spelled: same text, other tokens"
 
 
 # --- what a trainer's ratio makes of them -----------------------------------------------------------

@@ -152,7 +152,7 @@ class Effect:
     """One row of the chapter's summary: a metric under the mismatched condition (as training-time
     collection or a buggy pipeline has it) and under the matched, fixed one."""
 
-    effect: str  #: the section's letter, then the effect: ``"a. memorisation"``
+    effect: str  #: the section's letter, then the effect: ``"a. games: seen vs unseen"``
     metric: str  #: what is measured, then what the pair holds fixed: ``"success, test games"``
     mismatched: str
     value_mismatched: float

@@ -61,16 +61,27 @@ def retokenised(sample: Sample, tokenizer) -> list[int]:
     return encode_prompt_completion(tokenizer, "", sample.text)["input_ids"]
 
 
-def why_different(sample: Sample, tokenizer) -> str:
-    """Why re-tokenising a turn's text does not give back its sampled ids (``"same tokens"`` if it does)."""
+def why_different(sample: Sample, tokenizer, token_limit: int | None = None) -> str:
+    """Why re-tokenising a turn's text does not give back its sampled ids (``"same tokens"`` if it does).
+
+    ``token_limit`` is the most tokens the sampler could write for the action (``MAX_NEW_TOKENS``
+    of its game). An action without end-of-turn is called cut at the token limit only if it is that
+    long; without ``token_limit`` the reason names the missing end-of-turn alone.
+    """
     again = retokenised(sample, tokenizer)
     if sample.action_ids == again:
         return "same tokens"
     # the re-encoding ends with end-of-turn; an action cut at the token limit did not
     if sample.action_ids[-1] != tokenizer.eos_token_id:
+        if token_limit is None:
+            missing = "no end-of-turn token (as a cut at the token limit gives)"
+        elif len(sample.action_ids) >= token_limit:
+            missing = "cut at the token limit"
+        else:  # the sampler stops only at end-of-turn or the limit: this turn was shortened after sampling
+            missing = "no end-of-turn token, short of the token limit"
         if sample.action_ids == again[:-1]:
-            return "cut at the token limit, only end-of-turn added"
-        return "cut at the token limit, and re-spelled"
+            return f"{missing}, only end-of-turn added"
+        return f"{missing}, and re-spelled"
     if any(i in tokenizer.all_special_ids for i in sample.action_ids[:-1]):
         return "special token inside the action"
     if "\ufffd" in sample.text:  # decoding writes bytes that are not valid UTF-8 as the replacement character
