@@ -164,3 +164,23 @@ def test_run_names_the_algorithm_it_was_given(policy, tmp_path):
     assert result.algorithm is reinforce
     assert '"algo": "REINFORCE"' in (tmp_path / "rl_settings.json").read_text()
     assert (tmp_path / "model").is_dir() and len(result.history) == 1
+
+
+def test_resuming_with_other_iterations_under_a_schedule_that_spans_the_run_warns(policy, tmp_path):
+    from tutorial_lib.rl.reinforce import train_reinforce
+
+    def run(out, iterations, resume=False, **schedule):
+        settings = ReinforceSettings(iterations=iterations, turns_per_iteration=4, num_envs=4, env_options=TTT, **schedule)
+        return train_reinforce(policy, "tictactoe", settings, out_dir=tmp_path / out, resume=resume, progress=False)
+
+    decay = dict(lr_schedule="warmup_stable_decay", decay_iterations=1)
+    run("decayed", 1, **decay)
+    with pytest.warns(UserWarning, match="a 1-iteration run; the result is not the 2-iteration run"):
+        run("decayed", 2, resume=True, **decay)
+    run("constant", 1)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a constant rate continues exactly: nothing to warn about
+        run("constant", 2, resume=True)
+        run("decayed", 2, resume=True, **decay)  # the same length again: an interrupted run resumed

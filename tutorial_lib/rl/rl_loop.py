@@ -440,6 +440,26 @@ def write_run_settings(out_dir: Path, game: str, algo: str, settings) -> None:
         json.dumps({"game": game, "algo": algo, **processes, **asdict(settings)}, indent=1, default=str))
 
 
+def warn_if_schedule_changed(out_dir: Path, settings: RLSettings, done: int) -> None:
+    """Warn when a run is resumed with another number of iterations under a learning-rate schedule
+    that spans the run (``warmup_cosine``, ``warmup_stable_decay``): its first ``done`` iterations
+    followed the schedule of the shorter or longer run, so the result is not the run of
+    ``settings.iterations`` begun afresh (a constant rate, or a resume with the same iterations after
+    an interruption, continues exactly)."""
+    path = out_dir / "rl_settings.json"
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # a run from before rl_settings.json, or one never written: nothing to compare
+    was, now = before.get("iterations"), settings.iterations
+    schedules = {before.get("lr_schedule", "constant"), settings.lr_schedule}
+    if was is not None and was != now and schedules != {"constant"}:
+        warnings.warn(f"resuming a run of {was} iterations as one of {now}: its learning-rate schedule "
+                      f"({settings.lr_schedule}) spans the run, so its first {done} iterations followed the "
+                      f"schedule of a {was}-iteration run; the result is not the {now}-iteration run begun afresh",
+                      stacklevel=3)
+
+
 def run_progress_bar(algo: str, game: str, *, token_budget: int | None, steps: int, done_steps: int,
                      history: list[dict[str, float]], progress: bool):
     """A run's bar: sampled action tokens against the budget when there is one (the number of steps
@@ -535,6 +555,8 @@ class Run:
             decorrelate(self.policy, self.settings.seed)
         main = distributed.is_main()
         if main:
+            if self.resume:
+                warn_if_schedule_changed(self.out_dir, self.settings, self.start)
             write_run_settings(self.out_dir, self.game, algorithm.name, self.settings)
         self.log = MetricsLog(self.out_dir, resume_from=self.start if self.resume else None, files=main)
         self.history = list(self.log.rows)
