@@ -452,7 +452,9 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
 # completion against its last line, the move inside its `<move>` tags) in every move the policy
 # writes, and the SFT run trains on all of those tokens (the timings above). The lines carry no
 # label and no separators for that reason (each line is always four words: three squares, then
-# the square that completes the line or `-`): in the recorded runs with both, completions were a third longer and each optimiser step took a third more time. The
+# the square that completes the line or `-`): in the recorded runs, the lines with a label and
+# separators were a third longer (44 tokens against 33, the lines before the move) and each
+# optimiser step took about a third more time. The
 # recorded runs on the shorter lines were also cut from 60 epochs to 45 and lost somewhat more
 # games to random than the 60-epoch runs (the record's row on those lines,
 # `benchmarks/results/sft_recipe.md`); whether RL wins them back is chapter 5's question, and its
@@ -500,10 +502,10 @@ for fold in ["train", "test"]:
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
 folds = compare_summaries("SFT success from the train fold to the test fold", rows[("train", "SFT")],
                           rows[("test", "SFT")], "success_rate")
-say(f"In this run, {folds}.", {"noise": "The two folds score alike: the policy reads the recipe about as well in "
-                                        "games whose combinations it never saw.",
-                                "worse": "The held-out games are harder for it: some of what it learnt is tied to "
-                                         "the training games.",
+say(f"In this run, {folds}.", {"noise": "This run does not show the policy doing worse on the test fold; whether "
+                                        "it does as well on new games of its own fold is chapter 8's question.",
+                                "worse": "The test fold scored below the training games: new games, another fold, "
+                                         "or a harder set of games; chapter 8 separates these.",
                                 "better": "The test games happened to suit it better; a different set of games or "
                                           "data order can reverse that (chapter 8)."}[folds.verdict])
 invalid = compare_summaries("its invalid commands per step from the train fold to the test fold",

@@ -556,7 +556,8 @@ if len(grid):
 # meets mostly positions it already wins, and a missed block is often forgiven. Against minimax
 # alone it never sees a won game, and never the positions that only random play reaches. So this
 # chapter's recipe plays each training game against one or the other, drawn from the game's seed,
-# half and half (`opponent="mixed"`). The three choices were run from the same SFT checkpoints
+# half and half (`opponent="mixed"`). The three choices were run, with the chapter's earlier and
+# shorter recipe (60 iterations at a constant rate), from the same SFT checkpoints
 # (`benchmarks/rl_numerics_grid.py --train-opponent`; the mixture from more starts, the `runs`
 # column); the table counts, per choice, the runs in which each evaluation changed beyond
 # the noise of 200 games:
@@ -624,8 +625,10 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # variation. `benchmarks/rl_numerics_grid.py --recipe ttt-reinforce ttt-ppo` runs the whole recipe
 # (chapter 4's SFT, then this chapter's REINFORCE; chapter 6's PPO from the same checkpoint) in
 # fresh processes, each with its own cache, over SFT data orders and RL seeds, a fixed thread count
-# and a chosen set of kernels: `default` is torch's own pick for the CPU, `scalar` its unvectorised
-# kernels (`ATEN_CPU_CAPABILITY=default`), which round differently from the vectorised ones. Each cell of the
+# and a chosen set of kernels: `default` is torch's own pick for the CPU, `avx2` forces the AVX2
+# kernels (`ATEN_CPU_CAPABILITY=avx2`: on a CPU with AVX-512 they round like a CPU without it),
+# `scalar` its unvectorised kernels (`ATEN_CPU_CAPABILITY=default`), which round differently from
+# the vectorised ones. Each cell of the
 # grid is a run a reader's machine could produce; the table's index says which kernel sets, thread
 # counts and seeds the record holds, and a cell that repeated another bit for bit is counted once.
 # Some cells start from the SFT checkpoint with every weight multiplied by 1 + 1e-6 times a normal
@@ -652,10 +655,12 @@ if grid:
 #
 # A change one noise width above its start is a verdict another CPU can flip. So this recipe was
 # chosen for a level far from every start (the grid's `before minimax draw` column): draws of at
-# least 85% against minimax in every cell of the grid, and losses to random no worse. The grid's cells were evaluated on
-# the way as well as at the end (`--evaluate-every 30`), so each cell's path can be drawn: the same
-# starts trained at a constant rate, and with the rate held for most of the run and then lowered
-# linearly over the last iterations (`lr_schedule="warmup_stable_decay"`, `decay_iterations`):
+# least 85% against minimax in every cell of the grid, with losses to random rising beyond noise
+# in none. The grid's cells were evaluated on the way as well as at the end (`--evaluate-every
+# 30`), so each cell's path can be drawn: cells trained for as long at a constant rate (fewer, from
+# the starts the sentence below names), and cells of this recipe, whose rate is held for most of
+# the run and then lowered linearly over the last iterations (`lr_schedule="warmup_stable_decay"`,
+# `decay_iterations`):
 
 # %%
 LEVEL = 0.85  # the draws against minimax every cell of the recipe is meant to reach
@@ -684,19 +689,32 @@ else:
             f"at iteration {half}, in {count_phrase(sum(v >= LEVEL for v in ends), len(ends), 'cells')} at the end "
             f"(iteration {ttt_settings.iterations}; ends {min(ends):.3f} to {max(ends):.3f}; SFT seeds "
             f"{', '.join(map(str, sorted({row['seed'] for row in cells[name]})))}).")
+    # the cells both groups ran from the same start, seeds and numerics: their paths coincide until
+    # the rate begins to fall, so the ends differ by the schedule alone
+    shared = paths["constant rate"]  # by cell: seed, perturbation, kernels, threads
+    pairs = [(shared[name], path) for name, path in paths[recipe].items() if name in shared]
+    if pairs:
+        higher = sum(decayed[-1][1] > flat[-1][1] for flat, decayed in pairs)
+        lower = sum(decayed[-1][1] < flat[-1][1] for flat, decayed in pairs)
+        say(f"Cells run both ways from the same start: {len(pairs)}; the falling rate ended higher in {higher}, "
+            f"lower in {lower}, level in {len(pairs) - higher - lower} (ends, constant -> falling: "
+            + ", ".join(f"{flat[-1][1]:.3f} -> {decayed[-1][1]:.3f}" for flat, decayed in pairs) + ").")
     glue("ttt_level_cells", count_phrase(sum(path[-1][1] >= LEVEL for path in paths[recipe].values()),
                                         len(paths[recipe]), "cells"), display=False)
 
 # %% [markdown]
 # Two things show in the recorded paths. The gain arrives at different times in different cells:
 # some reach their level within the first 30 batches, others are still near their start at 30 and
-# climb after 60, so a run of half this length ends wherever its cell happened to be (the count at
-# the half-way iteration, above). And at a constant rate the policy keeps moving by about a step of
-# the rate every batch, down as well as up: a cell near its best at 90 can end lower at 120, so
-# where the run stops decides part of its verdict. Lowering the rate over the last batches lets each
-# run settle near where it had got to; it costs nothing per batch. Where the two groups share a
-# start and seeds their paths coincide until the rate begins to fall, so the difference at the end
-# is the schedule's; the sentences above say which SFT seeds each group covers.
+# reach the level only after 60, so a run of half this length ends wherever its cell happened to
+# be (the counts at the half-way iteration, above; the two groups hold different cells, so compare
+# each group's counts with its own, not with the other's). And at a constant rate the policy keeps
+# moving by about a step of the rate every batch, down as well as up: a cell near its best at 90
+# can end lower at 120, so where the run stops decides part of its verdict. Lowering the rate over
+# the last batches limits how far those batches can move a run, either way: it can stop a late
+# fall, and it can also cut short a late climb. It costs nothing per batch. Where the two groups
+# share a start, their paths coincide until the rate begins to fall, so the ends of each such pair
+# are the schedule's effect (the last sentence above counts them). What the recipe was chosen on
+# is the count at the end over all its cells, not a win of one schedule over the other.
 #
 # ## What the baseline changes
 #
@@ -745,9 +763,9 @@ pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]].round(3
 # alike here. Half the training games are against random, which the SFT policy mostly wins (its
 # win rate above), so raw returns push up much of what the policy already does, much as the
 # centred ones do. And the opponents reply at random (minimax among its equally good moves), so
-# few positions repeat within a batch beyond the first moves: where the share of turns whose prompt
-# recurs (printed above) is small, the baseline per state falls back to the batch mean for most
-# turns and behaves like ReBN. Telling them apart would take several seeds per variant, and longer
+# only part of a batch's positions repeat: the share printed above is the part the baseline per
+# state compares state by state, and the other turns fall back to the batch mean, as in ReBN, so
+# the smaller that share, the more the two behave alike. Telling them apart would take several seeds per variant, and longer
 # runs. The baseline matters where returns are mostly failures or all alike
 # (exercise 2, and chapter 7's groups of answers to one problem), and where a confident policy
 # meets the same states again and again (GuessTheNumber, above).
@@ -794,15 +812,17 @@ pd.DataFrame(summary).set_index(["game", "metric"]).round(3)
 #   already wins most games against random, the greedy rates there have little room (the sentence
 #   under the run says whether any moved beyond noise); against minimax the missed blocks are what
 #   loses, and that is where RL can help.
-# - Train until the change is far from the noise, and let the rate fall at the end. Over the
-#   recorded grid this recipe's draws against minimax ended at or above the level it was chosen
-#   for in {glue:text}`ttt_level_cells` (the paths above); at a constant rate the same starts ended
-#   wherever their last batches left them.
+# - Train until the change is far from the noise. Over the recorded grid this recipe's draws
+#   against minimax ended at or above the level it was chosen for in {glue:text}`ttt_level_cells`
+#   (the paths above). A gain arrives at different iterations in different cells, so a shorter
+#   run stops some of them on the way up; a falling rate at the end limits how far the last
+#   batches move a run, either way.
 # - The training opponent matters. Over the recorded starts (the opponents table above; its `runs`
 #   column says how many), the draws against minimax rose beyond noise in
 #   {glue:text}`ttt_random_rose` trained against random alone, {glue:text}`ttt_minimax_rose`
-#   against minimax alone, and {glue:text}`ttt_mixed_rose` against the mixture (the grid of the
-#   mixed recipe over seeds, threads and kernel sets counts its own). The sentence under this
+#   against minimax alone, and {glue:text}`ttt_mixed_rose` against the mixture (those runs are the
+#   earlier, shorter recipe's; this recipe's grid counts its own, over the seeds, threads and
+#   kernel sets it holds). The sentence under this
 #   chapter's run says whether they did here.
 #
 # The same run from a terminal, resumable after an interruption: a checkpoint (weights, optimiser,

@@ -17,8 +17,8 @@
 # # 6. PPO with a value head
 #
 # REINFORCE (chapter 5) compares each turn's return with a mean over the batch: over the turns
-# taken in the same state, or over the whole batch where the state came up once (most tic-tac-toe
-# turns). A return is one noisy sample, and a batch mean is the same baseline for a turn at the
+# taken in the same state, or over the whole batch where the state came up once (chapter 5 printed
+# how many of a tic-tac-toe batch's turns share their state). A return is one noisy sample, and a batch mean is the same baseline for a turn at the
 # start of a hopeless game and a turn one step from winning whenever their states differ. PPO {cite}`schulman2017ppo` learns a *critic* V(s) that
 # predicts the return from each state, credits an action with how much better things went than
 # predicted (GAE {cite}`schulman2016gae`), and reuses each batch for several gradient steps, with a
@@ -64,7 +64,7 @@ from tutorial_lib.evaluation.stats import compare_math, compare_summaries
 from tutorial_lib.pipeline import rl_settings, sft_policy
 from tutorial_lib.plotting import evaluation_paths, learning_curves
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
+from tutorial_lib.records import distinct_runs, recorded_runs, tictactoe_recipe_runs
 from tutorial_lib.report import (
     across_runs,
     count_phrase,
@@ -308,9 +308,10 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 # returns' spread that the critic's values $V$ account for (1: it predicts every return; 0: no
 # better than their mean; below 0: worse than the mean). A game's outcome depends on the opponent, which the prompt
 # does not name: from the same early position a game against random is mostly won and one against
-# minimax at best drawn, and the opponents' random replies add surprises no state predicts. The
-# critic can do little better than the mean of the two, so expect its explained variance to stay
-# small; while it does, the advantage is close to REINFORCE's return minus a baseline. What PPO
+# minimax at best drawn, and the opponents' random replies add surprises no state predicts. That
+# caps what the critic can explain; the sentence under the run says how much it did here. Near 0,
+# the advantage is close to REINFORCE's return minus a baseline; a part, and PPO's advantages carry
+# some turn-by-turn credit as well as much noise. What PPO
 # adds here is the reuse of each batch (two epochs) under the clip, which keeps each update small,
 # as long as the clip fraction stays low.
 #
@@ -336,7 +337,9 @@ if len(opponents):
 # %% [markdown]
 # Read each row's `draws vs minimax` cell against its `losses vs random` cell: the opponent to keep
 # is the one whose draws rose in every run with the fewest runs whose losses rose. A row of two runs
-# is a hint, not a result; the mixture (chapter 5's choice) is the row with the most runs. The line
+# is a hint, not a result (and the opponents' record holds fewer cells of this recipe than its
+# fuller grid at the end of this section, with two-thread and perturbed cells, which counts again
+# how often the draws rose); the mixture (chapter 5's choice) is the row with the most runs. The line
 # under the table names the rows whose draws rose beyond noise in every run, and in how many of
 # those runs the losses to random rose too. Where they did, the earlier recipe bought its draws
 # with some of its games against random. The suspect is the step size rather than the opponent
@@ -357,7 +360,9 @@ grid = tictactoe_recipe_runs("ttt-ppo", rl_settings("tictactoe", preset, "ppo"),
 for key, verdict in (("minimax_draw_rate", "better"), ("minimax_draw_rate", "worse"),
                      ("random_loss_rate", "worse")):  # for the summary
     glue(f"ppo_{key}_{verdict}", tictactoe_count(grid, key, verdict), display=False)
-glue("ppo_grid_holds", grid_holds(grid) if grid else "none recorded", display=False)
+distinct = len(distinct_runs(grid))
+glue("ppo_grid_holds", (grid_holds(grid) + (f"; {distinct} distinct, the others repeating a cell bit for bit"
+                                           if distinct < len(grid) else "")) if grid else "none recorded", display=False)
 if grid:
     say(f"The record holds {grid_holds(grid)}.")
     display(tictactoe_grid(grid))
@@ -405,7 +410,9 @@ else:
 #
 # Why the learning rate is not chapter 5's: the cells below ran this chapter's earlier recipe,
 # chapter 5's rate for fewer iterations (the sentence under the table says how many), from the
-# same starts (the record's account of each: `benchmarks/results/rl_numerics_grid.md`):
+# same SFT seeds; the `before` columns show where a start differs, since a `default` cell ran
+# torch's own kernels on whichever CPU recorded it (the record's account of each:
+# `benchmarks/results/rl_numerics_grid.md`):
 
 # %%
 earlier = replace(ttt_settings, learning_rate=reinforce_settings.learning_rate, iterations=EARLIER_ITERATIONS)

@@ -411,7 +411,7 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #   tutorial's choice) or a reference model (a KL penalty β above 0) adds a second copy of the
 #   weights.
 # - **New problems** are the honest column. The training split is small (the problems of the
-#   settings table, which the model saw in SFT), and a tiny model that memorised part of its answers (chapter 4) can improve on
+#   settings table, which the model saw in SFT), and a tiny model that scores higher on its training problems than on new ones (chapter 4's math table says by how much in this build) can improve on
 #   those without any gain on new ones.
 # - **GRPO's zero-std groups.** A group whose G answers all got the same reward has advantage 0 for
 #   every answer: a problem the policy gets right every time, or one it gets wrong every time

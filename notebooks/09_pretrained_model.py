@@ -107,7 +107,8 @@ gtn_sft, gtn_rl = sft_settings("guess_the_number", real), rl_settings("guess_the
 print(f"  its counts: SFT {gtn_sft.max_steps or gtn_sft.epochs} {'steps' if gtn_sft.max_steps else 'epochs'} of "
       f"{gtn_sft.batch_size} examples; evaluation games per game: "
       + ", ".join(f"{game} {real.game(game).eval_episodes}" for game in ("tictactoe", "cookingworld", "guess_the_number", "math"))
-      + f"; REINFORCE {gtn_rl.iterations} iteration(s) of {gtn_rl.turns_per_iteration} turns")
+      + f"; REINFORCE {gtn_rl.iterations} iteration(s) of at least {gtn_rl.turns_per_iteration} turns "
+      "(games start until that many turns are sampled, each played to its end)")
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
 
 
@@ -370,7 +371,7 @@ costs.round(3)
 
 # %%
 settings = rl_settings(game, real)
-print(f"REINFORCE: {settings.iterations} iteration(s) of {settings.turns_per_iteration} turns, "
+print(f"REINFORCE: {settings.iterations} iteration(s) of at least {settings.turns_per_iteration} turns, "
       f"lr {settings.learning_rate}, game options {settings.env_options}")
 rl_policy = sft_policy(game, real)  # a second copy of the SFT checkpoint: its adapters train, the first stays
 rl_result = train_reinforce(rl_policy, game, settings, out_dir=runs_dir / "reinforce-hard", progress=False)
@@ -523,7 +524,9 @@ if engine_rows:
 # SFT recipe (40 LoRA steps on 1-10 in 4 turns; at `ci` this chapter ran fewer, as its first cell
 # printed) with the run's seed as the order of its examples, evaluated greedily on
 # 200 held-out games (seeds 0-199), then REINFORCE with chapter 5's baseline per state on games from
-# seeds 100,000 up, then the same 200 games again. The CPU runs sample at a temperature above 1: at 1
+# seeds 100,000 up, then the same 200 games again. The GuessTheNumber runs on a CPU sample at a
+# temperature above 1 (each line's recipe gives its T; the tic-tac-toe runs and the GPU rows ran at
+# the temperature their recipe names): at 1
 # the SFT policy samples its own greedy answer almost every time, and an action whose probability
 # is close to 1 has almost no gradient of its log-probability, so REINFORCE has little to push (a
 # first run at temperature 1, stopped after five iterations, is described in
@@ -538,7 +541,7 @@ if engine_rows:
 # several ranges (up to 1-30, or up to 1-40: the section on that start below), `ttt-x` tic-tac-toe
 # played as x only (trained against chapter 5's mixture, judged on the draws against minimax). "Reward: the find only" is a run rewarded for finding the number and
 # nothing else, and a "KL penalty" holds the policy near its SFT start (chapter 6). The GPU
-# rows ran on a card (the device column), some at temperature 1 and with more games side by side:
+# rows ran on a card (the device column), with more games side by side:
 
 # %%
 # a clone holds benchmarks/results; a pip install does not, and recorded_runs says so
@@ -796,8 +799,9 @@ else:
 # %% [markdown]
 # Read the verdict lines first: each counts, over the recorded seeds of one start and length, the
 # runs whose greedy success on the 200 games rose, stayed within two standard errors, or fell. The
-# starts differ by data order, and by the machine that trained them (two CPUs of one name may round
-# differently: the summary sentences give each machine's flags); each line's `before` spread says by how much. Set it beside the
+# starts differ by data order and by the run that trained them (the machine, and things its flags
+# do not show, can change the rounding: the summary sentences give each machine's flags); each
+# line's `before` spread says by how much. Set it beside the
 # runs' gains: where it is as wide, the start matters as much as RL, and a start that already finds
 # most secrets has little room to rise and as much to lose. A
 # line that counts some runs better and others within noise or worse says that RL raised that
@@ -856,7 +860,8 @@ else:
 #
 # Tic-tac-toe is such a task. In the recorded runs, the `small` SFT policy playing x lost every
 # greedy game against minimax, yet sampled it drew some of them (`benchmarks/results/pretrained_rl_cpu.md`
-# counts them; the line below prints the starts' draws): the better moves have probability, so
+# counts the sampled draws; the line below prints the greedy draws before and after): the better
+# moves have probability, so
 # REINFORCE has something to reinforce. The runs below take chapter 5's recipe on it: REINFORCE with the baseline per state, against the mixture of random
 # and minimax (half the games each, drawn from the seed), playing x only; greedy evaluation on the
 # same 200 games against each opponent before and after. The claim would be more draws against
