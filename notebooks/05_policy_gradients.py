@@ -92,9 +92,9 @@ from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs, tictactoe_recipe_runs
 from tutorial_lib.report import (
     across_runs,
-    count_phrase,
     grid_holds,
     grid_paths,
+    level_counts,
     say,
     show_source,
     tictactoe_count,
@@ -681,14 +681,9 @@ else:
     evaluation_paths(paths, ylabel="greedy draws vs minimax", level=LEVEL,
                      title="REINFORCE on tic-tac-toe, grid cells evaluated along the run (200 games each)")
     plt.show()
-    half = ttt_settings.iterations // 2
     for name, runs in paths.items():
-        at_half = [value for path in runs.values() for it, value in path if it == half]
-        ends = [path[-1][1] for path in runs.values()]
-        say(f"{name}: at or above {LEVEL:.2f} in {count_phrase(sum(v >= LEVEL for v in at_half), len(at_half), 'cells')} "
-            f"at iteration {half}, in {count_phrase(sum(v >= LEVEL for v in ends), len(ends), 'cells')} at the end "
-            f"(iteration {ttt_settings.iterations}; ends {min(ends):.3f} to {max(ends):.3f}; SFT seeds "
-            f"{', '.join(map(str, sorted({row['seed'] for row in cells[name]})))}).")
+        reading, _ = level_counts(runs, LEVEL, ttt_settings.iterations // 2)
+        say(f"{name}: {reading}; SFT seeds {', '.join(map(str, sorted({row['seed'] for row in cells[name]})))}.")
     # the cells both groups ran from the same start, seeds and numerics: their paths coincide until
     # the rate begins to fall, so the ends differ by the schedule alone
     shared = paths["constant rate"]  # by cell: seed, perturbation, kernels, threads
@@ -699,8 +694,7 @@ else:
         say(f"Cells run both ways from the same start: {len(pairs)}; the falling rate ended higher in {higher}, "
             f"lower in {lower}, level in {len(pairs) - higher - lower} (ends, constant -> falling: "
             + ", ".join(f"{flat[-1][1]:.3f} -> {decayed[-1][1]:.3f}" for flat, decayed in pairs) + ").")
-    glue("ttt_level_cells", count_phrase(sum(path[-1][1] >= LEVEL for path in paths[recipe].values()),
-                                        len(paths[recipe]), "cells"), display=False)
+    glue("ttt_level_cells", level_counts(paths[recipe], LEVEL, ttt_settings.iterations // 2)[1], display=False)
 
 # %% [markdown]
 # Two things show in the recorded paths. The gain arrives at different times in different cells:

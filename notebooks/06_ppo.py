@@ -67,11 +67,11 @@ from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import distinct_runs, recorded_runs, tictactoe_recipe_runs
 from tutorial_lib.report import (
     across_runs,
-    count_phrase,
     critic_reading,
     grid_holds,
     grid_paths,
     largest_fall,
+    level_counts,
     say,
     show_source,
     tictactoe_count,
@@ -385,13 +385,9 @@ if paths:
     evaluation_paths({"this chapter's recipe": paths}, ylabel="greedy draws vs minimax", level=LEVEL,
                      title="PPO on tic-tac-toe, grid cells evaluated along the run (200 games each)")
     plt.show()
-    half = ttt_settings.iterations // 2
-    at_half = [value for path in paths.values() for it, value in path if it == half]
-    ends = [path[-1][1] for path in paths.values()]
-    glue("ppo_level_cells", count_phrase(sum(v >= LEVEL for v in ends), len(ends), "cells"), display=False)
-    say(f"At or above {LEVEL:.2f} in {count_phrase(sum(v >= LEVEL for v in at_half), len(at_half), 'cells')} at "
-        f"iteration {half}, in {count_phrase(sum(v >= LEVEL for v in ends), len(ends), 'cells')} at the end "
-        f"(iteration {ttt_settings.iterations}; ends {min(ends):.3f} to {max(ends):.3f}).")
+    reading, at_end = level_counts(paths, LEVEL, ttt_settings.iterations // 2)
+    glue("ppo_level_cells", at_end, display=False)
+    say(f"This chapter's recipe: {reading}.")
 else:
     glue("ppo_level_cells", "no recorded cells", display=False)
 

@@ -428,3 +428,11 @@ def test_evaluation_paths_draws_a_line_a_run_and_a_panel_a_recipe():
     matplotlib.pyplot.close("all")
     with pytest.raises(ValueError, match="no runs"):
         evaluation_paths({"constant": {}, "decay": {"a": []}}, title="t", ylabel="draws")
+
+
+def test_level_counts_reads_each_cell_at_half_way_and_at_its_end():
+    paths = {"a": [(0, .5), (60, .9), (120, .88)], "b": [(0, .6), (60, .7), (120, .97)], "c": [(0, .5), (120, .8)]}
+    reading, at_end = report.level_counts(paths, .85, 60)
+    # c was not evaluated half-way: it counts at its end only
+    assert reading == "at or above 0.85 in 1 of 2 cells at iteration 60, in 2 of 3 cells at the end (ends 0.800 to 0.970)"
+    assert at_end == "2 of 3 cells"

@@ -175,6 +175,17 @@ def grid_paths(rows: Sequence[dict], key: str) -> dict[str, list[tuple[int, floa
     return paths
 
 
+def level_counts(paths: dict[str, list[tuple[int, float]]], level: float, half: int) -> tuple[str, str]:
+    """How many of :func:`grid_paths`' cells were at or above ``level`` at iteration ``half`` and at
+    their end: a sentence (with the ends' range), and the count at the end as a phrase for a summary
+    (``"all 8 cells"``)."""
+    at_half = [value for path in paths.values() for iteration, value in path if iteration == half]
+    ends = [path[-1][1] for path in paths.values()]
+    at_end = count_phrase(sum(value >= level for value in ends), len(ends), "cells")
+    return (f"at or above {level:.2f} in {count_phrase(sum(value >= level for value in at_half), len(at_half), 'cells')} "
+            f"at iteration {half}, in {at_end} at the end (ends {min(ends):.3f} to {max(ends):.3f})"), at_end
+
+
 def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3, unit: str = "iteration") -> str:
     """How far a learning curve's smoothed line (``learning_curves``' running mean over ``smooth``
     points) fell below its best so far, at worst, and where it ended: a dip the run recovered from
