@@ -14,8 +14,11 @@ from jupyter_cache import get_cache
 
 from tutorial_lib.book_tools.book_execute import (
     CHAPTER_NEEDS,
+    CHAPTER_SECONDS,
     chapter_order,
+    critical_paths,
     execute_chapters,
+    expected_seconds,
     kernel_threads,
 )
 from tutorial_lib.data.sft import STAGED_RUN
@@ -71,6 +74,36 @@ def test_one_job_runs_the_chapters_one_after_another(tmp_path):
     paths = [notebook(tmp_path, name, "time.sleep(0.5)") for name in ("a", "b")]
     execute_chapters(paths, tmp_path / "cache", jobs=1, timeout=60, needs={"a": (), "b": ()}, log=lambda _: None)
     assert interval(tmp_path, "b")[0] >= interval(tmp_path, "a")[1]
+
+
+def test_of_the_ready_chapters_the_one_heading_the_longest_work_starts_first(tmp_path):
+    paths = [notebook(tmp_path, name, "time.sleep(0.2)") for name in ("a", "b", "c", "d")]
+    # d waits on a: a heads 1 + 30 s of work, more than b (20) or c (5), so a runs first; once a has
+    # finished, d (30 s) comes before b and c, although it comes last in the book
+    execute_chapters(paths, tmp_path / "cache", jobs=1, timeout=60, needs={"a": (), "b": (), "c": (), "d": ("a",)},
+                     seconds={"a": 1, "b": 20, "c": 5, "d": 30}, log=lambda _: None)
+    starts = {name: interval(tmp_path, name)[0] for name in "abcd"}
+    assert sorted(starts, key=starts.get) == ["a", "d", "b", "c"]
+
+
+def test_the_book_starts_chapter_6_before_chapter_5_and_chapter_4_first():
+    paths = critical_paths(chapter_order(list(CHAPTER_NEEDS)))
+    assert max(paths, key=paths.get) == "04_supervised_finetuning"
+    assert paths["06_ppo"] > paths["05_policy_gradients"] > paths["07_grpo_and_comparison"] > paths["08_evaluation_gap"]
+    # a chapter the table does not know counts 1 s, so a longer chain of them still goes first
+    assert critical_paths({"x": (), "y": ("x",), "z": ()}, seconds={}) == {"x": 2.0, "y": 1.0, "z": 1.0}
+
+
+def test_the_last_builds_record_replaces_the_tables_seconds(tmp_path):
+    record = tmp_path / "chapter_runs.json"
+    assert expected_seconds(record) == CHAPTER_SECONDS  # no record: the table
+    record.write_text("not json")
+    assert expected_seconds(record) == CHAPTER_SECONDS
+    record.write_text(json.dumps({"jobs": 2, "chapters": [
+        {"name": "05_policy_gradients", "seconds": 1500.0, "started": 0, "error": None},
+        {"name": "06_ppo", "seconds": 9.0, "started": 0, "error": "Traceback ..."}]}))  # a failed run says nothing
+    seconds = expected_seconds(record)
+    assert seconds["05_policy_gradients"] == 1500.0 and seconds["06_ppo"] == CHAPTER_SECONDS["06_ppo"]
 
 
 def test_a_chapter_the_table_does_not_know_waits_for_every_earlier_chapter():

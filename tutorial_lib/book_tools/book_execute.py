@@ -12,7 +12,9 @@ chapter (:mod:`tutorial_lib.runtime.cpu_threads`).
 A chapter starts once the chapters whose cached results it loads have finished (:data:`CHAPTER_NEEDS`),
 or once this build has written the SFT checkpoints it loads (:data:`CHAPTER_CHECKPOINTS`; those it
 loads only in its last cells need only have begun, :data:`CHAPTER_LATE_CHECKPOINTS`); a chapter
-these tables do not know waits for every chapter before it, which is the old serial order.
+these tables do not know waits for every chapter before it, which is the old serial order. Of the
+chapters ready at once, the one heading the longest chain of expected seconds starts first
+(:func:`critical_paths`, :data:`CHAPTER_SECONDS`).
 A failing chapter fails the build with its traceback; the chapters that need it do not run.
 
 The executor is jupyter-cache's own (the one myst-nb calls), with the book's cell timeout and
@@ -151,13 +153,36 @@ def chapter_order(names: list[str], needs: dict[str, tuple[str, ...]] | None = N
     return order
 
 
-def _priority(order: dict[str, tuple[str, ...]]) -> dict[str, int]:
-    """How many chapters wait (directly or not) on each chapter: the longest chains start first."""
-    def waiting_on(name: str) -> set[str]:
-        direct = {other for other, wanted in order.items() if name in wanted}
-        return direct.union(*(waiting_on(other) for other in direct)) if direct else set()
+#: seconds each chapter took at ``ci`` in a fresh-clone build (2-core AMD EPYC, one torch thread each,
+#: two chapters at a time; ``benchmarks/results/book_times_cpu.md``, the check of 2a21ccd). Only their
+#: order matters: which chapter to start first when several are ready (:func:`critical_paths`). A
+#: build that finds the last build's record uses that machine's own seconds instead (:func:`main`).
+CHAPTER_SECONDS: dict[str, float] = {
+    "01_text_games": 23, "02_prompts_tokens_actions": 32, "03_expert_data": 102,
+    "04_supervised_finetuning": 1354, "05_policy_gradients": 599, "06_ppo": 982,
+    "07_grpo_and_comparison": 311, "08_evaluation_gap": 251, "09_pretrained_model": 515, "10_scaling_out": 4,
+}
 
-    return {name: len(waiting_on(name)) for name in order}
+
+def critical_paths(order: dict[str, tuple[str, ...]], seconds: dict[str, float] | None = None) -> dict[str, float]:
+    """Each chapter's expected seconds plus the longest chain of chapters that wait on it: how late
+    the build ends at best if the chapter starts now. A chapter ``seconds`` does not know counts 1 s
+    (then the longest chain of chapters counts).
+
+    Why: of the chapters ready at once, the one heading the longest remaining work starts first
+    (critical-path list scheduling). Chapter 6 (~980 s) then starts before chapter 5 (~600 s) when both
+    are ready, so the shorter one fills the other core's gap after chapter 4 instead of trailing
+    the build (the check of 2a21ccd ended with chapter 9, 5 and 6 in a row on one core)."""
+    seconds = CHAPTER_SECONDS if seconds is None else seconds
+    paths: dict[str, float] = {}
+
+    def path(name: str) -> float:
+        if name not in paths:
+            waiting = [other for other, wanted in order.items() if name in wanted]
+            paths[name] = seconds.get(name, 1.0) + max(map(path, waiting), default=0.0)
+        return paths[name]
+
+    return {name: path(name) for name in order}
 
 
 def _execute(path: str, timeout: int, allow_errors: bool) -> tuple[object, float, str | None]:
@@ -174,13 +199,14 @@ def _execute(path: str, timeout: int, allow_errors: bool) -> tuple[object, float
 def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, timeout: int = 900,
                      allow_errors: bool = False, needs: dict[str, tuple[str, ...]] | None = None,
                      early: dict[str, Callable[[], bool]] | None = None, poll_seconds: float = 5.0,
-                     log=print) -> list[ChapterRun]:
+                     seconds: dict[str, float] | None = None, log=print) -> list[ChapterRun]:
     """Execute ``notebooks`` (book order), at most ``jobs`` at a time, and store each executed
     notebook in the jupyter-cache at ``cache_path``. Returns one :class:`ChapterRun` per chapter that ran.
 
     A chapter starts when the chapters it needs have finished, or earlier when its test in ``early``
-    passes (checked every ``poll_seconds``; :func:`checkpoints_written_since`). A chapter whose need failed
-    does not run."""
+    passes (checked every ``poll_seconds``; :func:`checkpoints_written_since`); of those ready, the one
+    heading the longest chain of expected ``seconds`` first (:func:`critical_paths`). A chapter whose
+    need failed does not run."""
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
@@ -188,7 +214,7 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
     early = early or {}
     by_name = {path.stem: path for path in notebooks}
     order = chapter_order(list(by_name), needs)
-    priority = _priority(order)
+    priority = critical_paths(order, seconds)
     cache = get_cache(str(cache_path))
     runs: dict[str, ChapterRun] = {}
     failed: set[str] = set()
@@ -241,6 +267,19 @@ def kernel_threads(jobs: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, jobs))
 
 
+def expected_seconds(record: Path) -> dict[str, float]:
+    """:data:`CHAPTER_SECONDS`, with each chapter that the build recorded at ``record`` finished in its
+    own seconds: the last build on this machine is the better guess of the next."""
+    seconds = dict(CHAPTER_SECONDS)
+    try:
+        runs = json.loads(record.read_text())["chapters"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return seconds  # no record yet (a fresh clone), or one this code cannot read: the table
+    seconds.update({run["name"]: float(run["seconds"]) for run in runs
+                    if isinstance(run, dict) and run.get("error") is None and "name" in run and "seconds" in run})
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -267,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
                                 timeout=timeout, allow_errors=settings["allow_errors"],
-                                early=checkpoints_written_since(time.time()))
+                                early=checkpoints_written_since(time.time()), seconds=expected_seconds(args.record))
     finally:  # this process's own setting is left as it was
         if saved is None:
             os.environ.pop("TUTORIAL_THREADS", None)
