@@ -81,9 +81,25 @@ def test_of_the_ready_chapters_the_one_heading_the_longest_work_starts_first(tmp
     # d waits on a: a heads 1 + 30 s of work, more than b (20) or c (5), so a runs first; once a has
     # finished, d (30 s) comes before b and c, although it comes last in the book
     execute_chapters(paths, tmp_path / "cache", jobs=1, timeout=60, needs={"a": (), "b": (), "c": (), "d": ("a",)},
-                     seconds={"a": 1, "b": 20, "c": 5, "d": 30}, log=lambda _: None)
+                     chapter_seconds={"a": 1, "b": 20, "c": 5, "d": 30}, log=lambda _: None)
     starts = {name: interval(tmp_path, name)[0] for name in "abcd"}
     assert sorted(starts, key=starts.get) == ["a", "d", "b", "c"]
+
+
+@pytest.mark.parametrize("hold", [0.0, 30.0])
+def test_a_chapter_ready_early_leaves_the_core_to_a_longer_one_about_to_be_ready(tmp_path, hold):
+    """As chapter 5 (short) and chapter 6 (long) wait on chapter 4, whose checkpoints for chapter 5
+    appear first: with a hold the long one starts first, without one the short one does."""
+    first = notebook(tmp_path, "first", "open('for_short', 'w').write('1')\ntime.sleep(2)\n"
+                                         "open('for_long', 'w').write('1')\ntime.sleep(6)")
+    short, long = notebook(tmp_path, "short", "time.sleep(0.2)"), notebook(tmp_path, "long", "time.sleep(0.2)")
+    execute_chapters([first, short, long], tmp_path / "cache", jobs=2, timeout=60,
+                     needs={"first": (), "short": ("first",), "long": ("first",)},
+                     early={"short": (tmp_path / "for_short").exists, "long": (tmp_path / "for_long").exists},
+                     chapter_seconds={"first": 10, "short": 5, "long": 50}, hold_seconds=hold, poll_seconds=0.1,
+                     log=lambda _: None)
+    short_start, long_start = interval(tmp_path, "short")[0], interval(tmp_path, "long")[0]
+    assert (long_start < short_start) == bool(hold)
 
 
 def test_the_book_starts_chapter_6_before_chapter_5_and_chapter_4_first():

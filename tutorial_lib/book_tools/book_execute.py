@@ -185,6 +185,20 @@ def critical_paths(order: dict[str, tuple[str, ...]], seconds: dict[str, float] 
     return {name: path(name) for name in order}
 
 
+def held(name: str, pending: list[str], ready: list[str], order: dict[str, tuple[str, ...]],
+         priority: dict[str, float], early: dict[str, Callable[[], bool]]) -> bool:
+    """Whether ``name``, ready, should leave a free worker to a chapter not yet ready that waits on the
+    same chapters, may start early (it has a test in ``early``) and heads longer work (``priority``).
+
+    Why: chapters 5, 6 and 7 all wait on chapter 4 and start as its checkpoints appear; chapter 5's
+    (tic-tac-toe) appear about a minute before chapter 6's (math, and CookingWorld begun). Started
+    then, chapter 5 would take the core that chapter 6, the longer, needs to finish beside chapter 4,
+    and the build would end on chapter 6 alone. :func:`execute_chapters` holds such a chapter for at
+    most ``hold_seconds``."""
+    return any(other not in ready and other in early and order[other] == order[name] and order[name]
+               and priority[other] > priority[name] for other in pending)
+
+
 def _execute(path: str, timeout: int, allow_errors: bool) -> tuple[object, float, str | None]:
     """Run one notebook in a fresh kernel, in its own folder (as myst-nb does); in a worker process."""
     import nbformat
@@ -199,14 +213,17 @@ def _execute(path: str, timeout: int, allow_errors: bool) -> tuple[object, float
 def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, timeout: int = 900,
                      allow_errors: bool = False, needs: dict[str, tuple[str, ...]] | None = None,
                      early: dict[str, Callable[[], bool]] | None = None, poll_seconds: float = 5.0,
-                     seconds: dict[str, float] | None = None, log=print) -> list[ChapterRun]:
+                     chapter_seconds: dict[str, float] | None = None, hold_seconds: float = 0.0,
+                     log=print) -> list[ChapterRun]:
     """Execute ``notebooks`` (book order), at most ``jobs`` at a time, and store each executed
     notebook in the jupyter-cache at ``cache_path``. Returns one :class:`ChapterRun` per chapter that ran.
 
     A chapter starts when the chapters it needs have finished, or earlier when its test in ``early``
     passes (checked every ``poll_seconds``; :func:`checkpoints_written_since`); of those ready, the one
-    heading the longest chain of expected ``seconds`` first (:func:`critical_paths`). A chapter whose
-    need failed does not run."""
+    heading the longest chain of ``chapter_seconds`` first (:func:`critical_paths`). A chapter ready
+    early leaves its worker free for up to ``hold_seconds`` while a chapter that waits on the same
+    chapters and heads longer work may start early too (:func:`held`). A chapter whose need failed
+    does not run."""
     import nbformat
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
@@ -214,7 +231,8 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
     early = early or {}
     by_name = {path.stem: path for path in notebooks}
     order = chapter_order(list(by_name), needs)
-    priority = critical_paths(order, seconds)
+    priority = critical_paths(order, chapter_seconds)
+    ready_since: dict[str, float] = {}  # when each chapter was first seen ready
     cache = get_cache(str(cache_path))
     runs: dict[str, ChapterRun] = {}
     failed: set[str] = set()
@@ -230,6 +248,12 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
             ready = sorted((n for n in pending if all(w in runs and runs[w].error is None for w in order[n])
                             or (n in early and early[n]())),
                            key=lambda n: (-priority[n], list(by_name).index(n)))
+            now = time.perf_counter()
+            for name in ready:
+                ready_since.setdefault(name, now)
+            if running:  # a hold waits for a running chapter's checkpoints, so only while one runs
+                ready = [n for n in ready if not held(n, pending, ready, order, priority, early)
+                         or now - ready_since[n] >= hold_seconds]
             for name in ready[: max(0, jobs - len(running))]:
                 pending.remove(name)
                 running[pool.submit(_execute, str(by_name[name]), timeout, allow_errors)] = (name, time.perf_counter())
@@ -257,6 +281,12 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
                     failed.add(name)
                     log(f"[{time.perf_counter() - start:6.0f} s] FAILED   {name} after {seconds:.0f} s\n{error}")
     return list(runs.values())
+
+
+#: how long a chapter ready early waits for a longer one about to be ready (:func:`held`): chapter 6's
+#: checkpoints follow chapter 5's by about a minute in chapter 4 (math's SFT, CookingWorld's evaluation
+#: before its SFT); longer than that, and the core would idle for more than the order gains.
+HOLD_SECONDS = 180.0
 
 
 def kernel_threads(jobs: int, cores: int | None = None) -> int:
@@ -306,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = execute_chapters([Path(p).resolve() for p in notebooks], args.cache, jobs=args.jobs,
                                 timeout=timeout, allow_errors=settings["allow_errors"],
-                                early=checkpoints_written_since(time.time()), seconds=expected_seconds(args.record))
+                                early=checkpoints_written_since(time.time()),
+                                chapter_seconds=expected_seconds(args.record), hold_seconds=HOLD_SECONDS)
     finally:  # this process's own setting is left as it was
         if saved is None:
             os.environ.pop("TUTORIAL_THREADS", None)
