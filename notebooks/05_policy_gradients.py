@@ -681,8 +681,8 @@ else:
     evaluation_paths(paths, ylabel="greedy draws vs minimax", level=LEVEL,
                      title="REINFORCE on tic-tac-toe, grid cells evaluated along the run (200 games each)")
     plt.show()
-    for name, runs in paths.items():
-        reading, _ = level_counts(runs, LEVEL, ttt_settings.iterations // 2)
+    counts = {name: level_counts(runs, LEVEL, ttt_settings.iterations // 2) for name, runs in paths.items()}
+    for name, (reading, _) in counts.items():
         say(f"{name}: {reading}; SFT seeds {', '.join(map(str, sorted({row['seed'] for row in cells[name]})))}.")
     # the cells both groups ran from the same start, seeds and numerics: their paths coincide until
     # the rate begins to fall, so the ends differ by the schedule alone
@@ -694,7 +694,7 @@ else:
         say(f"Cells run both ways from the same start: {len(pairs)}; the falling rate ended higher in {higher}, "
             f"lower in {lower}, level in {len(pairs) - higher - lower} (ends, constant -> falling: "
             + ", ".join(f"{flat[-1][1]:.3f} -> {decayed[-1][1]:.3f}" for flat, decayed in pairs) + ").")
-    glue("ttt_level_cells", level_counts(paths[recipe], LEVEL, ttt_settings.iterations // 2)[1], display=False)
+    glue("ttt_level_cells", counts[recipe][1], display=False)
 
 # %% [markdown]
 # Two things show in the recorded paths. The gain arrives at different times in different cells:

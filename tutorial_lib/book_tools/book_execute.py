@@ -164,6 +164,12 @@ CHAPTER_SECONDS: dict[str, float] = {
 }
 
 
+#: how long a chapter ready early waits for a longer one about to be ready (:func:`held`): chapter 6's
+#: checkpoints follow chapter 5's by about a minute in chapter 4 (math's SFT, CookingWorld's evaluation
+#: before its SFT); longer than that, and the core would idle for more than the order gains.
+HOLD_SECONDS = 180.0
+
+
 def critical_paths(order: dict[str, tuple[str, ...]], seconds: dict[str, float] | None = None) -> dict[str, float]:
     """Each chapter's expected seconds plus the longest chain of chapters that wait on it: how late
     the build ends at best if the chapter starts now. A chapter ``seconds`` does not know counts 1 s
@@ -281,12 +287,6 @@ def execute_chapters(notebooks: list[Path], cache_path: Path, *, jobs: int = 2, 
                     failed.add(name)
                     log(f"[{time.perf_counter() - start:6.0f} s] FAILED   {name} after {seconds:.0f} s\n{error}")
     return list(runs.values())
-
-
-#: how long a chapter ready early waits for a longer one about to be ready (:func:`held`): chapter 6's
-#: checkpoints follow chapter 5's by about a minute in chapter 4 (math's SFT, CookingWorld's evaluation
-#: before its SFT); longer than that, and the core would idle for more than the order gains.
-HOLD_SECONDS = 180.0
 
 
 def kernel_threads(jobs: int, cores: int | None = None) -> int:
