@@ -844,7 +844,9 @@ else:
 # - **Games an iteration.** A line whose recipe says 32 games collected about twice the turns of a
 #   16-game line before each step, so each step's direction holds less of one batch's luck. Compare
 #   its KL to the start (the curves' last panel) and its games with the same seed's 16-game line:
-#   how far did the same number of steps move the policy, and did greedy play change at all?
+#   how far did the same number of steps move the policy, and did greedy play change at all? Adam's
+#   step is about the learning rate whatever the batch, so a 32-game line at twice the rate asks the
+#   next question: was it the size of the steps, rather than their noise, that held greedy play?
 # - **The model chosen on validation games.** A run's last weights are one draw from where 16
 #   sampled games a step moved it. A line whose recipe says "model chosen on ... validation games"
 #   played greedy games on seeds of their own (neither the training's nor these 200) before RL,
@@ -958,7 +960,8 @@ if cost_rows:
 #   reward's loophole of a repeated guess next to the secret), a KL penalty to the SFT start (a
 #   leash for the start that has most to lose), an update in bfloat16 (faster where the CPU has
 #   it, and another path from the same seed), twice the games an iteration (less of one batch's
-#   luck in each step), and a run extended to more iterations, judged again at its new length.
+#   luck in each step) and with it twice the learning rate (steps as far as the smaller batches
+#   moved), and a run extended to more iterations, judged again at its new length.
 # - What RL changed is in the games: the moves the SFT start never played on 1-50 (the opening
 #   first), and the guesses that throw away what the feedback said.
 # - Tic-tac-toe as x, whose better moves the SFT policy samples, is the second task; its section
