@@ -58,6 +58,14 @@
 # The `small` preset (SmolLM2-135M with LoRA, chapter 9) and `full` (a pretrained model on a GPU)
 # run the same code with budgets meant to move these numbers.
 # :::
+#
+# ```{tip}
+# Opened on its own in a fresh notebook runtime, this chapter first builds what it loads from the
+# chapters before it (chapter 3's expert data, chapter 4's SFT checkpoints); on a CPU that is most
+# of its time (`benchmarks/results/book_time_budget.md` times each chapter opened alone). A runtime
+# forgets them when it is recycled: {doc}`/book/setup` shows how to keep the cache on Drive, so
+# that every later chapter, in this runtime or the next, loads them instead.
+# ```
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on

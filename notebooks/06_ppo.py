@@ -31,6 +31,14 @@
 # - PPO on tic-tac-toe, math answers and CookingWorld, from the chapter-4 checkpoints, before and
 #   after, and what holds over several seeds;
 # - the diagnostics that tell a healthy PPO run: approx-KL, clip fraction, explained variance.
+#
+# ```{tip}
+# Opened on its own in a fresh notebook runtime, this chapter first builds what it loads from the
+# chapters before it (chapter 3's expert data, chapter 4's SFT checkpoints); on a CPU that is most
+# of its time (`benchmarks/results/book_time_budget.md` times each chapter opened alone). A runtime
+# forgets them when it is recycled: {doc}`/book/setup` shows how to keep the cache on Drive, so
+# that every later chapter, in this runtime or the next, loads them instead.
+# ```
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on

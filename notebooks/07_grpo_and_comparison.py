@@ -33,6 +33,14 @@
 # - how the three algorithms compare in final accuracy, sample efficiency and wall time, and why
 #   this chapter's memory column cannot rank them;
 # - what makes a task suit GRPO: an answer checkable on the spot, and groups that disagree.
+#
+# ```{tip}
+# Opened on its own in a fresh notebook runtime, this chapter first builds what it loads from the
+# chapters before it (chapter 3's expert data, chapter 4's SFT checkpoints); on a CPU that is most
+# of its time (`benchmarks/results/book_time_budget.md` times each chapter opened alone). A runtime
+# forgets them when it is recycled: {doc}`/book/setup` shows how to keep the cache on Drive, so
+# that every later chapter, in this runtime or the next, loads them instead.
+# ```
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on

@@ -35,6 +35,14 @@
 # - how often sampled tokens differ from the decoded text tokenised again, and what that does to
 #   the log-probabilities an RL trainer computes;
 # - how a step limit shorter than the expert's plans caps every policy's success.
+#
+# ```{tip}
+# Opened on its own in a fresh notebook runtime, this chapter first builds what it loads from the
+# chapters before it (chapter 3's expert data, chapter 4's SFT checkpoints); on a CPU that is most
+# of its time (`benchmarks/results/book_time_budget.md` times each chapter opened alone). A runtime
+# forgets them when it is recycled: {doc}`/book/setup` shows how to keep the cache on Drive, so
+# that every later chapter, in this runtime or the next, loads them instead.
+# ```
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
