@@ -745,11 +745,10 @@ if lines:
     def standing(verdicts: list[str]) -> tuple[int, float]:
         return verdicts.count("better") - 2 * verdicts.count("worse"), verdicts.count("better") / len(verdicts)
 
-    closest = dict(sorted(((line, verdicts) for line, verdicts in lines.items()
-                           if "worse" not in verdicts and verdicts.count("better") > len(verdicts) / 2),
-                          key=lambda line: standing(line[1]), reverse=True))
-    if not closest:
-        closest = dict([max(lines.items(), key=lambda line: standing(line[1]))])
+    rising = dict(sorted(((line, verdicts) for line, verdicts in lines.items()
+                          if "worse" not in verdicts and verdicts.count("better") > len(verdicts) / 2),
+                         key=lambda line: standing(line[1]), reverse=True))
+    closest = rising or dict([max(lines.items(), key=lambda line: standing(line[1]))])
     named, repeated_elsewhere = [], False
     for (ranges, iterations, recipe, cpu), verdicts in closest.items():
         named.append(f"SFT on {ranges}, {iterations} iterations, {recipe}, on {cpu}: better in "
@@ -762,12 +761,12 @@ if lines:
                               + across_runs(runs, other, "before_success_rate", "after_success_rate",
                                             runs[0]["eval_episodes"]) + ")")
                 repeated_elsewhere = True
-    most = all("worse" not in v and v.count("better") > len(v) / 2 for v in closest.values())
+    every = [line[3] for line, verdicts in closest.items() if set(verdicts) == {"better"}]
     claim = (f"The line{'s' if len(named) > 1 else ''} of three seeds or more that "
-             + ("rose in most seeds and fell in none" if most else "rose most often") + ": "
+             + ("rose in most seeds and fell in none" if rising else "rose most often") + ": "
              + "; ".join(named) + ". "
-             + ("RL raised SmolLM2's greedy success on 1-50 beyond noise in every one of its seeds on this CPU."
-                if set(next(iter(closest.values()))) == {"better"}
+             + (f"RL raised SmolLM2's greedy success on 1-50 beyond noise in every seed of a line on {every[0]}."
+                if every
                 else "Not in every seed: the claim that RL improves SmolLM2 here holds for some data orders, not yet for all."))
     if repeated_elsewhere:
         claim += " A gain that another CPU's rounding does not repeat is not yet the claim either."
