@@ -187,6 +187,28 @@ def test_an_update_makes_positive_advantage_actions_more_likely(tiny_cache):
     assert metrics["skipped_steps"] == 0
 
 
+def test_an_entropy_bonus_raises_the_entropy_and_a_zero_bonus_trains_nothing_into_it(tiny_cache):
+    """The entropy enters the loss only under a bonus: with one, an update that would otherwise
+    change nothing (every advantage 0, the critic silenced) raises it; with a coefficient of 0 the
+    same update leaves the policy as it was."""
+    rollout = collect(fresh_policy(tiny_cache), "tictactoe", range(8), env_options=TTT, num_envs=8)
+    entropies = {}
+    for coef in (0.0, 1.0):
+        policy = fresh_policy(tiny_cache)
+        ppo = PPO(policy, small_settings(entropy_coef=coef, value_coef=0.0, whiten_advantages=False, gamma=1.0,
+                                         lr_schedule="constant"))
+        batch, _ = ppo.prepare(rollout)
+        batch.advantages = torch.zeros_like(batch.advantages)
+        ppo.prepare = lambda _rollout, batch=batch: (batch, {})
+        before = weights(policy.model)
+        ppo.update(rollout)
+        with torch.no_grad():
+            scores, _ = ppo.logprobs_and_values(batch.model_inputs(), with_entropy=True)
+        entropies[coef] = float(scores.entropy[batch.action_mask].mean())
+        assert same(before, weights(policy.model)) == (coef == 0.0)
+    assert entropies[1.0] > entropies[0.0]
+
+
 def test_a_separate_critic_leaves_the_policy_alone(tiny_cache):
     policy = fresh_policy(tiny_cache)
     ppo = PPO(policy, small_settings(critic="separate", learning_rate=0.0, lr_schedule="constant", value_coef=10.0))

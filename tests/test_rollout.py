@@ -85,6 +85,33 @@ def test_recompute_carries_gradients_for_the_trainer(tiny_policy):
     tiny_policy.model.zero_grad()
 
 
+def test_a_measured_entropy_stays_out_of_the_backward_pass(tiny_policy):
+    """Without an entropy bonus the entropy is a measurement: the same values, nothing for autograd
+    to keep (its full-vocabulary graph was most of the output layer's saved memory), and the
+    log-probs' gradient unchanged."""
+    from tutorial_lib.runtime.memory_plan import saved_activation_bytes
+
+    samples = fresh(tiny_policy, sampling="rl", seed=2).sample(PROMPTS, max_new_tokens=6)
+    batch = collate_turns(samples, tiny_policy.tokenizer.pad_token_id)
+    model = tiny_policy.model
+    measured = action_logprobs(model, batch, with_entropy=True)
+    bonus = action_logprobs(model, batch, with_entropy=True, entropy_gradient=True)
+    assert not measured.entropy.requires_grad and bonus.entropy.requires_grad
+    assert measured.logprobs.requires_grad
+    torch.testing.assert_close(measured.entropy, bonus.entropy.detach(), atol=0, rtol=0)
+    kept = {name: saved_activation_bytes(model, lambda options=options: action_logprobs(model, batch, **options))
+            for name, options in (("none", {}), ("measured", dict(with_entropy=True)),
+                                  ("bonus", dict(with_entropy=True, entropy_gradient=True)))}
+    assert kept["measured"] == kept["none"] < kept["bonus"]
+    gradients = []
+    for scores in (measured, action_logprobs(model, batch)):
+        model.zero_grad()
+        scores.logprobs.sum().backward()
+        gradients.append(model.lm_head.weight.grad.clone())
+    model.zero_grad()
+    torch.testing.assert_close(gradients[0], gradients[1], atol=0, rtol=0)
+
+
 def test_entropy_is_exact_and_its_gradient_finite_when_a_probability_underflows():
     # a gap of 300 nats: exp underflows to exactly 0 in float32 (a pretrained model's logits at
     # temperature 0.5 reach such gaps); -inf: a token masked out

@@ -220,12 +220,15 @@ class PPO:
             self.scheduler.load_state_dict(state["scheduler"])
 
     # -- scoring ----------------------------------------------------------------------------
-    def logprobs_and_values(self, inputs: dict[str, torch.Tensor]) -> tuple[ActionScores, torch.Tensor]:
-        """Action log-probs (with entropy) and turn values (turns,) of collated turns: one forward
-        pass serves both with a shared critic (detail 1: the value of the turn's last prompt token)."""
+    def logprobs_and_values(self, inputs: dict[str, torch.Tensor], *,
+                            with_entropy: bool = False) -> tuple[ActionScores, torch.Tensor]:
+        """Action log-probs (and entropy, if asked) and turn values (turns,) of collated turns: one forward
+        pass serves both with a shared critic (detail 1: the value of the turn's last prompt token).
+        The entropy carries a gradient only when the loss has an entropy bonus."""
         shared = self.value_model.backbone is None
-        scores = action_logprobs(self.policy.model, inputs, with_entropy=True, with_state_hidden=shared,
-                                 temperature=self.settings.temperature)
+        scores = action_logprobs(self.policy.model, inputs, with_entropy=with_entropy,
+                                 entropy_gradient=with_entropy and self.settings.entropy_coef != 0,
+                                 with_state_hidden=shared, temperature=self.settings.temperature)
         values = self.value_model.from_hidden(scores.state_hidden) if shared else self.value_model(inputs)
         return scores, values
 
@@ -353,14 +356,16 @@ class PPO:
             self.optimizer.zero_grad(set_to_none=True)
             stats = dict.fromkeys(STEP_STATS, 0.0)
             for micro in minibatch.split(size):
-                scores, values = self.logprobs_and_values(micro.model_inputs())  # (turns, a), (turns,)
+                scores, values = self.logprobs_and_values(micro.model_inputs(), with_entropy=True)  # (turns, a), (turns,)
                 micro = micro.to(values.device)
                 mask = micro.action_mask  # (turns, a)
                 policy_loss, ratio = clipped_surrogate(  # detail 7
                     scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, settings.clip_range, tokens)
                 value_loss = clipped_value_loss(values, micro.old_values, micro.returns, settings.value_clip_range, turns)  # detail 8
                 entropy = scores.entropy[mask].sum() / tokens  # detail 9
-                loss = policy_loss + settings.value_coef * value_loss - settings.entropy_coef * entropy
+                loss = policy_loss + settings.value_coef * value_loss
+                if settings.entropy_coef:  # without a bonus the entropy is only measured (no backward pass)
+                    loss = loss - settings.entropy_coef * entropy
                 if not torch.isfinite(loss):  # never step on a non-finite loss
                     return stats, False
                 loss.backward()

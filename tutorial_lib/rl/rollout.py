@@ -348,6 +348,7 @@ def action_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_gradient: bool = False,
     with_state_hidden: bool = False,
 ) -> ActionScores:
     """Log-probs of the action tokens of a :func:`collate_turns` batch under ``model``'s weights.
@@ -361,6 +362,9 @@ def action_logprobs(
     The body runs over every column, the output layer only over the action columns: a
     (batch, length, vocab) logits tensor would not fit in memory for a large vocabulary.
     ``with_state_hidden`` also returns the hidden state a value head reads (PPO, chapter 6).
+    ``with_entropy`` returns each action token's entropy as a measurement, outside autograd; only an
+    entropy bonus needs its gradient (``entropy_gradient``). Its full-vocabulary backward pass costs
+    a PPO step several percent even when the bonus's coefficient is 0 and adds nothing but zeros.
     """
     hidden = body_hidden_states(model, batch)  # (batch, length, hidden)
     mask = batch["action_mask"].to(hidden.device)  # (batch, A)
@@ -371,7 +375,10 @@ def action_logprobs(
     log_probs = (logits / temperature).log_softmax(-1)
     targets = batch["input_ids"][:, -actions:].to(hidden.device)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = token_entropy(log_probs).masked_fill(~mask, 0.0) if with_entropy else None
+    entropy = None
+    if with_entropy or entropy_gradient:
+        with torch.set_grad_enabled(entropy_gradient and torch.is_grad_enabled()):
+            entropy = token_entropy(log_probs).masked_fill(~mask, 0.0)
     state_hidden = None
     if with_state_hidden:
         rows = torch.arange(hidden.shape[0], device=hidden.device)

@@ -23,9 +23,10 @@ rotary embeddings' copies of q and k, LoRA's inputs and the padding mask's effec
 hand count said 21 (``benchmarks/results/gpu_pretrained_rl.md``). Attention itself keeps O(length)
 per token with PyTorch's fused kernels. Korthikanti et al. (2022, arXiv:2205.05198) count
 ``34 x hidden`` bytes per token and layer for a GPT block in 16-bit, the same order. The output
-layer keeps the float32 logits, their log-softmax and what the entropy reads: ``16 x vocabulary``
-bytes for each token scored (13 measured; a 49k vocabulary: 0.75 MB a token, more than all of
-SmolLM2's layers together). Checkpointing keeps one layer's input per layer instead, and one
+layer keeps the float32 logits, their log-softmax and, under an entropy bonus, what the entropy
+reads: ``16 x vocabulary`` bytes for each token scored (13 measured with the bonus, 4 without it,
+when the entropy is only measured; a 49k vocabulary: 0.75 MB a token, more than all of SmolLM2's
+layers together). Checkpointing keeps one layer's input per layer instead, and one
 layer's activations at a time. The weights, their gradients and Adam's two moments come first. It
 is an estimate: ``headroom`` leaves the rest for the allocator's fragmentation and what it does
 not count, and an update that runs out of memory all the same halves its micro-batch
