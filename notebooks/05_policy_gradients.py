@@ -61,7 +61,7 @@
 #
 # ```{tip}
 # Opened on its own in a fresh notebook runtime, this chapter first builds what it loads from the
-# chapters before it (chapter 3's expert data, chapter 4's SFT checkpoints); on a CPU that is most
+# chapters before it (chapter 3's expert data, chapter 4's SFT checkpoints); on a CPU that is much
 # of its time (`benchmarks/results/book_time_budget.md` times each chapter opened alone). A runtime
 # forgets them when it is recycled: {doc}`/book/setup` shows how to keep the cache on Drive, so
 # that every later chapter, in this runtime or the next, loads them instead.
