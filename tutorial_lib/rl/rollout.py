@@ -363,8 +363,9 @@ def action_logprobs(
     (batch, length, vocab) logits tensor would not fit in memory for a large vocabulary.
     ``with_state_hidden`` also returns the hidden state a value head reads (PPO, chapter 6).
     ``with_entropy`` returns each action token's entropy as a measurement, outside autograd; only an
-    entropy bonus needs its gradient (``entropy_gradient``). Its full-vocabulary backward pass costs
-    a PPO step several percent even when the bonus's coefficient is 0 and adds nothing but zeros.
+    entropy bonus needs its gradient (``entropy_gradient``). Its full-vocabulary graph would otherwise
+    triple what the output layer keeps for backpropagation, for a gradient of exact zeros when the
+    bonus's coefficient is 0 (``benchmarks/entropy_graph.py``).
     """
     hidden = body_hidden_states(model, batch)  # (batch, length, hidden)
     mask = batch["action_mask"].to(hidden.device)  # (batch, A)
