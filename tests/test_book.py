@@ -35,6 +35,22 @@ def test_html_check_reports_missing_pages(tmp_path):
     assert len(problems) == len(book.chapter_sources()) and all("missing" in p for p in problems)
 
 
+def test_a_solution_whose_check_fails_is_a_build_problem():
+    """The built page of a chapter: a reader's stub may say "not yet", a hidden solution may not."""
+    from bs4 import BeautifulSoup
+
+    page = """
+    <div class="cell docutils container"><div class="cell_output"><pre>not yet: check_gae
+      - your function raises NotImplementedError</pre></div></div>
+    <div class="cell tag_hide-input docutils container"><div class="cell_output"><pre>not yet: check_gae
+      - yours uses 0
+passed: check_gae (5 cases)</pre></div></div>
+    <div class="cell tag_hide-input docutils container"><div class="cell_output"><pre>not yet: check_k3
+      - expected 0.1, got 0.2</pre></div></div>"""
+    problems = book.unsolved_exercises(BeautifulSoup(page, "html.parser"))
+    assert problems == ["a solution's check did not pass: not yet: check_k3"]
+
+
 def test_cell_times_are_logged_by_the_kernel_and_read_back_by_chapter(tmp_path, capsys):
     """A shell with ``time_cells`` installed logs each cell it runs; ``cell_times`` finds the cells'
     chapters by their source and sums them per kernel (one kernel per chapter in a build)."""

@@ -124,6 +124,21 @@ def check_html(html_dir: Path, root: Path = ROOT) -> list[str]:
         text = " ".join(o.get_text(" ") for o in outputs)
         if errors or "Traceback (most recent call last)" in text:
             problems.append(f"{page.name}: shows an error output")
+        problems += [f"{page.name}: {problem}" for problem in unsolved_exercises(soup)]
+    return problems
+
+
+def unsolved_exercises(soup) -> list[str]:
+    """An exercise's solution is a cell with its input hidden (tag ``hide-input``) that calls a check of
+    :mod:`tutorial_lib.exercises`; the last check it shows must say ``passed`` (a solution may first show
+    what a check says of the wrong version). A reader's stub, shown in full, may say ``not yet``."""
+    problems = []
+    for cell in soup.select("div.cell.tag_hide-input"):
+        output = " ".join(o.get_text(" ") for o in cell.select("div.cell_output"))
+        verdicts = [line.strip() for line in output.splitlines()
+                    if line.strip().startswith(("passed: check_", "not yet: check_"))]
+        if verdicts and verdicts[-1].startswith("not yet"):
+            problems.append(f"a solution's check did not pass: {verdicts[-1]}")
     return problems
 
 
