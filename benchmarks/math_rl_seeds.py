@@ -14,10 +14,11 @@ import time
 
 from tutorial_lib.comparison import compare_on_math
 from tutorial_lib.evaluation.evaluate import math_accuracy
-from tutorial_lib.pipeline import rl_settings, sft_policy
-from tutorial_lib.presets import get_preset
+from tutorial_lib.pipeline import sft_policy
+from tutorial_lib.presets import get_preset, rl_settings
 from tutorial_lib.records import record_run
-from tutorial_lib.rl.ppo import train_ppo
+from tutorial_lib.rl.ppo import PPO
+from tutorial_lib.rl.rl_loop import train
 from tutorial_lib.runtime.cache import cache_root
 
 SHORT = {"accuracy (training problems)": "train", "accuracy (new problems)": "new", "format_accuracy": "format"}
@@ -43,7 +44,7 @@ def main() -> None:
         settings = rl_settings("math", preset, "ppo", seed=seed)
         before = math_accuracy(policy, settings.env_options)
         start = time.perf_counter()
-        train_ppo(policy, "math", settings, out_dir=runs_dir / "ppo-math", progress=False)
+        train(PPO, policy, "math", settings, out_dir=runs_dir / "ppo-math", progress=False)
         lines = [row(seed, "chapter 6", "PPO", before, math_accuracy(policy, settings.env_options),
                      time.perf_counter() - start)]
         comparison = compare_on_math(preset, runs_dir=runs_dir, seed=seed, data_seed=seed, progress=False)

@@ -27,7 +27,8 @@ from sft_cost import build  # noqa: E402  (same folder: the Qwen architecture an
 from tutorial_lib.lm.models import OFFLINE_MODELS
 from tutorial_lib.lm.policies import LanguagePolicy
 from tutorial_lib.presets import get_preset
-from tutorial_lib.rl.ppo import PPOSettings, train_ppo
+from tutorial_lib.rl.ppo import PPO, PPOSettings
+from tutorial_lib.rl.rl_loop import train as train_rl
 from tutorial_lib.runtime.device import PeakMemory, device_kind
 
 
@@ -50,7 +51,7 @@ def main() -> None:
                            minibatch_turns=args.turns, microbatch_turns=args.microbatch, env_options=env_options,
                            lr_schedule="constant")
     with tempfile.TemporaryDirectory() as out, PeakMemory() as memory:
-        result = train_ppo(policy, args.game, settings, out_dir=out, progress=False)
+        result = train_rl(PPO, policy, args.game, settings, out_dir=out, progress=False)
     rest = result.history[1:] or result.history
     sample = statistics.fmean(r["sample_seconds"] for r in rest)
     train = statistics.fmean(r["train_seconds"] for r in rest)

@@ -166,7 +166,7 @@ def standard_errors(metrics: dict[str, float], episodes: int) -> dict[str, float
 def rl_run_settings(task: str, seed: int, preset, args):
     """The preset's RL settings for the task's game, on the task's training options, with the
     command line's changes."""
-    from tutorial_lib.pipeline import rl_settings
+    from tutorial_lib.presets import rl_settings
 
     spec = TASKS[task]
     options = dict(spec["train"])  # added to the preset's (GuessTheNumber: preset=None and its own range)
@@ -218,8 +218,9 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     (not yet recorded)."""
     import torch
 
-    from tutorial_lib.rl.ppo import train_ppo
-    from tutorial_lib.rl.reinforce import train_reinforce
+    from tutorial_lib.rl.ppo import PPO
+    from tutorial_lib.rl.reinforce import Reinforce
+    from tutorial_lib.rl.rl_loop import train
     from tutorial_lib.runtime.tracking import has_checkpoint
 
     spec = TASKS[task]
@@ -264,8 +265,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     doing = f"extending to {settings.iterations} iterations" if recorded else "resuming" if resume else "starting"
     print(f"# {task} seed {seed}: {doing} RL in {folder}", file=sys.stderr, flush=True)
     torch.manual_seed(seed)
-    train = train_ppo if algo == "ppo" else train_reinforce
-    trained = train(policy, game, settings, out_dir=folder, resume=resume, progress=True)
+    trained = train(PPO if algo == "ppo" else Reinforce, policy, game, settings, out_dir=folder, resume=resume, progress=True)
     # from the log, which holds every iteration: a call killed in the middle of RL never noted its part
     stages["rl"] = round(sum(r["sample_seconds"] + r["train_seconds"] for r in trained.history), 1)
     began = time.perf_counter()

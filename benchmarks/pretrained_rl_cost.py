@@ -24,7 +24,7 @@ frozen start (:meth:`~tutorial_lib.rl.reinforce.Reinforce.reference_kl`, a forwa
 backward). Two more rows time that scoring alone, grouped by length:
 
 * ``KL reference, adapters``: the start as a copy of the PEFT model, adapters and all;
-* ``KL reference, merged``: the copy the library makes (:func:`~tutorial_lib.rl.rl_loop.frozen_reference`),
+* ``KL reference, merged``: the copy the library makes (:func:`~tutorial_lib.rl.kl.frozen_reference`),
   adapters merged into plain layers.
 
 ``--cases`` picks rows by name (without ``game order``, no speed relative to it is written).
@@ -49,10 +49,10 @@ from pathlib import Path
 
 import torch
 
-from tutorial_lib.pipeline import rl_settings, sft_policy
-from tutorial_lib.presets import get_preset
+from tutorial_lib.pipeline import sft_policy
+from tutorial_lib.presets import get_preset, rl_settings
+from tutorial_lib.rl.kl import frozen_reference
 from tutorial_lib.rl.reinforce import Reinforce
-from tutorial_lib.rl.rl_loop import frozen_reference
 from tutorial_lib.rl.rollout import TurnBatch, collect
 from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
 

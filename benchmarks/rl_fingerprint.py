@@ -9,7 +9,9 @@ whitening), each from the same seed: every logged metric of every iteration (tim
 SHA-256 of the final weights (and PPO's value model). Training on one CPU with one thread is
 deterministic, so a refactor that keeps the maths gives the same file bit for bit; ``--against``
 names every run and metric that differs. Run both sides on the same machine with
-``TUTORIAL_THREADS=1`` (kernels and thread counts round differently).
+``TUTORIAL_THREADS=1`` (kernels and thread counts round differently). Code from before
+``rl_loop.train`` (2dbbe6f and older) is fingerprinted with its own copy of this script (in a
+worktree of that commit, ``PYTHONPATH`` set to it).
 """
 
 from __future__ import annotations
@@ -25,18 +27,19 @@ import torch
 
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.lm.tiny_model import TinyConfig
-from tutorial_lib.rl.ppo import PPOSettings, train_ppo
-from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
+from tutorial_lib.rl.ppo import PPO, PPOSettings
+from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings
+from tutorial_lib.rl.rl_loop import train
 
 #: a model small enough that the four runs take a minute or two on one core
 TINY = TinyConfig(vocab_size=600, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, corpus_episodes=6)
 GAMES = dict(opponent="random", agent_mark="alternate")
 SHARED = dict(turns_per_iteration=24, num_envs=6, microbatch_turns=5, learning_rate=1e-2, env_options=GAMES)
 RUNS = {
-    "reinforce": (train_reinforce, ReinforceSettings(iterations=3, **SHARED)),
-    "reinforce_rebn": (train_reinforce, ReinforceSettings(iterations=2, normalise="rebn", **SHARED)),
-    "ppo": (train_ppo, PPOSettings(iterations=3, minibatch_turns=8, **SHARED)),
-    "ppo_separate_kl": (train_ppo, PPOSettings(iterations=2, minibatch_turns=8, kl_coef=0.1, critic="separate",
+    "reinforce": (Reinforce, ReinforceSettings(iterations=3, **SHARED)),
+    "reinforce_rebn": (Reinforce, ReinforceSettings(iterations=2, normalise="rebn", **SHARED)),
+    "ppo": (PPO, PPOSettings(iterations=3, minibatch_turns=8, **SHARED)),
+    "ppo_separate_kl": (PPO, PPOSettings(iterations=2, minibatch_turns=8, kl_coef=0.1, critic="separate",
                                                whiten_rewards=True, **SHARED)),
 }
 
@@ -51,11 +54,11 @@ def digest(module: torch.nn.Module) -> str:
 
 def fingerprint() -> dict:
     out = {}
-    for name, (train, settings) in RUNS.items():
+    for name, (algorithm, settings) in RUNS.items():
         torch.manual_seed(0)
         policy = load_policy("tiny", tiny_config=TINY)
         with tempfile.TemporaryDirectory() as folder:
-            result = train(policy, "tictactoe", settings, out_dir=folder, progress=False)
+            result = train(algorithm, policy, "tictactoe", settings, out_dir=folder, progress=False)
         value_model = getattr(result.algorithm, "value_model", None)
         out[name] = {"weights": digest(policy.model), "value_model": digest(value_model) if value_model else None,
                      "history": [{k: v for k, v in row.items() if not k.endswith("_seconds")} for row in result.history]}

@@ -105,11 +105,12 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
     import torch
 
     from tutorial_lib.evaluation.evaluate import evaluate_policy
-    from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings, with_sft_changes
-    from tutorial_lib.presets import get_preset
+    from tutorial_lib.pipeline import sft_policy, sft_settings, with_sft_changes
+    from tutorial_lib.presets import get_preset, rl_settings
     from tutorial_lib.records import recipe_settings
-    from tutorial_lib.rl.ppo import train_ppo
-    from tutorial_lib.rl.reinforce import train_reinforce
+    from tutorial_lib.rl.ppo import PPO
+    from tutorial_lib.rl.reinforce import Reinforce
+    from tutorial_lib.rl.rl_loop import train
     from tutorial_lib.runtime.cache import cache_root
     from tutorial_lib.runtime.device import cpu_name
 
@@ -143,13 +144,13 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
         return results
 
     before = evaluate()
-    train = train_ppo if algo == "ppo" else train_reinforce
+    algorithm = PPO if algo == "ppo" else Reinforce
     # a fresh run folder each time: a kept --scratch must not resume an earlier recipe's run
     out_dir = Path(tempfile.mkdtemp(prefix=f"grid-{recipe}-{seed}-", dir=cache_root()))
     parts = settings.iterations // evaluate_every if evaluate_every else 1
     evaluations, seconds = [], 0.0
     for part in range(1, parts + 1):  # each part resumes the last one's checkpoint: the run of one part, exactly
-        run = train(policy, game, settings, out_dir=out_dir, progress=False, stage=(part, parts))
+        run = train(algorithm, policy, game, settings, out_dir=out_dir, progress=False, stage=(part, parts))
         seconds += run.seconds
         if part < parts:
             evaluations.append({"iteration": part * evaluate_every, **evaluate()})
@@ -231,8 +232,7 @@ def main() -> None:
                                   args.sft_epochs, args.evaluate_every)))
         return
 
-    from tutorial_lib.pipeline import rl_settings
-    from tutorial_lib.presets import get_preset
+    from tutorial_lib.presets import get_preset, rl_settings
     from tutorial_lib.records import record_run
     from tutorial_lib.runtime.cache import cache_root
 

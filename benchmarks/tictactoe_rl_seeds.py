@@ -25,12 +25,13 @@ import argparse
 import time
 
 from tutorial_lib.evaluation.evaluate import evaluate_policy
-from tutorial_lib.pipeline import rl_settings, sft_policy, sft_settings, with_sft_changes
-from tutorial_lib.presets import get_preset
+from tutorial_lib.pipeline import sft_policy, sft_settings, with_sft_changes
+from tutorial_lib.presets import get_preset, rl_settings
 from tutorial_lib.records import record_run
-from tutorial_lib.rl.ppo import train_ppo
-from tutorial_lib.rl.reinforce import train_reinforce
-from tutorial_lib.rl.rl_loop import LR_SCHEDULES
+from tutorial_lib.rl.ppo import PPO
+from tutorial_lib.rl.reinforce import Reinforce
+from tutorial_lib.rl.rl_loop import train
+from tutorial_lib.rl.settings import LR_SCHEDULES
 from tutorial_lib.rl.tictactoe_moves import train_grpo_on_moves
 from tutorial_lib.runtime.cache import cache_root
 
@@ -70,8 +71,7 @@ def main() -> None:
         if args.algo == "grpo":
             run = train_grpo_on_moves(policy, settings, out_dir=out_dir)
         else:
-            train = train_ppo if args.algo == "ppo" else train_reinforce
-            run = train(policy, "tictactoe", settings, out_dir=out_dir)
+            run = train(PPO if args.algo == "ppo" else Reinforce, policy, "tictactoe", settings, out_dir=out_dir)
         after = {opponent: evaluate(policy, preset, opponent) for opponent in ("random", "minimax")}
         row = {"algo": args.algo, "sft_seed": seed, "sft_epochs": sft_epochs, "rl_seed": seed, "iterations": iterations,
                "action_tokens": sum(r.get("action_tokens", 0) for r in run.history),

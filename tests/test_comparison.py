@@ -4,8 +4,7 @@ token budget and seed (tutorial_lib.comparison)."""
 import pytest
 
 from tutorial_lib.comparison import ALGORITHMS, SHARED_WITH_PPO, comparison_settings
-from tutorial_lib.pipeline import rl_settings
-from tutorial_lib.presets import get_preset
+from tutorial_lib.presets import get_preset, rl_settings
 
 
 @pytest.mark.parametrize("preset_name", ["ci", "full"])

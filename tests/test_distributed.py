@@ -166,8 +166,7 @@ def test_sft_on_two_processes_trains_one_global_batch_and_writes_one_model(polic
 
 
 def test_grpo_on_two_processes_samples_one_global_batch_and_writes_one_model(policy_dir, tmp_path):
-    from tutorial_lib.pipeline import grpo_settings
-    from tutorial_lib.presets import get_preset
+    from tutorial_lib.presets import get_preset, grpo_settings
 
     out = tmp_path / "grpo"
     done = launch("-m", "tutorial_lib", "rl", "--algo", "grpo", "--game", "math", "--preset", "ci", "--init",

@@ -201,8 +201,8 @@ def test_static_engine_logprobs_are_the_trainers_on_cuda(tiny_policy, sharp_mode
 
 
 def test_a_kl_reference_of_a_lora_model_is_a_merged_frozen_copy_of_its_start(tiny_policy, lora_model):
+    from tutorial_lib.rl.kl import frozen_reference
     from tutorial_lib.rl.reinforce import ReinforceSettings
-    from tutorial_lib.rl.rl_loop import frozen_reference
 
     ids = board_ids(tiny_policy.tokenizer, lora_model)
     with torch.no_grad():

@@ -8,9 +8,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tutorial_lib.data.sft import SFTSettings, sized_to_device
 from tutorial_lib.lm.models import lora_config
-from tutorial_lib.rl.rl_loop import RLSettings, checkpoint_if_needed, microbatch_size
 from tutorial_lib.rl.rollout import TurnBatch, TurnSample
-from tutorial_lib.runtime.memory_plan import example_bytes, plan_training, state_bytes
+from tutorial_lib.rl.settings import RLSettings
+from tutorial_lib.rl.update_step import MicroBatches
+from tutorial_lib.runtime.memory_plan import example_bytes, microbatch_size, plan_training, state_bytes
 
 GiB = 2**30
 
@@ -132,13 +133,13 @@ def test_rl_sizing_changes_nothing_and_checkpointing_is_switched_on_apart(tiny_p
                         lambda device=None: room_for(model, (with_it + without) / 2 / without, without))
     assert microbatch_size(settings, model, batch) == 1
     assert not checkpointing(model)  # sizing is a question: the model is as it was
-    checkpoint_if_needed(settings, model, batch)
+    MicroBatches(settings, model).checkpoint_if_needed(batch)
     assert checkpointing(model)
-    checkpoint_if_needed(settings, model, batch)  # once on, asking again changes nothing
+    MicroBatches(settings, model).checkpoint_if_needed(batch)  # once on, asking again changes nothing
     assert checkpointing(model)
     fresh = copy.deepcopy(tiny_policy.model)  # with room for every turn, nothing is switched on
     monkeypatch.setattr("tutorial_lib.runtime.memory_plan.free_memory_bytes", lambda device=None: 64 * GiB)
-    checkpoint_if_needed(settings, fresh, batch)
+    MicroBatches(settings, fresh).checkpoint_if_needed(batch)
     assert not checkpointing(fresh)
 
 

@@ -18,10 +18,10 @@ from tutorial_lib.rl.ppo import (
     clipped_surrogate,
     clipped_value_loss,
     explained_variance,
-    train_ppo,
 )
-from tutorial_lib.rl.rl_loop import lr_multiplier
+from tutorial_lib.rl.rl_loop import train
 from tutorial_lib.rl.rollout import TurnBatch, collect
+from tutorial_lib.rl.schedules import lr_multiplier
 
 from .conftest import SMALL
 
@@ -245,7 +245,7 @@ def test_a_non_finite_loss_is_skipped_not_applied(tiny_cache):
 
 def test_train_logs_ppo_metrics_and_saves_the_value_model(tiny_cache, tmp_path):
     policy = fresh_policy(tiny_cache)
-    result = train_ppo(policy, "tictactoe", small_settings(iterations=2), out_dir=tmp_path, progress=False)
+    result = train(PPO, policy, "tictactoe", small_settings(iterations=2), out_dir=tmp_path, progress=False)
     for key in ("mean_return", "turns_per_episode", "action_tokens", "entropy", "kl_k1", "kl_k3", "success_rate",
                 "invalid_rate", "sample_seconds", "train_seconds", "policy_loss", "value_loss", "approx_kl",
                 "clipfrac", "explained_variance", "learning_rate", "skipped_steps"):
@@ -261,7 +261,7 @@ def test_train_logs_ppo_metrics_and_saves_the_value_model(tiny_cache, tmp_path):
 def test_a_crashed_run_resumes_to_the_uninterrupted_result(tiny_cache, tmp_path, monkeypatch):
     settings = small_settings(lr_schedule="warmup_cosine", warmup_iterations=1)
     straight = fresh_policy(tiny_cache)
-    full = train_ppo(straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
+    full = train(PPO, straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
 
     calls = {"n": 0}
     real_collect = rl_loop.collect
@@ -274,11 +274,11 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_result(tiny_cache, tmp_path,
 
     monkeypatch.setattr(rl_loop, "collect", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
-        train_ppo(fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False)
+        train(PPO, fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False)
     monkeypatch.setattr(rl_loop, "collect", real_collect)
     torch.manual_seed(555)  # anything may happen between the stop and the resume
     resumed_policy = fresh_policy(tiny_cache)
-    resumed = train_ppo(resumed_policy, "tictactoe", settings, out_dir=tmp_path / "b", resume=True, progress=False)
+    resumed = train(PPO, resumed_policy, "tictactoe", settings, out_dir=tmp_path / "b", resume=True, progress=False)
 
     assert same(weights(straight.model), weights(resumed_policy.model))
     assert same(weights(full.algorithm.value_model), weights(resumed.algorithm.value_model))
@@ -290,28 +290,28 @@ def test_a_run_in_stages_ends_where_one_call_ends(tiny_cache, tmp_path):
     """Two parts (one notebook cell each) train exactly what one call trains; only the last saves the model."""
     settings = small_settings(lr_schedule="warmup_cosine", warmup_iterations=1, save_every=10)
     straight = fresh_policy(tiny_cache)
-    full = train_ppo(straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
+    full = train(PPO, straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
     with pytest.raises(FileNotFoundError, match="run stage 1 of 2 first"):
-        train_ppo(fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(2, 2))
-    first = train_ppo(fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False,
+        train(PPO, fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(2, 2))
+    first = train(PPO, fresh_policy(tiny_cache), "tictactoe", settings, out_dir=tmp_path / "b", progress=False,
                       stage=(1, 2))
     assert not first.finished and len(first.history) == 2 and not (tmp_path / "b" / "model").exists()
     staged_policy = fresh_policy(tiny_cache)
-    second = train_ppo(staged_policy, "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(2, 2))
+    second = train(PPO, staged_policy, "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(2, 2))
     assert second.finished and (tmp_path / "b" / "model" / "value_model.pt").exists()
     assert same(weights(straight.model), weights(staged_policy.model))
     assert [r["mean_return"] for r in second.history] == [r["mean_return"] for r in full.history]
     with pytest.raises(ValueError, match="stage must be"):
-        train_ppo(staged_policy, "tictactoe", settings, out_dir=tmp_path / "c", progress=False, stage=(0, 2))
+        train(PPO, staged_policy, "tictactoe", settings, out_dir=tmp_path / "c", progress=False, stage=(0, 2))
 
 
 def test_resuming_a_reinforce_checkpoint_with_ppo_says_why_not(tiny_cache, tmp_path):
-    from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
+    from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings
 
-    train_reinforce(fresh_policy(tiny_cache), "tictactoe", ReinforceSettings(iterations=1, turns_per_iteration=4, num_envs=4,
+    train(Reinforce, fresh_policy(tiny_cache), "tictactoe", ReinforceSettings(iterations=1, turns_per_iteration=4, num_envs=4,
                     env_options=TTT), out_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="another algorithm"):
-        train_ppo(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path, resume=True,
+        train(PPO, fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path, resume=True,
                   progress=False)
 
 
@@ -321,8 +321,9 @@ def test_a_tempered_sampler_is_scored_at_its_own_temperature(tiny_cache):
     batch = TurnBatch.of(rollout.turns, policy.tokenizer.pad_token_id)
     tempered = PPO(policy, small_settings(temperature=0.5)).score_old(batch)
     plain = PPO(policy, small_settings()).score_old(batch)
-    assert abs(tempered.kl_k3) < 1e-5  # the sampler is the tempered policy
-    assert plain.kl_k3 > 1e-3  # scored at temperature 1, the same tokens look off-policy
+    tokens = sum(len(turn.action_ids) for turn in rollout.turns)
+    assert abs(tempered.kl_sums["kl_k3"] / tokens) < 1e-5  # the sampler is the tempered policy
+    assert plain.kl_sums["kl_k3"] / tokens > 1e-3  # scored at temperature 1, the same tokens look off-policy
     with pytest.raises(ValueError, match="temperature"):
         collect(policy, "tictactoe", range(2), env_options=TTT, sampling="greedy", temperature=0.5)
 
@@ -346,7 +347,7 @@ def test_ppo_settings_hold_the_loops_fields_and_ppos_own_only():
     from dataclasses import fields
 
     from tutorial_lib.rl.reinforce import ReinforceSettings
-    from tutorial_lib.rl.rl_loop import RLSettings
+    from tutorial_lib.rl.settings import RLSettings
 
     loop = {f.name for f in fields(RLSettings)}
     assert loop <= {f.name for f in fields(PPOSettings)} and loop <= {f.name for f in fields(ReinforceSettings)}

@@ -51,7 +51,8 @@ def test_bad_scale_is_a_clear_error(monkeypatch):
 
 @pytest.mark.parametrize("scale", presets.SCALES)
 def test_every_rl_setting_of_every_preset_is_valid(scale):
-    from tutorial_lib.pipeline import rl_settings, sft_dir
+    from tutorial_lib.pipeline import sft_dir
+    from tutorial_lib.presets import rl_settings
 
     preset = presets.PRESETS[scale]
     from tutorial_lib.rl.grpo import GRPOSettings
@@ -138,7 +139,8 @@ def test_chapter_9_runs_a_pretrained_model_at_every_scale(monkeypatch):
 def test_gpu_and_full_presets_size_training_to_the_device():
     """A GPU reader's default is small's model and recipes with more games; full and gpu choose
     their micro-batches from the card's memory, keeping each recipe's examples per step."""
-    from tutorial_lib.pipeline import rl_settings, sft_settings
+    from tutorial_lib.pipeline import sft_settings
+    from tutorial_lib.presets import rl_settings
 
     gpu, small, full = presets.PRESETS["gpu"], presets.PRESETS["small"], presets.PRESETS["full"]
     assert gpu.model == small.model == presets.DEFAULT_OFFLINE_MODEL and gpu.lora == small.lora
@@ -172,7 +174,7 @@ def test_an_sft_override_that_names_no_setting_is_an_error_where_the_preset_is_w
 
 
 def test_rl_settings_apply_a_runs_changes_in_one_place():
-    from tutorial_lib.pipeline import rl_settings
+    from tutorial_lib.presets import rl_settings
 
     preset = presets.PRESETS["ci"]
     written = rl_settings("tictactoe", preset)
@@ -200,7 +202,7 @@ def test_rl_settings_apply_a_runs_changes_in_one_place():
 def test_a_shorter_or_longer_run_decays_over_the_same_share_of_it():
     from dataclasses import replace
 
-    from tutorial_lib.pipeline import rl_settings, scaled_decay
+    from tutorial_lib.presets import rl_settings, scaled_decay
     from tutorial_lib.rl.reinforce import ReinforceSettings
 
     wsd = ReinforceSettings(iterations=120, lr_schedule="warmup_stable_decay", decay_iterations=30, warmup_iterations=2)
@@ -218,7 +220,8 @@ def test_a_shorter_or_longer_run_decays_over_the_same_share_of_it():
 
 
 def test_a_changed_sft_recipe_gets_checkpoints_of_its_own_and_leaves_the_rest(tmp_path, monkeypatch):
-    from tutorial_lib.pipeline import expert_data_path, rl_settings, sft_dir, sft_settings, with_sft_changes
+    from tutorial_lib.pipeline import expert_data_path, sft_dir, sft_settings, with_sft_changes
+    from tutorial_lib.presets import rl_settings
 
     monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
     ci = presets.get_preset("ci")

@@ -172,10 +172,12 @@ def test_batched_rollout_logprobs_match_the_trainers_recompute(model_dir):
 
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
 def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(shallow_dir, tmp_path, algo):
-    from tutorial_lib.rl.ppo import PPOSettings, train_ppo
-    from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
+    from tutorial_lib.rl.ppo import PPO
+    from tutorial_lib.rl.reinforce import Reinforce
+    from tutorial_lib.rl.rl_loop import train
 
-    settings_class, train = {"reinforce": (ReinforceSettings, train_reinforce), "ppo": (PPOSettings, train_ppo)}[algo]
+    algorithm = {"reinforce": Reinforce, "ppo": PPO}[algo]
+    settings_class = algorithm.settings_class
 
     def settings(iterations):
         # zero-shot every guess is unparseable (reward -0.1 each): ReBN would make every advantage 0,
@@ -186,7 +188,7 @@ def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(shallow_dir, tmp_p
 
     policy = lora_policy(shallow_dir, seed=0)
     before = adapter_weights(policy.model)
-    result = train(policy, "guess_the_number", settings(1), out_dir=tmp_path, progress=False)
+    result = train(algorithm, policy, "guess_the_number", settings(1), out_dir=tmp_path, progress=False)
     after = adapter_weights(policy.model)
     assert any(not torch.equal(before[k], after[k]) for k in before), "the adapters did not move"
     assert len(result.history) == 1 and result.history[0]["action_tokens"] > 0
@@ -194,7 +196,7 @@ def test_one_rl_iteration_on_the_lora_model_saves_and_resumes(shallow_dir, tmp_p
         assert (tmp_path / "model" / "value_model.pt").exists()
         assert "value_loss" in result.history[0]
     # resume from the checkpoint into a fresh model: the next iteration starts from the saved adapters
-    resumed = train(lora_policy(shallow_dir, seed=0), "guess_the_number", settings(2), out_dir=tmp_path,
+    resumed = train(algorithm, lora_policy(shallow_dir, seed=0), "guess_the_number", settings(2), out_dir=tmp_path,
                     progress=False, resume=True)
     assert [row["step"] for row in resumed.history] == [1, 2]
     saved = load_policy(str(tmp_path / "model"))

@@ -8,7 +8,8 @@ import torch
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.lm.policies import Sample
 from tutorial_lib.rl.advantages import rebn
-from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings, train_reinforce, turn_advantages
+from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings, turn_advantages
+from tutorial_lib.rl.rl_loop import train
 from tutorial_lib.rl.rollout import TurnBatch, collect, turn_logprobs
 from tutorial_lib.runtime.tracking import MetricsLog, load_checkpoint, save_checkpoint
 
@@ -171,7 +172,7 @@ def test_a_non_finite_gradient_is_skipped_not_applied(tiny_cache):
 
 def test_train_logs_every_iteration_to_csv_and_tensorboard(tiny_cache, tmp_path):
     policy = fresh_policy(tiny_cache)
-    result = train_reinforce(policy, "tictactoe", small_settings(iterations=2), out_dir=tmp_path, progress=False)
+    result = train(Reinforce, policy, "tictactoe", small_settings(iterations=2), out_dir=tmp_path, progress=False)
     assert [row["step"] for row in result.history] == [1, 2]
     for key in ("mean_return", "turns_per_episode", "action_tokens", "entropy", "kl_k1", "kl_k3", "success_rate",
                 "invalid_rate", "sample_seconds", "train_seconds"):
@@ -188,14 +189,14 @@ def test_train_logs_every_iteration_to_csv_and_tensorboard(tiny_cache, tmp_path)
 def test_stopping_and_resuming_gives_the_uninterrupted_run(tiny_cache, tmp_path):
     torch.manual_seed(123)
     straight = fresh_policy(tiny_cache)
-    full = train_reinforce(straight, "tictactoe", small_settings(), out_dir=tmp_path / "a", progress=False)
+    full = train(Reinforce, straight, "tictactoe", small_settings(), out_dir=tmp_path / "a", progress=False)
 
     torch.manual_seed(999)  # a different global RNG state before the first part: settings.seed rules
     first = fresh_policy(tiny_cache)
-    train_reinforce(first, "tictactoe", small_settings(iterations=2), out_dir=tmp_path / "b", progress=False)
+    train(Reinforce, first, "tictactoe", small_settings(iterations=2), out_dir=tmp_path / "b", progress=False)
     torch.manual_seed(555)  # and anything may happen between the stop and the resume
     resumed_policy = fresh_policy(tiny_cache)  # a new process: fresh weights, restored from the checkpoint
-    resumed = train_reinforce(resumed_policy, "tictactoe", small_settings(), out_dir=tmp_path / "b",
+    resumed = train(Reinforce, resumed_policy, "tictactoe", small_settings(), out_dir=tmp_path / "b",
                               resume=True, progress=False)
 
     a, b = weights(straight.model), weights(resumed_policy.model)
@@ -208,7 +209,7 @@ def test_stopping_and_resuming_gives_the_uninterrupted_run(tiny_cache, tmp_path)
 
 def test_resume_without_a_checkpoint_says_so(tiny_cache, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        train_reinforce(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path,
+        train(Reinforce, fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path,
                         resume=True, progress=False)
 
 
@@ -246,7 +247,7 @@ def test_checkpoint_round_trip_restores_optimizer_and_rng(tmp_path):
 
 def test_a_token_budget_stops_the_run_once_spent(tiny_cache, tmp_path):
     policy = fresh_policy(tiny_cache)
-    result = train_reinforce(policy, "tictactoe", small_settings(iterations=10, token_budget=300), out_dir=tmp_path,
+    result = train(Reinforce, policy, "tictactoe", small_settings(iterations=10, token_budget=300), out_dir=tmp_path,
                              progress=False)
     spent = [row["action_tokens"] for row in result.history]
     assert len(spent) < 10
@@ -266,7 +267,7 @@ def test_a_fixed_training_split_is_cycled_through(tiny_cache, tmp_path, monkeypa
 
     monkeypatch.setattr(rl_loop, "collect", spy)
     settings = small_settings(iterations=2, first_seed=7, train_seeds=5, env_options={"source": "generated"})
-    train_reinforce(fresh_policy(tiny_cache), "math", settings, out_dir=tmp_path, progress=False)
+    train(Reinforce, fresh_policy(tiny_cache), "math", settings, out_dir=tmp_path, progress=False)
     assert seen[0][:7] == [7, 8, 9, 10, 11, 7, 8]  # one-turn episodes: the split repeats
     assert all(7 <= s < 12 for batch in seen for s in batch)
 
@@ -313,17 +314,17 @@ def test_an_update_out_of_memory_is_redone_with_smaller_micro_batches(tiny_cache
 def test_a_cosine_schedule_decays_the_rate_and_a_stopped_run_resumes_on_it(tiny_cache, tmp_path):
     settings = small_settings(lr_schedule="warmup_cosine", warmup_iterations=1)
     straight = fresh_policy(tiny_cache)
-    full = train_reinforce(straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
+    full = train(Reinforce, straight, "tictactoe", settings, out_dir=tmp_path / "a", progress=False)
     rates = [group["lr"] for group in full.algorithm.optimizer.param_groups]
     assert rates == [0.0]  # warm-up, then a cosine that ends at the last iteration
-    constant = train_reinforce(fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path / "c",
+    constant = train(Reinforce, fresh_policy(tiny_cache), "tictactoe", small_settings(), out_dir=tmp_path / "c",
                                progress=False)
     assert constant.algorithm.optimizer.param_groups[0]["lr"] == settings.learning_rate
 
     first = fresh_policy(tiny_cache)  # the same run in two parts, the second in a fresh policy
-    train_reinforce(first, "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(1, 2))
+    train(Reinforce, first, "tictactoe", settings, out_dir=tmp_path / "b", progress=False, stage=(1, 2))
     resumed_policy = fresh_policy(tiny_cache)
-    train_reinforce(resumed_policy, "tictactoe", settings, out_dir=tmp_path / "b", resume=True, progress=False,
+    train(Reinforce, resumed_policy, "tictactoe", settings, out_dir=tmp_path / "b", resume=True, progress=False,
                     stage=(2, 2))
     a, b = weights(straight.model), weights(resumed_policy.model)
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -371,7 +372,7 @@ def test_a_kl_penalty_keeps_the_policy_nearer_its_start(tiny_cache, tmp_path):
     def drift(kl_coef, seed):  # mean |log pi - log pi_start| of the probe's actions after training
         policy = fresh_policy(tiny_cache)
         start = torch.tensor(turn_logprobs(policy.model, probe, policy.tokenizer.pad_token_id))
-        train_reinforce(policy, "tictactoe", small_settings(iterations=6, kl_coef=kl_coef, turns_per_iteration=24, seed=seed),
+        train(Reinforce, policy, "tictactoe", small_settings(iterations=6, kl_coef=kl_coef, turns_per_iteration=24, seed=seed),
                         out_dir=tmp_path / f"{kl_coef}-{seed}", progress=False)
         after = torch.tensor(turn_logprobs(policy.model, probe, policy.tokenizer.pad_token_id))
         return float((after - start).abs().mean())

@@ -101,7 +101,7 @@ def test_tictactoe_opponent_records_hold_several_seeds_of_each_recipe(recipe, op
 def test_the_chapters_tictactoe_recipes_have_recorded_cells_over_seeds(recipe, algo):
     # chapters 5 and 6 show the grid cells of the recipe they run: a change to the preset's recipe
     # needs its grid recorded again (benchmarks/rl_numerics_grid.py), or the chapters show none
-    from tutorial_lib.pipeline import rl_settings
+    from tutorial_lib.presets import rl_settings
 
     preset = presets.get_preset("ci")
     runs = records.tictactoe_recipe_runs(recipe, rl_settings("tictactoe", preset, algo), preset)

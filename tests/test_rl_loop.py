@@ -1,4 +1,4 @@
-"""The algorithm contract and the plumbing below REINFORCE and PPO (``tutorial_lib.rl.rl_loop``)."""
+"""The algorithm contract, the one loop, and the toolkit below REINFORCE and PPO (``rl_loop``, ``whole_batch``, ``update_step``, ``kl``)."""
 
 import inspect
 
@@ -6,19 +6,13 @@ import pytest
 import torch
 
 from tutorial_lib.lm.models import load_policy
+from tutorial_lib.rl.kl import masked_log_ratio
 from tutorial_lib.rl.ppo import PPO, PPOSettings
 from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings
-from tutorial_lib.rl.rl_loop import (
-    Algorithm,
-    Run,
-    global_token_count,
-    masked_log_ratio,
-    shared_minibatches,
-    synchronised_step,
-    update_precision,
-    whole_batch,
-)
+from tutorial_lib.rl.rl_loop import Algorithm, Run, train
 from tutorial_lib.rl.rollout import TurnBatch, action_logprobs, collect
+from tutorial_lib.rl.update_step import synchronised_step, update_precision
+from tutorial_lib.rl.whole_batch import global_token_count, shared_minibatches, whole_batch
 
 from .conftest import SMALL
 
@@ -54,6 +48,32 @@ def test_both_algorithms_have_the_one_shape(policy):
         assert trainable <= stepped  # the optimiser steps every trainable weight of the policy
 
 
+def test_both_algorithms_prepare_then_step_and_make_no_process_call(policy, rollout):
+    """One level down the two read alike: ``prepare`` gives a batch with advantages and what to log
+    of it, ``step`` takes the optimiser's step; whole-batch statistics come from ``rl.whole_batch``."""
+    import tutorial_lib.rl.ppo as ppo_module
+    import tutorial_lib.rl.reinforce as reinforce_module
+
+    for algorithm in algorithms(policy):
+        batch, info = algorithm.prepare(rollout)
+        assert isinstance(batch, TurnBatch) and batch.advantages is not None and isinstance(info, dict)
+        assert callable(algorithm.step)
+    for module in (reinforce_module, ppo_module):
+        assert "distributed." not in inspect.getsource(module), module.__name__
+
+
+def test_train_takes_the_algorithm_class_or_one_built(policy, tmp_path):
+    settings = ReinforceSettings(iterations=1, turns_per_iteration=4, num_envs=4, microbatch_turns=4, env_options=TTT)
+    built = Reinforce(policy, settings)
+    result = train(built, policy, "tictactoe", out_dir=tmp_path / "built", progress=False)
+    assert result.algorithm is built and len(result.history) == 1
+    with pytest.raises(ValueError, match="its own policy"):
+        train(built, load_policy("tiny", tiny_config=SMALL), "tictactoe", out_dir=tmp_path / "other", progress=False)
+    fresh = train(Reinforce, load_policy("tiny", tiny_config=SMALL), "tictactoe", settings, out_dir=tmp_path / "class",
+                  progress=False)
+    assert isinstance(fresh.algorithm, Reinforce) and fresh.algorithm.settings is settings
+
+
 def test_reinforce_update_is_prepare_then_one_step(policy, rollout):
     """``update`` adds nothing to its two halves: the same metrics and the same weights."""
     settings = ReinforceSettings(microbatch_turns=4, learning_rate=1e-2)
@@ -64,7 +84,7 @@ def test_reinforce_update_is_prepare_then_one_step(policy, rollout):
     policy.model.load_state_dict(start)
     torch.manual_seed(1)
     reinforce = Reinforce(policy, settings)
-    halves = reinforce.step(reinforce.prepare(rollout))
+    halves = reinforce.step(reinforce.prepare(rollout)[0])
     assert whole == halves
     assert all(torch.equal(after_update[k], v) for k, v in policy.model.state_dict().items())
     assert any(not torch.equal(start[k], after_update[k]) for k in start)  # it did step
@@ -167,11 +187,10 @@ def test_run_names_the_algorithm_it_was_given(policy, tmp_path):
 
 
 def test_resuming_with_other_iterations_under_a_schedule_that_spans_the_run_warns(policy, tmp_path):
-    from tutorial_lib.rl.reinforce import train_reinforce
 
     def run(out, iterations, resume=False, **schedule):
         settings = ReinforceSettings(iterations=iterations, turns_per_iteration=4, num_envs=4, env_options=TTT, **schedule)
-        return train_reinforce(policy, "tictactoe", settings, out_dir=tmp_path / out, resume=resume, progress=False)
+        return train(Reinforce, policy, "tictactoe", settings, out_dir=tmp_path / out, resume=resume, progress=False)
 
     decay = dict(lr_schedule="warmup_stable_decay", decay_iterations=1)
     run("decayed", 1, **decay)

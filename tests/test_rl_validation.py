@@ -10,8 +10,9 @@ from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.rl import validation as validation_module
-from tutorial_lib.rl.ppo import PPOSettings, train_ppo
-from tutorial_lib.rl.reinforce import ReinforceSettings, train_reinforce
+from tutorial_lib.rl.ppo import PPO, PPOSettings
+from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings
+from tutorial_lib.rl.rl_loop import train
 
 from .conftest import SMALL
 
@@ -49,13 +50,13 @@ def test_the_model_is_the_best_validated_weights_and_training_is_unchanged(tiny_
     """Validated at 0, 2 and 4 iterations with scores .5, .9, .1: the model is the weights after 2
     iterations (those of a 2-iteration run), while every sampled batch is the plain run's."""
     last = load_policy("tiny", tiny_config=SMALL)
-    plain = train_reinforce(last, "tictactoe", settings(), out_dir=tmp_path / "plain", progress=False)
+    plain = train(Reinforce, last, "tictactoe", settings(), out_dir=tmp_path / "plain", progress=False)
     two = load_policy("tiny", tiny_config=SMALL)
-    train_reinforce(two, "tictactoe", settings(iterations=2), out_dir=tmp_path / "two", progress=False)
+    train(Reinforce, two, "tictactoe", settings(iterations=2), out_dir=tmp_path / "two", progress=False)
 
     scripted_scores.extend([0.5, 0.9, 0.1])
     policy = load_policy("tiny", tiny_config=SMALL)
-    chosen = train_reinforce(policy, "tictactoe", settings(validate_every=2, validation_episodes=4),
+    chosen = train(Reinforce, policy, "tictactoe", settings(validate_every=2, validation_episodes=4),
                              out_dir=tmp_path / "validated", progress=False)
     assert [r["mean_return"] for r in chosen.history] == [r["mean_return"] for r in plain.history]
     assert chosen.validation["scores"] == {"0": 0.5, "2": 0.9, "4": 0.1}
@@ -72,7 +73,7 @@ def test_a_run_that_only_loses_keeps_its_start(tiny_cache, tmp_path, scripted_sc
     scripted_scores.extend([0.7, 0.2, 0.7])  # a tie with the start keeps the start
     start = load_policy("tiny", tiny_config=SMALL)
     before = weights(start.model)
-    result = train_reinforce(start, "tictactoe", settings(iterations=2, validate_every=1, validation_episodes=4),
+    result = train(Reinforce, start, "tictactoe", settings(iterations=2, validate_every=1, validation_episodes=4),
                              out_dir=tmp_path, progress=False)
     assert result.validation["best_iteration"] == 0
     assert same(weights(start.model), before)
@@ -82,7 +83,7 @@ def test_the_score_is_the_greedy_metric_on_the_validation_seeds(tiny_cache, tmp_
     """What validation reports is the policy's greedy play on seeds 50,000 up with the validation
     options (here against minimax, while training plays random), not anything of the training batch."""
     policy = load_policy("tiny", tiny_config=SMALL)
-    result = train_reinforce(policy, "tictactoe", settings(iterations=1, learning_rate=0.0, validate_every=1,
+    result = train(Reinforce, policy, "tictactoe", settings(iterations=1, learning_rate=0.0, validate_every=1,
                                                              validation_episodes=6, validation_metric="loss_rate",
                                                              validation_env_options={"opponent": "minimax"}),
                              out_dir=tmp_path, progress=False)
@@ -95,15 +96,15 @@ def test_the_score_is_the_greedy_metric_on_the_validation_seeds(tiny_cache, tmp_
 def test_a_stopped_run_resumes_with_its_validation_and_chooses_the_same(tiny_cache, tmp_path, scripted_scores):
     scripted_scores.extend([0.1, 0.8, 0.3, 0.4, 0.2])
     whole = load_policy("tiny", tiny_config=SMALL)
-    straight = train_reinforce(whole, "tictactoe", settings(validate_every=1, validation_episodes=4),
+    straight = train(Reinforce, whole, "tictactoe", settings(validate_every=1, validation_episodes=4),
                                out_dir=tmp_path / "a", progress=False)
 
     scripted_scores.extend([0.1, 0.8, 0.3])  # the first part validates 0, 1, 2
-    train_reinforce(load_policy("tiny", tiny_config=SMALL), "tictactoe", settings(validate_every=1, validation_episodes=4),
+    train(Reinforce, load_policy("tiny", tiny_config=SMALL), "tictactoe", settings(validate_every=1, validation_episodes=4),
                     out_dir=tmp_path / "b", progress=False, stage=(1, 2))
     scripted_scores.extend([0.4, 0.2])  # a new process: the scores so far and the best weights come from the checkpoint
     resumed_policy = load_policy("tiny", tiny_config=SMALL)
-    resumed = train_reinforce(resumed_policy, "tictactoe", settings(validate_every=1, validation_episodes=4),
+    resumed = train(Reinforce, resumed_policy, "tictactoe", settings(validate_every=1, validation_episodes=4),
                               out_dir=tmp_path / "b", progress=False, stage=(2, 2))
     assert resumed.validation == straight.validation and resumed.validation["best_iteration"] == 1
     assert same(weights(resumed_policy.model), weights(whole.model))
@@ -114,9 +115,9 @@ def test_ppo_keeps_the_value_model_of_the_chosen_weights(tiny_cache, tmp_path, s
     ppo_settings = PPOSettings(iterations=2, turns_per_iteration=8, num_envs=4, microbatch_turns=8, minibatch_turns=8,
                                ppo_epochs=1, save_every=1, env_options=TTT, validate_every=1, validation_episodes=4,
                                lr_schedule="constant")
-    one = train_ppo(load_policy("tiny", tiny_config=SMALL), "tictactoe", replace(ppo_settings, iterations=1, validate_every=0),
+    one = train(PPO, load_policy("tiny", tiny_config=SMALL), "tictactoe", replace(ppo_settings, iterations=1, validate_every=0),
                     out_dir=tmp_path / "one", progress=False)
-    chosen = train_ppo(load_policy("tiny", tiny_config=SMALL), "tictactoe", ppo_settings, out_dir=tmp_path / "two",
+    chosen = train(PPO, load_policy("tiny", tiny_config=SMALL), "tictactoe", ppo_settings, out_dir=tmp_path / "two",
                        progress=False)
     assert chosen.validation["best_iteration"] == 1
     for name, module in chosen.algorithm.modules().items():
@@ -132,6 +133,6 @@ def test_validation_settings_are_checked():
 
 def test_an_unknown_metric_is_named_with_the_game_s_own(tiny_cache, tmp_path):
     with pytest.raises(ValueError, match="not a metric of tictactoe.*draw_rate"):
-        train_reinforce(load_policy("tiny", tiny_config=SMALL), "tictactoe",
+        train(Reinforce, load_policy("tiny", tiny_config=SMALL), "tictactoe",
                         settings(iterations=1, validate_every=1, validation_episodes=2, validation_metric="accuracy"),
                         out_dir=tmp_path, progress=False)

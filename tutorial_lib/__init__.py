@@ -5,12 +5,12 @@ Packages by layer; each may import only those listed below it, and ``make test``
 
 =============== ================================================================================
 ``book_tools``  the book's build: notebook and page checks, ``make book``'s executor, the smoke run
-(top level)     ``presets`` (the ``ci``/``small``/``full`` scales), ``pipeline`` (chapter results
+(top level)     ``presets`` (the ``ci``/``small``/``gpu``/``full`` scales; ``rl_settings``), ``pipeline`` (chapter results
                 cached by their settings), ``comparison`` (REINFORCE, PPO, GRPO on one budget),
                 ``report`` (sentences a run decides; recorded seeds), ``records`` (the
-                benchmarks' run records, read and written), ``plotting``, ``__main__`` (the
-                command line)
-``rl``          rollout, advantages, the RL loop, REINFORCE, PPO, GRPO (chapters 5-7)
+                benchmarks' run records, read and written), ``plotting``, ``exercises`` (the
+                chapters' exercise checks), ``__main__`` (the command line)
+``rl``          the RL loop, REINFORCE, PPO, GRPO, and the toolkit below them (chapters 5-7, 10)
 ``data``        expert transcripts, SFT (chapters 3-4); beside ``rl``, neither imports the other
 ``evaluation``  playing episodes, summaries (chapters 1, 8)
 ``lm``          loading models, the tiny model, prompts, tokens, sampling, policies (chapters 2, 9)

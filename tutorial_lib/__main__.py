@@ -154,10 +154,12 @@ def _evaluate(args) -> int:
 
 def _rl(args) -> int:
     from tutorial_lib.lm.models import is_pretrained, load_policy
-    from tutorial_lib.pipeline import rl_settings, sft_policy
+    from tutorial_lib.pipeline import sft_policy
+    from tutorial_lib.presets import rl_settings
     from tutorial_lib.rl.grpo import train_grpo
-    from tutorial_lib.rl.ppo import train_ppo
-    from tutorial_lib.rl.reinforce import train_reinforce
+    from tutorial_lib.rl.ppo import PPO
+    from tutorial_lib.rl.reinforce import Reinforce
+    from tutorial_lib.rl.rl_loop import train
 
     preset = _preset(args)
     if args.algo == "grpo" and args.game != "math":
@@ -170,11 +172,6 @@ def _rl(args) -> int:
                            turns_per_iteration=args.turns_per_iteration, update_dtype=args.update_dtype,
                            validate_every=args.validate_every, validation_episodes=args.validation_episodes,
                            validation_metric=args.validation_metric)
-    if args.algo == "grpo":
-        def train(policy, game, settings, *, out_dir, resume, progress):
-            return train_grpo(policy, settings, out_dir=out_dir, resume=resume, progress=progress)
-    else:
-        train = {"reinforce": train_reinforce, "ppo": train_ppo}[args.algo]
     with contextlib.redirect_stdout(sys.stderr):
         # several processes: the main one trains (and caches) a missing SFT checkpoint, the others load it
         with distributed.main_first():
@@ -183,7 +180,12 @@ def _rl(args) -> int:
                 policy = load_policy(args.init, lora=True if is_pretrained(preset.model) else None)
             else:
                 policy = sft_policy(args.game, preset, progress=not args.quiet)
-        result = train(policy, args.game, settings, out_dir=args.out, resume=args.resume, progress=not args.quiet)
+        if args.algo == "grpo":
+            result = train_grpo(policy, settings, out_dir=args.out, resume=args.resume, progress=not args.quiet)
+        else:
+            algorithm = {"reinforce": Reinforce, "ppo": PPO}[args.algo]
+            result = train(algorithm, policy, args.game, settings, out_dir=args.out, resume=args.resume,
+                           progress=not args.quiet)
     last = result.history[-1] if result.history else {}
     if distributed.is_main():
         print(json.dumps({"output_dir": str(result.out_dir), "model": str(result.out_dir / "model"), "algo": args.algo,

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from tutorial_lib.evaluation.evaluate import math_accuracy
-from tutorial_lib.pipeline import grpo_settings, rl_settings, sft_policy
-from tutorial_lib.presets import Preset
+from tutorial_lib.pipeline import sft_policy
+from tutorial_lib.presets import Preset, grpo_settings, rl_settings
 from tutorial_lib.rl.grpo import GRPOSettings, math_prompt_dataset, train_grpo
-from tutorial_lib.rl.ppo import train_ppo
-from tutorial_lib.rl.reinforce import train_reinforce
+from tutorial_lib.rl.ppo import PPO
+from tutorial_lib.rl.reinforce import Reinforce
+from tutorial_lib.rl.rl_loop import train as train_rl
 from tutorial_lib.runtime.device import PeakMemory
 
 ALGORITHMS = ("REINFORCE", "PPO", "GRPO (TRL)")
@@ -80,9 +81,9 @@ def compare_on_math(preset: Preset, *, runs_dir: str | Path, seed: int = 0, data
 
     # each algorithm's training, under the name its settings have in ``comparison_settings``
     train = {
-        "REINFORCE": lambda policy, s: train_reinforce(policy, "math", s, out_dir=runs_dir / "compare-reinforce",
-                                                              progress=progress),
-        "PPO": lambda policy, s: train_ppo(policy, "math", s, out_dir=runs_dir / "compare-ppo", progress=progress),
+        "REINFORCE": lambda policy, s: train_rl(Reinforce, policy, "math", s, out_dir=runs_dir / "compare-reinforce",
+                                                progress=progress),
+        "PPO": lambda policy, s: train_rl(PPO, policy, "math", s, out_dir=runs_dir / "compare-ppo", progress=progress),
         "GRPO (TRL)": grpo,
     }
     for name in ALGORITHMS:

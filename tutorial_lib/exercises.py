@@ -529,23 +529,24 @@ def check_clipped_surrogate(fn: Callable) -> CheckResult:
         def run() -> str | None:
             ref_lp = logprobs.clone().requires_grad_(True)
             expected, _ = clipped_surrogate(ref_lp, old, advantages, mask, clip_range, int(mask.sum()))
+            target = float(expected.detach())
             expected.backward()
             mine = logprobs.clone().requires_grad_(True)
             got = _call(fn, mine, old.clone(), advantages.clone(), mask.clone(), clip_range)
             value = _scalar(got)
             if value is None:
                 return "return a scalar tensor"
-            if abs(value - float(expected)) > 1e-5:
+            if abs(value - target) > 1e-5:
                 ratio = (logprobs - old).exp()
                 optimistic = torch.min(-advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range))
                 if abs(value - float((optimistic * mask).sum() / mask.sum())) < 1e-5:
-                    return (f"expected {float(expected):.5f}, got {value:.5f}: take the pessimistic bound, the max "
+                    return (f"expected {target:.5f}, got {value:.5f}: take the pessimistic bound, the max "
                             "of the two losses (the min of the two objectives)")
                 full = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range))
                 if abs(value - float(full.mean())) < 1e-5:
-                    return (f"expected {float(expected):.5f}, got {value:.5f}: average over the action tokens only "
+                    return (f"expected {target:.5f}, got {value:.5f}: average over the action tokens only "
                             "(the mask), not every position")
-                return f"expected {float(expected):.5f}, got {value:.5f}"
+                return f"expected {target:.5f}, got {value:.5f}"
             if not isinstance(got, torch.Tensor) or not got.requires_grad:
                 return "the loss carries no gradient to logprobs: compute it from logprobs with torch operations"
             try:

@@ -6,6 +6,9 @@ under a key made from every setting that produced it, and recomputed when the ca
 
     examples = expert_data("tictactoe", preset)       # chapter 3's data, made or loaded
     policy = sft_policy("tictactoe", preset)          # chapter 4's checkpoint, trained or loaded
+
+Also the SFT settings a preset gives a game (:func:`sft_settings`, the key of its checkpoint); the
+RL settings are resolved beside the presets (:func:`tutorial_lib.presets.rl_settings`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +34,13 @@ from tutorial_lib.data.expert_data import (
 )
 from tutorial_lib.data.sft import SFTSettings, staged_run_writer, train_sft
 from tutorial_lib.lm.models import is_pretrained, load_policy
-from tutorial_lib.lm.policies import MAX_NEW_TOKENS
 from tutorial_lib.lm.tiny_model import RECIPE_VERSION, TinyConfig
 from tutorial_lib.presets import Preset
-from tutorial_lib.rl.grpo import GRPOSettings
-from tutorial_lib.rl.ppo import PPOSettings
-from tutorial_lib.rl.reinforce import ReinforceSettings
 from tutorial_lib.runtime import durable
 from tutorial_lib.runtime.cache import cache_root, folder_lock
 
 #: bump when expert data or SFT recipes change, so stale cache entries are not reused
 PIPELINE_VERSION = 1
-
-#: the RL algorithms of the loop, each the name of its ``GameSettings`` field and its settings class
-RL_ALGORITHMS = {"reinforce": ReinforceSettings, "ppo": PPOSettings}
-
 
 def _key(*parts: Any) -> str:
     blob = json.dumps([PIPELINE_VERSION, RECIPE_VERSION, *parts], sort_keys=True, default=str)
@@ -122,63 +117,6 @@ def sft_dir(game: str, preset: Preset) -> Path:
     key = _key(game, str(expert_data_path(game, preset).name), asdict(sft_settings(game, preset)), preset.model,
                asdict(TinyConfig()) if preset.model == "tiny" else None, preset.lora if is_pretrained(preset.model) else None)
     return cache_root() / "sft" / f"{game}-{key}"
-
-
-def rl_settings(game: str, preset: Preset, algo: str = "reinforce", **changes: Any):
-    """A run's RL settings for ``game``, resolved in one place: chapter 5's REINFORCE, chapter 6's
-    PPO or chapter 7's GRPO as the preset holds them (the class defaults where it holds none, the
-    game's options under the algorithm's own), then ``changes`` (a command line's or a benchmark's).
-
-    ``changes`` are fields of the settings; ``None`` keeps the preset's. ``env_options`` are added to
-    the preset's options, not put in their place. ``iterations`` and ``save_every`` are GRPO's
-    ``steps`` and ``save_steps``. Fewer ``turns_per_iteration`` than games side by side (or than
-    PPO's minibatch) bring those down with them, unless ``changes`` name them too. Another number of
-    ``iterations`` under a ``warmup_stable_decay`` schedule decays over the same share of the run
-    (:func:`scaled_decay`), unless ``changes`` name ``decay_iterations`` too.
-    """
-    if algo == "grpo":
-        settings = grpo_settings(game, preset)
-        changes = {GRPO_NAMES.get(name, name): value for name, value in changes.items()}
-    elif algo in RL_ALGORITHMS:
-        game_settings = preset.game(game)
-        settings = getattr(game_settings, algo) or RL_ALGORITHMS[algo]()
-        settings = replace(settings, env_options={**game_settings.env_options, **settings.env_options})
-    else:
-        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join([*RL_ALGORITHMS, 'grpo'])}")
-    changes = {name: value for name, value in changes.items() if value is not None}
-    unknown = sorted(set(changes) - {f.name for f in fields(settings)})
-    if unknown:
-        raise ValueError(f"{type(settings).__name__} has no setting {', '.join(unknown)}")
-    if "env_options" in changes:
-        changes["env_options"] = {**settings.env_options, **changes["env_options"]}
-    if ("iterations" in changes and "decay_iterations" not in changes
-            and getattr(settings, "lr_schedule", None) == "warmup_stable_decay"):
-        # a recipe that decays over its last quarter still does when a run is shorter or longer
-        changes["decay_iterations"] = scaled_decay(settings, changes["iterations"])
-    turns = changes.get("turns_per_iteration")
-    if turns is not None:
-        changes.setdefault("num_envs", min(settings.num_envs, turns))
-        if hasattr(settings, "minibatch_turns"):
-            changes.setdefault("minibatch_turns", min(settings.minibatch_turns, turns))
-    return replace(settings, **changes)  # the settings' own checks run on the result
-
-
-def scaled_decay(settings, iterations: int) -> int:
-    """The ``decay_iterations`` of ``settings`` scaled to a run of ``iterations``: the same share of
-    the run, at least 1 and no more than the iterations after the warm-up (the settings' own check
-    reports a run too short for any)."""
-    share = settings.decay_iterations / settings.iterations
-    return max(1, min(round(share * iterations), iterations - settings.warmup_iterations))
-
-
-#: the loop settings that GRPO (TRL's trainer) names otherwise
-GRPO_NAMES = {"iterations": "steps", "save_every": "save_steps"}
-
-
-def grpo_settings(game: str, preset: Preset) -> GRPOSettings:
-    """Chapter 7's GRPO settings for ``game`` (math, or tic-tac-toe's single moves) as the preset holds
-    them, else the defaults with room for the game's longest answer."""
-    return preset.game(game).grpo or GRPOSettings(max_completion_length=MAX_NEW_TOKENS[game])
 
 
 def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progress: bool = False,

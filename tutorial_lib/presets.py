@@ -17,12 +17,17 @@ Training settings follow the model as well as the scale: ``ci`` was tuned for th
 from scratch (full fine-tuning, lr 3e-3, dozens of epochs), which would wreck a pretrained model, so
 naming a pretrained model at ``ci`` takes the ``small`` preset's settings (LoRA, lr 3e-4, a few
 dozen steps), and naming ``tiny`` at ``small`` or ``full`` takes ``ci``'s (:func:`get_preset`).
+
+Holds :data:`PRESETS` (each written out whole), :data:`PRETRAINED_AT_CI` (``small`` with chapter 9's
+CI counts), and :func:`rl_settings`, the one resolver of a run's RL settings from a preset (with
+:func:`grpo_settings`). Imports ``data``'s and ``rl``'s settings classes, ``lm`` and ``runtime``.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from tutorial_lib.data.sft import SFTSettings
 from tutorial_lib.lm.models import DEFAULT_LORA, is_pretrained
@@ -386,70 +391,31 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
+def _with_games(preset: Preset, name: str, **games: dict) -> Preset:
+    """``preset`` named ``name``, with the fields of each game in ``games`` changed (a game's
+    ``reinforce``/``ppo`` changes as a dict of that settings' fields)."""
+    changed = {}
+    for game, changes in games.items():
+        settings = preset.game(game)
+        changes = {key: replace(getattr(settings, key), **value) if key in ("reinforce", "ppo", "grpo") else value
+                   for key, value in changes.items()}
+        changed[game] = replace(settings, **changes)
+    return replace(preset, name=name, games={**preset.games, **changed})
+
+
 #: what chapter 9 runs a pretrained model at under plain ``ci``: ``small``'s model and recipes with
-#: its counts cut to a CI chapter's budget (about six minutes on 2 cores): fewer SFT steps, fewer
-#: evaluation games, one short RL iteration
-PRETRAINED_AT_CI = Preset(
-    name="ci",
-    model=DEFAULT_OFFLINE_MODEL,
-    baseline_episodes=200,
-    mcts_simulations=1000,
-    mcts_games=20,
-    math_source="generated",
-    cookingworld=dict(num_locations=3, include_doors=1, num_distractor_items=2, num_ingredients=2),
-    games={
-        "tictactoe": GameSettings(
-            env_options=dict(opponent="random", agent_mark="alternate"),
-            expert_episodes=300,
-            sft=dict(max_steps=80, logging_steps=5),
-            eval_episodes=12,
-            reinforce=ReinforceSettings(iterations=10, turns_per_iteration=64, num_envs=16, microbatch_turns=8,
-                    learning_rate=5e-5, env_options=dict(TICTACTOE_RL_OPTIONS)),
-            ppo=PPOSettings(iterations=5, turns_per_iteration=64, num_envs=16, minibatch_turns=32, microbatch_turns=8,
-                     learning_rate=5e-5, gamma=1.0, env_options=dict(TICTACTOE_RL_OPTIONS)),
-            # chapter 7's single moves: GRPO's defaults (40 steps of 4 positions x 16 answers) would be
-            # ~2,500 sampled and trained answers of SmolLM2, hours on 2 cores; the math run's scale
-            grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5,
-                            max_completion_length=MAX_NEW_TOKENS["tictactoe"]),
-        ),
-        "cookingworld": GameSettings(
-            env_options=dict(num_locations=2, include_doors=1, num_distractor_items=1, num_ingredients=1),
-            expert_episodes=100,
-            sft=dict(max_steps=60, logging_steps=5),
-            eval_episodes=4,
-            ppo=PPOSettings(iterations=3, turns_per_iteration=32, num_envs=8, learning_rate=5e-5, gamma=0.99,
-                     gae_lambda=0.95, kl_coef=0.1, minibatch_turns=16, microbatch_turns=4, save_every=1,
-                     env_options={"fold": "train"}),
-            expert_mistake_rate=0.15,
-        ),
-        "guess_the_number": GameSettings(
-            env_options=dict(preset="easy"),
-            expert_episodes=300,
-            sft=dict(max_steps=16, logging_steps=5),
-            eval_episodes=50,
-            # one RL iteration: at ci the chapter measures what an iteration costs, it cannot afford learning
-            reinforce=ReinforceSettings(iterations=1, turns_per_iteration=16, num_envs=8, microbatch_turns=8, learning_rate=5e-5,
-                    env_options={"preset": "hard"}),
-        ),
-        "math": GameSettings(
-            env_options=dict(source="generated", level=1),
-            expert_episodes=600,
-            sft=dict(max_steps=40, logging_steps=5),
-            eval_episodes=30,
-            ppo=PPOSettings(iterations=4, turns_per_iteration=32, num_envs=32, learning_rate=5e-5, temperature=0.5,
-                     first_seed=0, train_seeds=600, gamma=1.0, gae_lambda=1.0, minibatch_turns=16,
-                     microbatch_turns=8),
-            grpo=GRPOSettings(steps=8, prompts_per_step=4, num_generations=4, learning_rate=5e-5, temperature=0.5),
-        ),
-    },
-    selfplay=dict(episodes=300, simulations=1000, epsilon=0.1),
-    mcts_vs_random_games=300,
-    lora=DEFAULT_LORA,
-    # one example per micro-batch row, no accumulation: a CPU step is already seconds; no
-    # activation checkpointing (it saves memory a CPU has, at ~30% more time); constant lr
-    sft=dict(batch_size=8, gradient_accumulation_steps=1, gradient_checkpointing=False, learning_rate=3e-4,
-             lr_scheduler="constant", warmup_ratio=0.0),
+#: its counts cut to a CI chapter's budget (about six minutes on 2 cores): fewer evaluation games,
+#: fewer SFT steps and one short REINFORCE iteration on GuessTheNumber (at ci the chapter measures what an
+#: iteration costs; it cannot afford learning)
+PRETRAINED_AT_CI = _with_games(
+    PRESETS["small"], "ci",
+    tictactoe=dict(eval_episodes=12),
+    cookingworld=dict(eval_episodes=4),
+    guess_the_number=dict(eval_episodes=50, sft=dict(max_steps=16, logging_steps=5),
+                          reinforce=dict(iterations=1, turns_per_iteration=16, num_envs=8)),
+    math=dict(eval_episodes=30),
 )
+
 
 def scale_name() -> str:
     """``TUTORIAL_SCALE`` if set (validated), else ``gpu`` with an accelerator and ``ci`` without."""
@@ -497,3 +463,64 @@ def pretrained_preset(preset: Preset | None = None) -> Preset:
     pretrained (``small``, ``full``, or ``ci`` with ``TUTORIAL_MODEL``), else :data:`PRETRAINED_AT_CI`."""
     preset = preset or get_preset()
     return preset if is_pretrained(preset.model) else PRETRAINED_AT_CI
+
+
+#: the RL algorithms of the loop, each the name of its ``GameSettings`` field and its settings class
+RL_ALGORITHMS = {"reinforce": ReinforceSettings, "ppo": PPOSettings}
+
+
+def rl_settings(game: str, preset: Preset, algo: str = "reinforce", **changes: Any):
+    """A run's RL settings for ``game``, resolved in one place: chapter 5's REINFORCE, chapter 6's
+    PPO or chapter 7's GRPO as the preset holds them (the class defaults where it holds none, the
+    game's options under the algorithm's own), then ``changes`` (a command line's or a benchmark's).
+
+    ``changes`` are fields of the settings; ``None`` keeps the preset's. ``env_options`` are added to
+    the preset's options, not put in their place. ``iterations`` and ``save_every`` are GRPO's
+    ``steps`` and ``save_steps``. Fewer ``turns_per_iteration`` than games side by side (or than
+    PPO's minibatch) bring those down with them, unless ``changes`` name them too. Another number of
+    ``iterations`` under a ``warmup_stable_decay`` schedule decays over the same share of the run
+    (:func:`scaled_decay`), unless ``changes`` name ``decay_iterations`` too.
+    """
+    if algo == "grpo":
+        settings = grpo_settings(game, preset)
+        changes = {GRPO_NAMES.get(name, name): value for name, value in changes.items()}
+        options = settings.env_options
+    elif algo in RL_ALGORITHMS:
+        game_settings = preset.game(game)
+        settings = getattr(game_settings, algo) or RL_ALGORITHMS[algo]()
+        options = {**game_settings.env_options, **settings.env_options}  # the algorithm's over the game's
+    else:
+        raise ValueError(f"unknown RL algorithm {algo!r}; use one of {', '.join([*RL_ALGORITHMS, 'grpo'])}")
+    changes = {name: value for name, value in changes.items() if value is not None}
+    unknown = sorted(set(changes) - {f.name for f in fields(settings)})
+    if unknown:
+        raise ValueError(f"{type(settings).__name__} has no setting {', '.join(unknown)}")
+    changes["env_options"] = {**options, **changes.get("env_options", {})}  # the changes' over both
+    if ("iterations" in changes and "decay_iterations" not in changes
+            and getattr(settings, "lr_schedule", None) == "warmup_stable_decay"):
+        # a recipe that decays over its last quarter still does when a run is shorter or longer
+        changes["decay_iterations"] = scaled_decay(settings, changes["iterations"])
+    turns = changes.get("turns_per_iteration")
+    if turns is not None:
+        changes.setdefault("num_envs", min(settings.num_envs, turns))
+        if hasattr(settings, "minibatch_turns"):
+            changes.setdefault("minibatch_turns", min(settings.minibatch_turns, turns))
+    return replace(settings, **changes)  # the settings' own checks run on the result
+
+
+def scaled_decay(settings, iterations: int) -> int:
+    """The ``decay_iterations`` of ``settings`` scaled to a run of ``iterations``: the same share of
+    the run, at least 1 and no more than the iterations after the warm-up (the settings' own check
+    reports a run too short for any)."""
+    share = settings.decay_iterations / settings.iterations
+    return max(1, min(round(share * iterations), iterations - settings.warmup_iterations))
+
+
+#: the loop settings that GRPO (TRL's trainer) names otherwise
+GRPO_NAMES = {"iterations": "steps", "save_every": "save_steps"}
+
+
+def grpo_settings(game: str, preset: Preset) -> GRPOSettings:
+    """Chapter 7's GRPO settings for ``game`` (math, or tic-tac-toe's single moves) as the preset holds
+    them, else the defaults with room for the game's longest answer."""
+    return preset.game(game).grpo or GRPOSettings(max_completion_length=MAX_NEW_TOKENS[game])

@@ -5,8 +5,10 @@
     rows = recorded_runs("study.jsonl", preset)                        # a chapter, this preset's lines
 
 Which lines of a record count (a run repeated bit for bit, a run completed or extended by a later
-call) is decided here too; what the rows say is :mod:`tutorial_lib.report`'s. Imports the runtime
-layer only.
+call) is decided here too, and a recorded run's labels are made here, beside the fields they read
+(its name, recipe and CPU in a few words: :func:`pretrained_run_name`, :func:`pretrained_rl_recipe`,
+:func:`cpu_label`); the sentences a chapter says about the rows are :mod:`tutorial_lib.report`'s.
+Imports the runtime layer only.
 """
 
 from __future__ import annotations

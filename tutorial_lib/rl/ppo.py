@@ -1,13 +1,17 @@
 """PPO with a value head, for multi-turn text games and single-turn answers (chapter 6).
 
     policy = sft_policy("cookingworld", preset)              # or load_policy("tiny")
-    result = train_ppo(policy, "cookingworld", PPOSettings(iterations=20), out_dir="runs/ppo-cw")
+    result = train(PPO, policy, "cookingworld", PPOSettings(iterations=20), out_dir="runs/ppo-cw")
     result.history[-1]      # policy_loss, value_loss, approx_kl, clipfrac, explained_variance, ...
 
-Holds the algorithm and nothing else: :class:`PPO` has the shape of
-:class:`~tutorial_lib.rl.reinforce.Reinforce` (``optimizer``, ``modules()``, ``state_dict()``,
-``prepare``, ``update``); the loop, collection, checkpoints and the multi-process plumbing are
-:mod:`tutorial_lib.rl.rl_loop`'s. Imports ``lm`` and ``rl``'s own modules only.
+Holds the algorithm and nothing else: :class:`PPOSettings`, the value model, the two clipped losses
+and :class:`PPO`, whose methods read in the order they run: ``update`` (``prepare`` the rollout:
+score the old policy and critic, the rewards and advantages; then epochs of shuffled minibatches,
+one ``step`` each: the three losses, backward, the clipped optimiser step), as
+:class:`~tutorial_lib.rl.reinforce.Reinforce`'s do. Statistics over the batch are the whole batch's
+through :mod:`~tutorial_lib.rl.whole_batch`; this file makes no process call. Imports ``lm`` and
+``rl``'s toolkit (``advantages``, ``kl``, ``rollout``, ``schedules``, ``settings``, ``update_step``,
+``whole_batch``).
 
 Chapter 6 argues each implementation detail; the code marks them ``# detail N`` (after Huang et
 al., *The 37 Implementation Details of PPO*, ICLR blog track 2022, and CleanRL's ``ppo.py``; the LLM
@@ -25,40 +29,36 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size
 from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
-from tutorial_lib.rl.advantages import gae, whiten
-from tutorial_lib.rl.rl_loop import (
+from tutorial_lib.rl.advantages import gae
+from tutorial_lib.rl.kl import frozen_reference, masked_log_ratio, reference_kl, sampler_kl_sums
+from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
+from tutorial_lib.rl.schedules import lr_scheduler, step_schedule
+from tutorial_lib.rl.settings import RLSettings
+from tutorial_lib.rl.update_step import (
     MicroBatches,
-    RLResult,
-    RLSettings,
-    Run,
-    checkpoint_if_needed,
-    frozen_reference,
-    global_token_count,
-    lr_schedule,
-    masked_log_ratio,
-    reference_kl,
-    sampler_kl_sums,
-    shared_minibatches,
-    step_schedule,
     synchronised_step,
     update_precision,
 )
-from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_logprobs, state_positions
-from tutorial_lib.runtime import distributed
+from tutorial_lib.rl.whole_batch import (
+    gathered,
+    global_sums,
+    global_token_count,
+    shared_minibatches,
+    whiten_whole_batch,
+)
 
 CRITICS = ("shared", "separate")
 
 
 @dataclass
 class PPOSettings(RLSettings):
-    """Settings of a PPO run: the loop's (:class:`~tutorial_lib.rl.rl_loop.RLSettings`) and PPO's own.
+    """Settings of a PPO run: the loop's (:class:`~tutorial_lib.rl.settings.RLSettings`) and PPO's own.
     ``learning_rate`` is the actor's."""
 
     #: discount per turn (the GSM8K tutorial's 1: an answer is one turn)
@@ -180,8 +180,8 @@ class OldScores:
     logprobs: torch.Tensor  # (T, A) log pi_old of each action token, right-aligned, 0 outside the mask
     values: torch.Tensor  # (T,) V_old of each turn's state
     ref_kl: torch.Tensor  # (T,) sum over the turn's tokens of log pi_old - log pi_ref (0: no reference)
-    kl_k1: float  # KL(sampler || trainer) per action token, two estimators: ~0 when the
-    kl_k3: float  # sampler is the policy being trained (chapter 5)
+    kl_sums: dict[str, float]  # KL(sampler || trainer) summed over this process's action tokens, two
+    # estimators (k1, k3): ~0 when the sampler is the policy being trained (chapter 5)
 
 
 #: the statistics of one clipped step, summed over its micro-batches
@@ -190,9 +190,11 @@ STEP_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 
 class PPO:
     """PPO's state between iterations (the policy, a value model, a frozen reference, one optimiser,
-    the learning-rate schedule) and its update; :func:`train_ppo` is the loop around it."""
+    the learning-rate schedule) and its update; :func:`~tutorial_lib.rl.rl_loop.train` is the loop
+    around it."""
 
     name = "PPO"
+    settings_class = PPOSettings
 
     def __init__(self, policy, settings: PPOSettings):
         self.policy, self.settings = policy, settings
@@ -206,7 +208,7 @@ class PPO:
             [{"params": actor, "lr": settings.learning_rate}, {"params": critic, "lr": settings.critic_learning_rate}],
             betas=settings.adam_betas, weight_decay=0.0,
         )
-        self.scheduler = lr_schedule(self.optimizer, settings)
+        self.scheduler = lr_scheduler(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, model)
 
     def modules(self) -> dict[str, torch.nn.Module]:
@@ -219,18 +221,60 @@ class PPO:
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
 
-    # -- scoring ----------------------------------------------------------------------------
-    def logprobs_and_values(self, inputs: dict[str, torch.Tensor], *,
-                            with_entropy: bool = False) -> tuple[ActionScores, torch.Tensor]:
-        """Action log-probs (and entropy, if asked) and turn values (turns,) of collated turns: one forward
-        pass serves both with a shared critic (detail 1: the value of the turn's last prompt token).
-        The entropy carries a gradient only when the loss has an entropy bonus."""
-        shared = self.value_model.backbone is None
-        scores = action_logprobs(self.policy.model, inputs, with_entropy=with_entropy,
-                                 entropy_gradient=with_entropy and self.settings.entropy_coef != 0,
-                                 with_state_hidden=shared, temperature=self.settings.temperature)
-        values = self.value_model.from_hidden(scores.state_hidden) if shared else self.value_model(inputs)
-        return scores, values
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x shuffled minibatches, one
+        optimiser :meth:`step` each; returns the iteration's metrics."""
+        settings = self.settings
+        with update_precision(settings, self.policy.model):  # float32, or bfloat16 autocast
+            batch, info = self.prepare(rollout)
+            steps: list[dict[str, float]] = []
+            self.policy.model.train()
+            for epoch in range(settings.ppo_epochs):  # detail 10: epochs over shuffled minibatches
+                for minibatch, tokens, turns in shared_minibatches(batch, settings.minibatch_turns):
+                    steps.append({**self.step(minibatch, tokens, turns), "epoch": epoch})
+        metrics = {key: sum(step[key] for step in steps) / len(steps)
+                   for key in ("policy_loss", "value_loss", "entropy", "clipfrac", "grad_norm")}
+        last_epoch = [step for step in steps if step["epoch"] == settings.ppo_epochs - 1]  # approx-KL: after (nearly) all steps
+        metrics["approx_kl"] = sum(step["approx_kl"] for step in last_epoch) / len(last_epoch)
+        metrics.update(info, skipped_steps=sum(step["skipped"] for step in steps),
+                       learning_rate=self.optimizer.param_groups[0]["lr"])
+        step_schedule(self.scheduler)  # detail 11: the schedule moves once per iteration
+        self.policy.model.eval()
+        return metrics
+
+    def prepare(self, rollout: Rollout) -> tuple[TurnBatch, dict[str, float]]:
+        """The rollout as a :class:`TurnBatch` ready for the update -- pi_old, V_old, advantages and
+        value targets attached (details 3-6) -- and what to log of it."""
+        settings = self.settings
+        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
+        old = self.score_old(batch)
+        rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)  # (T,)
+        rewards = rewards - settings.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
+        if settings.whiten_rewards:  # detail 4, over the whole batch
+            rewards = whiten_whole_batch(rewards, shift_mean=False)
+        bootstrap = self.bootstrap_values(rollout)
+        advantages, returns, start = [], [], 0
+        for index, record in enumerate(rollout.records):  # detail 5: GAE over each episode's turns
+            end = start + record.length
+            adv, ret = gae(rewards[start:end], old.values[start:end], settings.gamma, settings.gae_lambda,
+                           last_value=bootstrap.get(index, 0.0), terminated=index not in bootstrap)
+            advantages.extend(adv)
+            returns.extend(ret)
+            start = end
+        batch.advantages = torch.tensor(advantages, dtype=torch.float32)  # (T,)
+        batch.returns = torch.tensor(returns, dtype=torch.float32)  # (T,)
+        values, returns, ref_kl = gathered(old.values), gathered(batch.returns), gathered(old.ref_kl)
+        tokens = global_token_count(batch)
+        kl_sums = global_sums(old.kl_sums)
+        info = {"mean_value": float(values.double().mean()),
+                "explained_variance": explained_variance(values, returns),
+                "kl_ref": float(ref_kl.double().sum()) / max(tokens, 1),
+                "kl_k1": kl_sums["kl_k1"] / tokens, "kl_k3": kl_sums["kl_k3"] / tokens}
+        if settings.whiten_advantages:  # detail 6, over the whole batch
+            batch.advantages = whiten_whole_batch(batch.advantages)
+        # the ratio is taken against the policy's own recompute (see the module docstring)
+        batch.old_logprobs, batch.old_values = old.logprobs, old.values
+        return batch, info
 
     @torch.no_grad()
     def score_old(self, batch: TurnBatch) -> OldScores:
@@ -240,25 +284,25 @@ class PPO:
         ref_kl = torch.zeros(len(batch))
         self.policy.model.eval()
 
-        def passes(size: int) -> tuple[float, float]:
-            k1 = k3 = 0.0
+        def score_in_micro_batches(size: int) -> dict[str, float]:
+            kl_sums = {"kl_k1": 0.0, "kl_k3": 0.0}
             for rows in batch.microbatch_rows(size):
                 micro = batch.select(rows)
                 inputs = micro.model_inputs()
                 scores, micro_values = self.logprobs_and_values(inputs)
                 micro = micro.to(scores.logprobs.device)
                 mask = micro.action_mask  # (turns, a) with a <= A: this micro-batch's longest action
-                chunk_k1, chunk_k3 = sampler_kl_sums(masked_log_ratio(scores.logprobs, micro.sampler_logprobs, mask), mask)
-                k1, k3 = k1 + chunk_k1, k3 + chunk_k3
+                k1, k3 = sampler_kl_sums(masked_log_ratio(scores.logprobs, micro.sampler_logprobs, mask), mask)
+                kl_sums["kl_k1"] += k1
+                kl_sums["kl_k3"] += k3
                 logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
                 values[rows] = micro_values.float().cpu()
                 if self.reference is not None:
                     ref_kl[rows] = reference_kl(self.reference, inputs, scores.logprobs, mask, self.settings.temperature)
-            return k1, k3
+            return kl_sums
 
-        k1, k3 = self.micro_batches.run(batch, passes)
-        tokens = batch.action_tokens
-        return OldScores(logprobs, values, ref_kl, k1 / tokens, k3 / tokens)
+        kl_sums = self.micro_batches.run(batch, score_in_micro_batches)
+        return OldScores(logprobs, values, ref_kl, kl_sums)
 
     @torch.no_grad()
     def bootstrap_values(self, rollout: Rollout) -> dict[int, float]:
@@ -277,84 +321,17 @@ class PPO:
         hidden = body_hidden_states(model, inputs)[:, -1]  # every prompt ends in the last column
         return dict(zip(truncated, self.value_model.from_hidden(hidden).tolist()))
 
-    def prepare(self, rollout: Rollout) -> tuple[TurnBatch, dict[str, float]]:
-        """The rollout as a :class:`TurnBatch` ready for the update -- pi_old, V_old, advantages and
-        value targets attached (details 3-6) -- and what to log of it."""
+    def step(self, minibatch: TurnBatch | None, tokens: int, turns: int) -> dict[str, float]:
+        """One optimiser step over a minibatch: the three losses and backward over this process's
+        part of it (``None``: none of it), micro-batch by micro-batch, the gradients adding up, then
+        the clipped step (skipped if a loss was not finite, detail 12). The losses are means over the
+        whole minibatch's ``tokens`` and ``turns``. Returns the step's statistics."""
         settings = self.settings
-        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
-        old = self.score_old(batch)
-        rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)  # (T,)
-        rewards = rewards - settings.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
-        all_rewards, my_rows = distributed.gather_values(rewards)  # every process's turns (one process: these)
-        if settings.whiten_rewards and len(all_rewards) > 1:  # detail 4, over the global batch
-            rewards = whiten(all_rewards, shift_mean=False)[my_rows]
-        bootstrap = self.bootstrap_values(rollout)
-        advantages, returns, start = [], [], 0
-        for index, record in enumerate(rollout.records):  # detail 5: GAE over each episode's turns
-            end = start + record.length
-            adv, ret = gae(rewards[start:end], old.values[start:end], settings.gamma, settings.gae_lambda,
-                           last_value=bootstrap.get(index, 0.0), terminated=index not in bootstrap)
-            advantages.extend(adv)
-            returns.extend(ret)
-            start = end
-        batch.advantages = torch.tensor(advantages, dtype=torch.float32)  # (T,)
-        batch.returns = torch.tensor(returns, dtype=torch.float32)  # (T,)
-        values, returns, ref_kl = (distributed.gather_values(x)[0] for x in (old.values, batch.returns, old.ref_kl))
-        tokens = global_token_count(batch)
-        kl_k1, kl_k3 = old.kl_k1, old.kl_k3
-        if distributed.launched():  # per-token means of the whole batch
-            kl_k1, kl_k3 = (distributed.sum_over_processes(k * batch.action_tokens) / tokens for k in (kl_k1, kl_k3))
-        info = {"mean_value": float(values.double().mean()),
-                "explained_variance": explained_variance(values, returns),
-                "kl_ref": float(ref_kl.double().sum()) / max(tokens, 1),
-                "kl_k1": kl_k1, "kl_k3": kl_k3}
-        all_advantages, my_rows = distributed.gather_values(batch.advantages)
-        if settings.whiten_advantages and len(all_advantages) > 1:  # detail 6, over the global batch
-            batch.advantages = whiten(all_advantages)[my_rows]
-        # the ratio is taken against the policy's own recompute (see the module docstring)
-        batch.old_logprobs, batch.old_values = old.logprobs, old.values
-        return batch, info
+        self.optimizer.zero_grad(set_to_none=True)
 
-    # -- the update -------------------------------------------------------------------------
-    def update(self, rollout: Rollout) -> dict[str, float]:
-        """One PPO update on ``rollout``: :meth:`prepare` it, then epochs x shuffled minibatches, one
-        optimiser step each; returns the iteration's metrics."""
-        settings = self.settings
-        with update_precision(settings, self.policy.model):  # float32, or bfloat16 autocast
-            batch, info = self.prepare(rollout)
-            steps: list[dict[str, float]] = []
-            self.policy.model.train()
-            for epoch in range(settings.ppo_epochs):  # detail 10: epochs over shuffled minibatches
-                for minibatch, tokens, turns in shared_minibatches(batch, settings.minibatch_turns):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    stats, finite = self.minibatch_loss(minibatch, tokens, turns)  # forward, losses, backward
-                    grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm,
-                                                           finite_loss=finite)  # 10, 12
-                    steps.append({**distributed.sum_metrics(stats), "grad_norm": grad_norm, "skipped": skipped,
-                                  "epoch": epoch})
-        metrics = {key: sum(step[key] for step in steps) / len(steps)
-                   for key in ("policy_loss", "value_loss", "entropy", "clipfrac", "grad_norm")}
-        last_epoch = [step for step in steps if step["epoch"] == settings.ppo_epochs - 1]  # approx-KL: after (nearly) all steps
-        metrics["approx_kl"] = sum(step["approx_kl"] for step in last_epoch) / len(last_epoch)
-        metrics.update(info, skipped_steps=sum(step["skipped"] for step in steps),
-                       learning_rate=self.optimizer.param_groups[0]["lr"])
-        step_schedule(self.scheduler)  # detail 11: the schedule moves once per iteration
-        self.policy.model.eval()
-        return metrics
-
-    def minibatch_loss(self, minibatch: TurnBatch | None, tokens: int, turns: int) -> tuple[dict[str, float], bool]:
-        """Forward, the three losses and backward over this process's part of a minibatch (``None``:
-        none of it), micro-batch by micro-batch, the gradients adding up. The losses are means over
-        the whole minibatch's ``tokens`` and ``turns``. Returns the minibatch's statistics, and
-        False if a loss was not finite (detail 12: the step is then skipped)."""
-        settings = self.settings
-        if not minibatch:
-            return dict.fromkeys(STEP_STATS, 0.0), True
-        checkpoint_if_needed(settings, self.policy.model, minibatch)
-
-        def passes(size: int) -> tuple[dict[str, float], bool]:
+        def forward_backward(size: int) -> tuple[dict[str, float], bool]:
             self.optimizer.zero_grad(set_to_none=True)
-            stats = dict.fromkeys(STEP_STATS, 0.0)
+            sums = dict.fromkeys(STEP_STATS, 0.0)
             for micro in minibatch.split(size):
                 scores, values = self.logprobs_and_values(micro.model_inputs(), with_entropy=True)  # (turns, a), (turns,)
                 micro = micro.to(values.device)
@@ -367,38 +344,32 @@ class PPO:
                 if settings.entropy_coef:  # without a bonus the entropy is only measured (no backward pass)
                     loss = loss - settings.entropy_coef * entropy
                 if not torch.isfinite(loss):  # never step on a non-finite loss
-                    return stats, False
+                    return sums, False
                 loss.backward()
                 with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
-                    stats["policy_loss"] += float(policy_loss)
-                    stats["value_loss"] += float(value_loss)
-                    stats["entropy"] += float(entropy)
-                    stats["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
-                    stats["clipfrac"] += float(((ratio - 1).abs() > settings.clip_range)[mask].sum()) / tokens
-            return stats, True
+                    sums["policy_loss"] += float(policy_loss)
+                    sums["value_loss"] += float(value_loss)
+                    sums["entropy"] += float(entropy)
+                    sums["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
+                    sums["clipfrac"] += float(((ratio - 1).abs() > settings.clip_range)[mask].sum()) / tokens
+            return sums, True
 
-        return self.micro_batches.run(minibatch, passes)
+        if minibatch:
+            self.micro_batches.checkpoint_if_needed(minibatch)
+            sums, finite = self.micro_batches.run(minibatch, forward_backward)
+        else:  # none of the minibatch is this process's: it still takes the step the others take
+            sums, finite = dict.fromkeys(STEP_STATS, 0.0), True
+        grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm, finite_loss=finite)  # 10, 12
+        return {**global_sums(sums), "grad_norm": grad_norm, "skipped": skipped}
 
-
-def train_ppo(
-    policy,
-    game: str,
-    settings: PPOSettings | None = None,
-    *,
-    out_dir: str | Path,
-    resume: bool = False,
-    progress: bool = True,
-    stage: tuple[int, int] = (1, 1),
-) -> RLResult:
-    """Train ``policy`` in place with PPO on ``game``; logs, checkpoints and the final model (with
-    ``value_model.pt`` beside it) go to ``out_dir``; ``result.algorithm.value_model`` is the critic.
-    ``resume=True`` continues a stopped run exactly."""
-    settings = settings or PPOSettings()
-    run = Run(policy, game, settings, out_dir=out_dir, resume=resume, progress=progress, stage=stage)
-    ppo = PPO(policy, settings)  # after Run has seeded torch: the value head starts the same for a seed
-    run.restore(ppo)
-    for _ in run.iterations():
-        rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        metrics = ppo.update(rollout)  # GAE, then epochs x minibatches of clipped steps
-        run.end_iteration(metrics, ppo)
-    return run.finish(ppo)
+    def logprobs_and_values(self, inputs: dict[str, torch.Tensor], *,
+                            with_entropy: bool = False) -> tuple[ActionScores, torch.Tensor]:
+        """Action log-probs (and entropy, if asked) and turn values (turns,) of collated turns: one forward
+        pass serves both with a shared critic (detail 1: the value of the turn's last prompt token).
+        The entropy carries a gradient only when the loss has an entropy bonus."""
+        shared = self.value_model.backbone is None
+        scores = action_logprobs(self.policy.model, inputs, with_entropy=with_entropy,
+                                 entropy_gradient=with_entropy and self.settings.entropy_coef != 0,
+                                 with_state_hidden=shared, temperature=self.settings.temperature)
+        values = self.value_model.from_hidden(scores.state_hidden) if shared else self.value_model(inputs)
+        return scores, values

@@ -1,53 +1,46 @@
 """REINFORCE with a baseline per state, for multi-turn text games (chapter 5).
 
     policy = sft_policy("tictactoe", preset)                 # or load_policy("tiny")
-    result = train_reinforce(policy, "tictactoe", ReinforceSettings(iterations=30), out_dir="runs/rl-ttt")
+    result = train(Reinforce, policy, "tictactoe", ReinforceSettings(iterations=30), out_dir="runs/rl-ttt")
     result.history[-1]                                       # the last iteration's metrics
 
-Holds the algorithm and nothing else: :class:`Reinforce` has the same shape as
-:class:`~tutorial_lib.rl.ppo.PPO` (``optimizer``, ``modules()``, ``state_dict()``, ``prepare``,
-``update``), and :func:`train_reinforce` is the loop of :mod:`tutorial_lib.rl.rl_loop` around it.
-Each iteration collects turns, credits each with its discounted return less a baseline
-(:func:`turn_advantages`), and takes one optimiser step on :func:`policy_gradient_loss`. Chapter 5
-derives it; chapter 10 shows why its statistics are the whole batch's when several processes run.
+Holds the algorithm and nothing else: :class:`ReinforceSettings`, :func:`turn_advantages` (each
+turn's discounted return less a baseline), :func:`policy_gradient_loss` and :class:`Reinforce`,
+whose ``update`` reads as :class:`~tutorial_lib.rl.ppo.PPO`'s does: ``prepare`` the rollout (the
+advantages, and what to log of them), then ``step`` (losses, backward, the optimiser's step), once
+where PPO takes epochs of minibatches. Statistics over the batch are the whole batch's through
+:mod:`~tutorial_lib.rl.whole_batch`; this file makes no process call. Imports ``lm`` through
+:mod:`~tutorial_lib.rl.rollout`, and ``rl``'s toolkit (``advantages``, ``kl``, ``schedules``,
+``settings``, ``update_step``, ``whole_batch``). Chapter 5 derives it; chapter 10 shows why its
+statistics are the whole batch's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
-from tutorial_lib.rl.rl_loop import (
+from tutorial_lib.rl.kl import frozen_reference, masked_log_ratio, reference_kl, sampler_kl_sums
+from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
+from tutorial_lib.rl.schedules import lr_scheduler, step_schedule
+from tutorial_lib.rl.settings import RLSettings
+from tutorial_lib.rl.update_step import (
     MicroBatches,
-    RLResult,
-    RLSettings,
-    Run,
-    checkpoint_if_needed,
-    frozen_reference,
-    global_token_count,
-    lr_schedule,
-    masked_log_ratio,
-    reference_kl,
-    sampler_kl_sums,
-    step_schedule,
     synchronised_step,
     update_precision,
-    whole_batch,
 )
-from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
-from tutorial_lib.runtime import distributed
+from tutorial_lib.rl.whole_batch import gathered, global_sums, global_token_count, own_rows, whole_batch
 
 NORMALISATIONS = ("rebn_state", "rebn", "none")
 
 
 @dataclass
 class ReinforceSettings(RLSettings):
-    """Settings of a REINFORCE run: the loop's (:class:`~tutorial_lib.rl.rl_loop.RLSettings`) and how
+    """Settings of a REINFORCE run: the loop's (:class:`~tutorial_lib.rl.settings.RLSettings`) and how
     returns become advantages. Defaults suit the tiny model on a CPU (chapter 5)."""
 
     #: discount per turn
@@ -109,18 +102,21 @@ def policy_gradient_loss(
 
 
 class Reinforce:
-    """REINFORCE's state between iterations (the policy and one optimiser) and its update;
-    :func:`train_reinforce` is the loop around it."""
+    """REINFORCE's state between iterations (the policy, one optimiser, the learning-rate schedule,
+    a frozen reference when ``kl_coef`` > 0) and its update; :func:`~tutorial_lib.rl.rl_loop.train`
+    is the loop around it."""
 
     name = "REINFORCE"
+    settings_class = ReinforceSettings
 
     def __init__(self, policy, settings: ReinforceSettings):
         self.policy, self.settings = policy, settings
-        self.optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad],
+        model = policy.model
+        self.reference = frozen_reference(settings, model)  # with kl_coef > 0: a frozen copy of the initial policy
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                            lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
-        self.scheduler = lr_schedule(self.optimizer, settings)
-        self.micro_batches = MicroBatches(settings, policy.model)
-        self.reference = frozen_reference(settings, policy.model)  # with kl_coef > 0: the starting policy
+        self.scheduler = lr_scheduler(self.optimizer, settings)
+        self.micro_batches = MicroBatches(settings, model)
 
     def modules(self) -> dict[str, torch.nn.Module]:
         return {}  # nothing beside the policy (the reference is the start, made again on resume)
@@ -132,22 +128,29 @@ class Reinforce:
         if "scheduler" in state:  # a checkpoint from before REINFORCE had a schedule: constant
             self.scheduler.load_state_dict(state["scheduler"])
 
-    def prepare(self, rollout: Rollout) -> TurnBatch:
-        """This process's turns as a :class:`TurnBatch`, each with its advantage: returns, baseline
-        and scale taken over every process's episodes (:func:`~tutorial_lib.rl.rl_loop.whole_batch`),
-        from rewards less the KL penalty to the reference when ``kl_coef`` > 0."""
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """One REINFORCE update on ``rollout``: :meth:`prepare` it, then one optimiser :meth:`step`;
+        the learning-rate schedule moves once per iteration. Returns the iteration's metrics."""
+        with update_precision(self.settings, self.policy.model):  # float32, or bfloat16 autocast
+            batch, info = self.prepare(rollout)
+            metrics = self.step(batch)
+        step_schedule(self.scheduler)
+        return {**metrics, **info}
+
+    def prepare(self, rollout: Rollout) -> tuple[TurnBatch, dict[str, float]]:
+        """This process's turns as a :class:`TurnBatch`, each with its advantage (returns, baseline
+        and scale taken over the whole batch, from rewards less the KL penalty to the reference when
+        ``kl_coef`` > 0), and what to log of it (``kl_ref``, with a reference)."""
         settings = self.settings
-        first, _ = distributed.offsets(len(rollout.turns))  # where this process's turns start
         batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
-        penalties = None
+        penalties, info = None, {}
         if self.reference is not None:
-            everyone, _ = distributed.gather_values(self.reference_kl(batch))  # every process's turns, rank order
-            penalties = (settings.kl_coef * everyone).tolist()
-            self.last_kl_ref = float(everyone.double().sum())
-        advantages = turn_advantages(whole_batch(rollout), settings.gamma, settings.normalise,
-                                     penalties)[first : first + len(rollout.turns)]
-        batch.advantages = torch.tensor(advantages, dtype=torch.float32)
-        return batch
+            ref_kl = gathered(self.reference_kl(batch))  # (T,) every process's turns, in rank order
+            penalties = (settings.kl_coef * ref_kl).tolist()
+            info["kl_ref"] = float(ref_kl.double().sum()) / max(global_token_count(batch), 1)
+        advantages = turn_advantages(whole_batch(rollout), settings.gamma, settings.normalise, penalties)
+        batch.advantages = torch.tensor(advantages[own_rows(len(rollout.turns))], dtype=torch.float32)  # (T,)
+        return batch, info
 
     @torch.no_grad()
     def reference_kl(self, batch: TurnBatch) -> torch.Tensor:
@@ -155,28 +158,19 @@ class Reinforce:
         (the sampler is the policy as it is now: REINFORCE samples, then steps once)."""
         kl = torch.zeros(len(batch))
 
-        def passes(size: int) -> None:
+        def score_in_micro_batches(size: int) -> None:
             for rows in batch.microbatch_rows(size):
                 micro = batch.select(rows)
                 kl[rows] = reference_kl(self.reference, micro.model_inputs(), micro.sampler_logprobs,
                                         micro.action_mask, self.settings.temperature)
 
-        self.micro_batches.run(batch, passes)
+        self.micro_batches.run(batch, score_in_micro_batches)
         return kl
 
-    def update(self, rollout: Rollout) -> dict[str, float]:
-        """One REINFORCE update on ``rollout``: :meth:`prepare` it, then one optimiser step; the
-        learning-rate schedule moves once per iteration."""
-        with update_precision(self.settings, self.policy.model):  # float32, or bfloat16 autocast
-            batch = self.prepare(rollout)
-            metrics = self.step(batch)
-        if self.reference is not None:  # per action token of the whole batch, as PPO logs it
-            metrics["kl_ref"] = self.last_kl_ref / global_token_count(batch)
-        step_schedule(self.scheduler)
-        return metrics
-
     def step(self, batch: TurnBatch) -> dict[str, float]:
-        """One optimiser step over ``batch`` (its ``advantages`` set); returns its metrics."""
+        """One optimiser step over ``batch`` (its ``advantages`` set): the loss and backward pass,
+        micro-batch by micro-batch, the gradients adding up, then the clipped step. The loss is a mean
+        over the whole batch's action tokens. Returns the step's metrics."""
         settings, model = self.settings, self.policy.model
         if batch.advantages is None:
             raise ValueError("the batch has no advantages: TurnBatch.of(turns, pad_token_id, advantages=...)")
@@ -184,11 +178,11 @@ class Reinforce:
         if tokens == 0:
             raise ValueError("no action tokens to train on")
         model.train()
-        checkpoint_if_needed(settings, model, batch)
+        self.micro_batches.checkpoint_if_needed(batch)
 
-        def passes(size: int) -> dict[str, float]:  # forward and backward in micro-batches: memory, not maths
+        def forward_backward(size: int) -> dict[str, float]:  # in micro-batches: memory, not maths
             self.optimizer.zero_grad(set_to_none=True)
-            stats = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
+            sums = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
             for micro in batch.split(size):
                 scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
                 micro = micro.to(scores.logprobs.device)
@@ -197,46 +191,23 @@ class Reinforce:
                     scores.logprobs, micro.sampler_logprobs, micro.advantages.unsqueeze(1), mask, tokens)
                 loss.backward()  # gradients add up over the micro-batches into one step
                 with torch.no_grad():
-                    stats["loss"] += float(loss)
-                    stats["entropy"] += float(scores.entropy[mask].sum())
-                    k1, k3 = sampler_kl_sums(log_ratio, mask)
-                    stats["kl_k1"] += k1
-                    stats["kl_k3"] += k3
-                    stats["ratio"] += float(log_ratio.exp()[mask].sum())
-            return stats
+                    sums["loss"] += float(loss)
+                    sums["entropy"] += float(scores.entropy[mask].sum())
+                    k1, k3 = sampler_kl_sums(log_ratio, mask)  # KL(sampler || policy): ~0, chapter 5
+                    sums["kl_k1"] += k1
+                    sums["kl_k3"] += k3
+                    sums["ratio"] += float(log_ratio.exp()[mask].sum())
+            return sums
 
-        stats = self.micro_batches.run(batch, passes)
+        sums = self.micro_batches.run(batch, forward_backward)
         grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm)
-        stats = distributed.sum_metrics(stats)
+        sums = global_sums(sums)
         return {
-            "loss": stats["loss"],
-            "entropy": stats["entropy"] / tokens,
-            "kl_k1": stats["kl_k1"] / tokens,
-            "kl_k3": stats["kl_k3"] / tokens,
-            "mean_ratio": stats["ratio"] / tokens,
+            "loss": sums["loss"],
+            "entropy": sums["entropy"] / tokens,
+            "kl_k1": sums["kl_k1"] / tokens,
+            "kl_k3": sums["kl_k3"] / tokens,
+            "mean_ratio": sums["ratio"] / tokens,
             "grad_norm": grad_norm,
             "skipped_step": skipped,
         }
-
-
-def train_reinforce(
-    policy,
-    game: str,
-    settings: ReinforceSettings | None = None,
-    *,
-    out_dir: str | Path,
-    resume: bool = False,
-    progress: bool = True,
-    stage: tuple[int, int] = (1, 1),
-) -> RLResult:
-    """Train ``policy`` in place with REINFORCE on ``game``; logs, checkpoints and the final model go
-    to ``out_dir``. ``resume=True`` continues a stopped run exactly."""
-    settings = settings or ReinforceSettings()
-    run = Run(policy, game, settings, out_dir=out_dir, resume=resume, progress=progress, stage=stage)
-    reinforce = Reinforce(policy, settings)
-    run.restore(reinforce)
-    for _ in run.iterations():
-        rollout = run.collect()  # turns_per_iteration turns from fresh seeds, sampled by the current policy
-        metrics = reinforce.update(rollout)  # advantages, then one step
-        run.end_iteration(metrics, reinforce)
-    return run.finish(reinforce)

@@ -74,7 +74,7 @@ class Rollout:
     records: list[EpisodeRecord]
     #: wall-clock time the collection took
     seconds: float
-    #: every process's episodes, once :func:`~tutorial_lib.rl.rl_loop.whole_batch` has gathered them
+    #: every process's episodes, once :func:`~tutorial_lib.rl.whole_batch.whole_batch` has gathered them
     everyone: Rollout | None = field(default=None, repr=False, compare=False)
 
     @functools.cached_property

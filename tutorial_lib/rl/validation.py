@@ -27,7 +27,7 @@ from tutorial_lib.runtime.tracking import load_trainable_state, rng_state, set_r
 
 class Validation:
     """The best weights a run of ``game`` has passed through, by greedy play on the validation games
-    its :class:`~tutorial_lib.rl.rl_loop.RLSettings` name (``validate_every``, ``validation_*``).
+    its :class:`~tutorial_lib.rl.settings.RLSettings` name (``validate_every``, ``validation_*``).
 
     ``scores`` maps each validated iteration (0: the start) to its score; ``best_iteration`` is the
     one whose weights :meth:`restore_best` puts back. All of it is in :meth:`state_dict`, which the

@@ -8,7 +8,8 @@ one process group (NCCL between GPUs, gloo on CPUs). This module is the library'
 and it is deliberately small: every helper is the identity in a single process, which never
 touches ``accelerate`` at all, so a one-process run computes exactly what it always did.
 
-What the loop does with these helpers (``tutorial_lib.rl``):
+What the loop does with these helpers (``tutorial_lib.rl``, through :mod:`tutorial_lib.rl.whole_batch`
+and :mod:`tutorial_lib.rl.update_step`: the algorithms themselves make no process call):
 
 * each process collects its own share of the iteration's turns, from its own seeds;
 * :func:`gather` hands every process the whole iteration's episodes, so statistics over the batch
@@ -116,7 +117,11 @@ def offsets(count: int) -> tuple[int, int]:
 
 def gather_values(values: torch.Tensor) -> tuple[torch.Tensor, slice]:
     """Every process's 1-D ``values`` concatenated in rank order (the same dtype, exactly), and the
-    slice where this process's lie in them. One process: ``values`` itself, and all of it."""
+    slice where this process's lie in them. One process: ``values`` itself, and all of it.
+
+    Exchanged as pickled Python lists (:func:`gather`): right for a few numbers per turn (a few
+    hundred turns an iteration), a trap for large tensors, which ``accelerate.utils.gather`` sends
+    as tensors (padded to one length)."""
     if not launched():
         return values, slice(0, len(values))
     parts = gather([values.tolist()])

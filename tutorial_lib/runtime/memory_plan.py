@@ -30,7 +30,11 @@ layers together). Checkpointing keeps one layer's input per layer instead, and o
 layer's activations at a time. The weights, their gradients and Adam's two moments come first. It
 is an estimate: ``headroom`` leaves the rest for the allocator's fragmentation and what it does
 not count, and an update that runs out of memory all the same halves its micro-batch
-(:class:`tutorial_lib.rl.rl_loop.MicroBatches`).
+(:class:`tutorial_lib.rl.update_step.MicroBatches`).
+
+Holds the estimate (:func:`example_bytes`, :func:`plan_training`) and the sizing of SFT steps and
+RL updates by it (:func:`plan_update`, :func:`microbatch_size`). Imports torch only (an RL update's
+settings and turns are read by their fields, not imported).
 """
 
 from __future__ import annotations
@@ -155,3 +159,34 @@ def plan_training(
         f"one example of {tokens_per_example} tokens needs ~{example_bytes(model, tokens_per_example, checkpointing=True, scored_tokens=scored_tokens) / 2**30:.2f} "
         f"GiB with checkpointing, and {max(budget, 0) / 2**30:.2f} GiB are left for it: use shorter examples, "
         "LoRA or 4-bit weights (load_in_4bit), or a larger device")
+
+
+def plan_update(model, turns, *, size_to_device: bool) -> TrainingPlan | None:
+    """The memory plan of one RL update of ``turns`` (each with ``prompt_ids`` and ``action_ids``:
+    a :class:`~tutorial_lib.rl.rollout.TurnBatch`'s) when ``size_to_device`` is asked for and the
+    model is on an accelerator; ``None`` otherwise (a CPU keeps the written micro-batch)."""
+    if not size_to_device or not sizes_by_memory(model):
+        return None
+    longest = max(len(t.prompt_ids) + len(t.action_ids) for t in turns)
+    scored = max(len(t.action_ids) for t in turns) + 1
+    return plan_training(model, examples_per_step=len(turns), tokens_per_example=longest, scored_tokens=scored,
+                         divides=False)
+
+
+def microbatch_size(settings, model, batch) -> int:
+    """Turns per forward/backward pass of an RL update of ``batch`` (a ``TurnBatch``):
+    ``settings.microbatch_turns``, or with ``settings.size_to_device`` on an accelerator as many as
+    its free memory holds (:func:`plan_update`). Changes nothing: switching activation checkpointing
+    on is :meth:`tutorial_lib.rl.update_step.MicroBatches.checkpoint_if_needed`'s."""
+    plan = plan_update(model, batch.turns, size_to_device=settings.size_to_device)
+    return settings.microbatch_turns if plan is None else plan.micro_batch
+
+
+def release_device_memory(model) -> None:
+    """Hand the allocator's cached blocks back after a pass that ran out of memory (on CUDA; a CPU
+    has no cache)."""
+    import gc
+
+    gc.collect()
+    if next(model.parameters()).device.type == "cuda":
+        torch.cuda.empty_cache()
