@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -45,13 +45,14 @@ if "google.colab" in sys.modules:
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
+from myst_nb import glue
 
 from tutorial_lib import envs, plotting
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import steps_per_second, summarize
+from tutorial_lib.exercises import check_prediction
 from tutorial_lib.lm.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import say
 
 preset = get_preset()
 print(describe(preset))
@@ -286,19 +287,24 @@ for limit in ("tutorial", "default"):
 # ## How fast do the games step?
 #
 # In RL the environment is half of every iteration: the model picks an action, the game steps.
-# Steps per second under a random policy (no model involved) measure each game's own cost; the line
-# above the table names the slowest and the fastest game:
+# Steps per second under a random policy (no model involved) measure each game's own cost:
 
 # %%
 speeds = pd.Series({game: steps_per_second(game, steps=3000) for game in envs.GAMES}, name="steps per second")
-slowest, fastest = speeds.idxmin(), speeds.idxmax()
-say(f"Slowest: {slowest}, {speeds[slowest]:,.0f} steps per second ({1000 / speeds[slowest]:.2f} ms a step). "
-    f"Fastest: {fastest}, {speeds[fastest]:,.0f} ({speeds[fastest] / speeds[slowest]:,.0f} times as many).")
 speeds.round(0).to_frame()
 
+# %% tags=["hide-input"]
+slowest, fastest = speeds.idxmin(), speeds.idxmax()
+glue("slowest_game", str(slowest), display=False)
+glue("slowest_ms", float(1000 / speeds[slowest]), display=False)
+glue("fastest_game", str(fastest), display=False)
+glue("speed_ratio", float(speeds[fastest] / speeds[slowest]), display=False)
+
 # %% [markdown]
-# Three games run inside this Python process and step far faster than CookingWorld, whose every
-# step (and every new game) is a call into a Java VM. Set those costs beside the model's. To write
+# In this run the slowest game was {glue:text}`slowest_game`, at {glue:text}`slowest_ms:.2f` ms a
+# step, and the fastest, {glue:text}`fastest_game`, made {glue:text}`speed_ratio:,.0f` times as
+# many steps per second. Three games run inside this Python process; CookingWorld's every step
+# (and every new game) is a call into a Java VM. Set those costs beside the model's. To write
 # one action the model runs one forward pass (one run of the whole network) per token it writes,
 # over a prompt of tens to hundreds of tokens (chapter 2 counts them). Next to that, a tic-tac-toe,
 # GuessTheNumber or math step is negligible, and the model dominates the cost of their rollouts
@@ -316,13 +322,57 @@ speeds.round(0).to_frame()
 # - Unparseable output is an ordinary event: counted, penalised, never a crash.
 # - Random and expert baselines bracket what a policy can do; CookingWorld needs a step limit above
 #   the tutorial's 16 for the expert's routes to fit, and we use 32.
-#
+
+# %% [markdown]
 # ## Exercises
-# 1. Play tic-tac-toe as `o` only (`agent_mark="o"`) with the random policy against the random
-#    opponent. How does the win rate compare with playing `x`? Why?
-# 2. Measure how MCTS's strength changes with `mcts_simulations` (10, 100, 1000) by playing the
-#    minimax expert against it. At what budget does MCTS stop losing?
-# 3. GuessTheNumber's binary search needs at most $\lceil \log_2(n+1) \rceil$ guesses for a range of
-#    $n$ numbers. Check the expert's `mean_steps` on both presets against that bound.
-# 4. Build a smaller CookingWorld (`num_locations=1, num_ingredients=1, num_distractor_items=1`) and
-#    repeat the gold-path measurement. Which limit would you choose for it?
+#
+# ### Exercise 1.1: predict, then run: playing second
+#
+# The random policy plays tic-tac-toe against the random opponent, first as `x` (it moves first)
+# and then as `o` (it moves second), over the same number of games as the baselines. Will its win
+# rate go up, go down, or stay the same (within two standard errors) when it plays `o`? Write your
+# prediction, then run the cell. The check says whether the run agrees.
+
+# %%
+win_rate = {}
+for mark in ("x", "o"):
+    options = {"opponent": "random", "agent_mark": mark}
+    win_rate[mark] = summarize(run_episodes("tictactoe", RandomPolicy(seed=0), range(N), env_options=options, batch_size=1))["win_rate"]
+
+prediction = "?"  # your prediction: "up", "down" or "same"
+check_prediction(prediction, win_rate["x"], win_rate["o"], N, name="the win rate, x -> o")
+
+# %% tags=["hide-input"]
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.exercises import check_prediction
+from tutorial_lib.lm.policies import RandomPolicy
+from tutorial_lib.presets import get_preset
+
+# The first player makes five of the nine moves and the second only four: x has one more mark on
+# the board at every point of the game and is the first who can complete a line. Between two
+# random players that advantage is large.
+prediction = "down"
+games = get_preset().baseline_episodes
+win_rate = {mark: summarize(run_episodes("tictactoe", RandomPolicy(seed=0), range(games), batch_size=1,
+                                         env_options={"opponent": "random", "agent_mark": mark}))["win_rate"]
+            for mark in ("x", "o")}  # the same games as the cell above (under a second)
+check_prediction(prediction, win_rate["x"], win_rate["o"], games, name="the win rate, x -> o")
+
+# %% [markdown]
+# ### Exercise 1.2: how strong is MCTS?
+#
+# Play the minimax expert against MCTS at `mcts_simulations` 10, 100 and 1000 (the option of
+# `envs.make("tictactoe", opponent="mcts", ...)`). At what budget does MCTS stop losing to it?
+#
+# ### Exercise 1.3: binary search's bound
+#
+# GuessTheNumber's binary search needs at most $\lceil \log_2(n+1) \rceil$ guesses for a range of
+# $n$ numbers. Compare it with each preset's turn limit (4 turns for 1-10, 7 for 1-50), and check
+# the expert's `mean_steps` in the baseline table against it. Which preset leaves the expert a
+# spare turn?
+#
+# ### Exercise 1.4: a smaller CookingWorld
+#
+# Build a smaller CookingWorld (`num_locations=1, num_ingredients=1, num_distractor_items=1`) and
+# repeat the gold-path measurement. Which step limit would you choose for it?

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -60,6 +60,7 @@ from tutorial_lib.envs.parsing import (
 )
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.exercises import check_labels, check_move_parser
 from tutorial_lib.lm.models import load_policy, reference_tokenizer
 from tutorial_lib.lm.policies import ExpertPolicy
 from tutorial_lib.lm.prompts import PROMPT_SPECS, Turn, build_messages, render_chat
@@ -193,9 +194,9 @@ for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(
 # newline after it) -- that is why the board is written with spaces between marks. One difference
 # is deliberate: the tiny tokenizer has one token per tic-tac-toe move (`x(1,2)`), where the real
 # one spells a move in six (`·x`, `(`, `1`, `,`, `2`, `)`). A model trained from scratch learns to
-# pick one of the listed moves far sooner when a move is one token to copy:
-# `benchmarks/results/sft_recipe.md` records that comparison, and chapter 4 shows its summary. A
-# pretrained model arrives with that copying skill.
+# pick one of the listed moves far sooner when a move is one token to copy (the runs that chose
+# chapter 4's recipe are in {doc}`the appendix </notebooks/11_how_the_book_knows>`). A pretrained
+# model arrives with that copying skill.
 #
 # How long are typical prompts? Over 50 expert episodes per game, the table counts the prompts
 # (one per turn) and gives their mean length in characters and, with the chat template around
@@ -413,14 +414,89 @@ if os.environ.get("HF_HUB_OFFLINE") == "1":
 # - Prompt and completion are tokenised separately and concatenated; the prompt's labels are -100.
 # - Generation batches are left-padded; one `generate` call serves every live game.
 # - Parsers never raise; an untrained model's actions are almost all invalid, and that is counted.
-#
+
+# %% [markdown]
 # ## Exercises
-# 1. CookingWorld's history window is 0. Set it to 2 and to 6
-#    (`build_prompt_text(..., history_window=k)`) and measure the mean prompt length in tiny
-#    tokens. What does a longer window cost per turn?
-# 2. Find another prompt/completion pair for which `boundary_mismatch` is not `None` with the real
-#    tokenizer. Which characters at the end of a prompt cause it?
-# 3. Write a parser for a JSON answer format (`{"move": [1, 2]}`) that never raises, and test it
-#    with Hypothesis the way `tests/test_parsing.py` does.
-# 4. Sample the untrained tiny model with the `liberal` preset instead of greedy decoding. Does the
-#    invalid-action rate change? Why might it, for an untrained model?
+#
+# ### Exercise 2.1: labels with the prompt masked
+#
+# Write the core of `encode_prompt_completion` on token ids. Given the prompt's ids, the
+# completion's ids and the end-of-sequence id, return `input_ids` (prompt, then completion) and
+# `labels`: `-100` at every prompt position, the completion's own ids after them. Append `eos_id`
+# to the completion unless it already ends with it, so the model learns to stop. With
+# `max_length`, cut the prompt from the **left** (its oldest tokens) until the whole example fits;
+# never cut the completion. The check runs your function on five cases, the edges included, and
+# compares it with the library's.
+
+# %%
+def encode(prompt_ids: list[int], completion_ids: list[int], eos_id: int, max_length: int | None = None) -> dict:
+    raise NotImplementedError  # your code here
+
+
+check_labels(encode)
+
+# %% tags=["hide-input"]
+from tutorial_lib.exercises import check_labels
+from tutorial_lib.lm.tokenization import IGNORE_INDEX  # -100: the label cross-entropy skips
+
+
+def encode(prompt_ids: list[int], completion_ids: list[int], eos_id: int, max_length: int | None = None) -> dict:
+    if not completion_ids or completion_ids[-1] != eos_id:
+        completion_ids = completion_ids + [eos_id]
+    if max_length is not None:
+        if len(completion_ids) >= max_length:
+            raise ValueError(f"the completion alone has {len(completion_ids)} tokens, max_length is {max_length}")
+        prompt_ids = prompt_ids[-(max_length - len(completion_ids)):]  # keep the prompt's newest tokens
+    return {"input_ids": prompt_ids + completion_ids, "labels": [IGNORE_INDEX] * len(prompt_ids) + completion_ids}
+
+
+check_labels(encode)
+
+# %% [markdown]
+# ### Exercise 2.2: a move parser that never raises
+#
+# Write `parse(text)` for tic-tac-toe: return the first well-formed move as OpenSpiel writes it,
+# `"x(1,2)"` (the mark in lower case, the numbers without leading zeros), or `None` when the text
+# holds none. Follow the library's rules: a move inside `<move>...</move>` tags wins over a bare
+# one; spaces inside a move are allowed. The model's output is arbitrary text, so `parse` must
+# never raise. The check includes empty text, broken moves, stray Unicode and a number of 5,000
+# digits (Python's `int()` refuses more than 4,300).
+
+# %%
+def parse(text: str) -> str | None:
+    raise NotImplementedError  # your code here
+
+
+check_move_parser(parse)
+
+# %% tags=["hide-input"]
+import re
+
+from tutorial_lib.exercises import check_move_parser
+
+TAGGED = re.compile(r"<move>\s*([xoXO])\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)\s*</move>")
+BARE = re.compile(r"\b([xoXO])\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def parse(text: str) -> str | None:
+    if not isinstance(text, str):
+        return None
+    match = TAGGED.search(text) or BARE.search(text)
+    if match is None:
+        return None
+    mark, row, col = match.groups()
+    if max(len(row), len(col)) > 6:  # no board has a row 1,000,000; and int() stays cheap and safe
+        return None
+    return f"{mark.lower()}({int(row)},{int(col)})"
+
+
+check_move_parser(parse)
+
+# %% [markdown]
+# ### Exercise 2.3: what a history window costs
+#
+# CookingWorld's history window is 0. Set it to 2 and to 6
+# (`build_prompt_text(..., history_window=k)` in `tutorial_lib.lm.prompts`) and measure the mean
+# prompt length in tiny tokens over a few expert episodes. What does a longer window cost per turn,
+# and what would the model gain from it that the action list and the remembered recipe do not
+# already give?

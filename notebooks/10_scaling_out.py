@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -49,16 +49,17 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from tutorial_lib.presets import get_preset
+from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import recorded_runs
 from tutorial_lib.report import say, show_source
 from tutorial_lib.rl.advantages import rebn
 from tutorial_lib.rl.reinforce import Reinforce
-from tutorial_lib.rl.rl_loop import Run, whole_batch
+from tutorial_lib.rl.rl_loop import Run
+from tutorial_lib.rl.whole_batch import whole_batch
 from tutorial_lib.runtime import distributed
 
 preset = get_preset()
-print(f"preset={preset.name}; this process is one of {distributed.num_processes()}")
+print(f"{describe(preset)}  processes={distributed.num_processes()}")
 
 # %% [markdown]
 # ## One iteration on N processes
@@ -258,13 +259,43 @@ else:
 #
 # ## Exercises
 #
-# 1. In the toy gradient above, give both processes 8 tokens. Do the two ways of combining agree
-#    now? Why does the global count still matter when the processes' token counts differ by turn
-#    length, as they do in every real batch?
-# 2. Turn off the gathering (compute `turn_advantages` on each process's own rollout) and run
-#    `tests/test_distributed.py`: which assertion fails first, and by how much?
-# 3. The seeds of process r are s + r, s + r + N, .... Why not give process r the block
-#    s + r x turns_per_iteration onwards? (Think of what a resumed run with the same N plays, and
-#    of what one process plays with this rule.)
-# 4. `configs/accelerate/ddp.yaml` with `--num_processes 3` on a 2-core CPU: predict the turns/s
-#    from the record, then add it to `benchmarks/rl_scaling.py` as a fourth run and measure it.
+# ### Exercise 10.1: equal shares
+#
+# In the toy gradient above, give both processes 8 tokens (`slice(0, 8)` and `slice(8, 16)`).
+# Write `local_mean_gradient(shares)`: each process takes the mean loss over its own tokens, and
+# the gradients are averaged, as DDP does. Do the two ways of combining agree now? Why does the
+# global count still matter when the processes' token counts differ by turn length, as they do in
+# every real batch?
+
+# %%
+def local_mean_gradient(shares: list[slice]) -> torch.Tensor:
+    raise NotImplementedError  # your code here: gradient(...) of each process's own mean, averaged
+
+# %% tags=["hide-input"]
+def local_mean_gradient(shares: list[slice]) -> torch.Tensor:
+    return sum(gradient(token_losses(rows).mean()) for rows in shares) / len(shares)
+
+
+equal_shares = [slice(0, 8), slice(8, 16)]
+difference = float((local_mean_gradient(equal_shares) - one_process).abs().max())
+assert difference < 1e-6, difference
+print(f"8 tokens each: largest difference from the one-process gradient {difference:.1e}, float32 rounding. "
+      "With equal counts the mean of the means is the global mean; with unequal counts (turns of different "
+      "lengths) a token of the shorter share weighs more, so only the global count gives the same gradient.")
+
+# %% [markdown]
+# ### Exercise 10.2: what the tests catch
+#
+# Turn off the gathering (compute `turn_advantages` on each process's own rollout) and run
+# `tests/test_distributed.py`: which assertion fails first, and by how much?
+#
+# ### Exercise 10.3: seeds per process
+#
+# The seeds of process r are s + r, s + r + N, .... Why not give process r the block
+# s + r x turns_per_iteration onwards? Think of what a resumed run with the same N plays, and of
+# what one process plays with this rule.
+#
+# ### Exercise 10.4: three processes on two cores
+#
+# `configs/accelerate/ddp.yaml` with `--num_processes 3` on a 2-core CPU: predict the turns/s from
+# the record, then add it to `benchmarks/rl_scaling.py` as a fourth run and measure it.

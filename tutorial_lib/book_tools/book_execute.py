@@ -59,6 +59,8 @@ CHAPTER_NEEDS: dict[str, tuple[str, ...]] = {
     "09_pretrained_model": (),
     # chapter 10 reads a recorded benchmark and computes on toy tensors: it needs nothing
     "10_scaling_out": (),
+    # the appendix reads records under benchmarks/results: it needs no chapter
+    "11_how_the_book_knows": (),
 }
 
 #: chapter -> the games whose SFT checkpoints (chapter 4's) it loads. Once this build has written all
@@ -161,6 +163,7 @@ CHAPTER_SECONDS: dict[str, float] = {
     "01_text_games": 23, "02_prompts_tokens_actions": 32, "03_expert_data": 102,
     "04_supervised_finetuning": 1354, "05_policy_gradients": 599, "06_ppo": 982,
     "07_grpo_and_comparison": 311, "08_evaluation_gap": 251, "09_pretrained_model": 515, "10_scaling_out": 4,
+    "11_how_the_book_knows": 10,
 }
 
 
