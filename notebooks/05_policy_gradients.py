@@ -60,7 +60,7 @@ from collections import Counter, defaultdict
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from myst_nb import glue
+from myst_nb import glue as myst_glue
 
 from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
 from tutorial_lib.evaluation.evaluate import evaluate_policy
@@ -73,6 +73,12 @@ from tutorial_lib.rl.reinforce import Reinforce, policy_gradient_loss, turn_adva
 from tutorial_lib.rl.rl_loop import train
 from tutorial_lib.rl.rollout import action_logprobs, collate_turns, collect
 from tutorial_lib.runtime.cache import cache_root
+
+
+def glue(name, value, display=False):
+    """myst_nb's glue, a numpy scalar turned into a Python number first (the book formats it as one)."""
+    myst_glue(name, value.item() if getattr(value, "ndim", None) == 0 else value, display=display)
+
 
 preset = get_preset()
 print(describe(preset))

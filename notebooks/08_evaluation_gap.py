@@ -58,7 +58,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from IPython.display import display
-from myst_nb import glue
+from myst_nb import glue as myst_glue
 
 from tutorial_lib import plotting
 from tutorial_lib.data.expert_data import recipe_permutations, rewrite_recipe
@@ -80,6 +80,12 @@ from tutorial_lib.lm.tokenization import boundary_mismatch
 from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.rl.rollout import collect, turn_logprobs
+
+
+def glue(name, value, display=False):
+    """myst_nb's glue, a numpy scalar turned into a Python number first (the book formats it as one)."""
+    myst_glue(name, value.item() if getattr(value, "ndim", None) == 0 else value, display=display)
+
 
 preset = get_preset()
 print(describe(preset))
