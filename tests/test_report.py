@@ -144,24 +144,6 @@ def test_show_source_prints_the_current_code_of_a_loss(capsys):
     assert report.source_text(PPO.update).startswith("def update(self, rollout")  # a method, dedented
 
 
-def test_largest_fall_tells_a_dip_from_a_lasting_fall():
-    rows = lambda values: [{"step": i, "r": v} for i, v in enumerate(values, start=1)]  # noqa: E731
-    assert report.largest_fall(rows([0, 1, 2, 3]), "r", "return") == "the smoothed return never fell below its best so far"
-    recovered = report.largest_fall(rows([0, 3, 0, 0, 0, 3, 3, 3]), "r", "return", smooth=1)
-    assert "fell at most 3.000" in recovered and "(iteration 3)" in recovered and "back at its best" in recovered
-    lasting = report.largest_fall(rows([3, 3, 0, 0]), "r", "reward", smooth=1, unit="step")
-    assert "(step 3)" in lasting and "not recovered" in lasting
-    # a dip climbed out of, then a newer, smaller one at the end: not the first dip "not recovered"
-    newer = report.largest_fall(rows([2, 0, 3, 3, 3, 2.5]), "r", "r", smooth=1)
-    assert "(iteration 2)" in newer and "recovered, and ended 0.500 below a later best (iteration 5; the last 1 " \
-        "iteration fell below it)" in newer
-    # the low point in the last smoothing window has had no time to recover
-    recent = report.largest_fall(rows([1, 2, 3, 3, 3, 0]), "r", "r", smooth=1)
-    assert "(iteration 6)" in recent and "too recent to tell" in recent
-    with pytest.raises(ValueError, match="no 'x'"):
-        report.largest_fall(rows([1]), "x", "x")
-
-
 def test_tictactoe_grid_counts_each_change_and_tabulates_every_cell(capsys):
     cells = [dict(kernels=kernels, threads=threads, seed=0, before_minimax_draw_rate=0.5, after_minimax_draw_rate=after,
                   before_random_loss_rate=0.05, after_random_loss_rate=0.05)
@@ -212,30 +194,6 @@ def test_tictactoe_opponents_counts_each_records_distinct_runs(monkeypatch, tmp_
     assert report.tictactoe_opponents("ttt-ppo").loc["mixed", "runs"] == 3
     only = report.tictactoe_opponents("ttt-ppo", iterations=60)
     assert list(only.index) == ["mixed"] and only.loc["mixed"].tolist() == [1, "0 / 0 / 1", "0 / 1 / 0"]
-
-
-def test_tictactoe_count_phrases_the_distinct_runs_with_a_verdict():
-    def cell(seed, after_draw, **extra):
-        return dict(seed=seed, before_minimax_draw_rate=0.5, after_minimax_draw_rate=after_draw,
-                    before_random_loss_rate=0.1, after_random_loss_rate=0.1, **extra)
-    rows = [cell(0, 0.8), cell(0, 0.8, kernels="avx2"), cell(1, 0.5), cell(2, 0.2)]  # the twin counts once
-    assert report.tictactoe_count(rows, "minimax_draw_rate", "better") == "1 of 3 runs"
-    assert report.tictactoe_count(rows, "minimax_draw_rate", "worse") == "1 of 3 runs"
-    assert report.tictactoe_count(rows, "random_loss_rate", "noise") == "all 3 runs"
-    assert report.tictactoe_count([], "minimax_draw_rate", "better") == "no recorded run"
-
-
-def test_engine_speedups_table_the_ratios_of_each_device_and_batch():
-    rows = [{"device": device, "game": "tictactoe", "measure": measure, "games_side_by_side": games, "setting": setting,
-             "x_baseline": ratio}
-            for device in ("CPU A", "GPU B") for measure in ("decode", "games") for games in (32, 64)
-            for setting, ratio in (("baseline", 1.0), ("merged", 1.5), ("engine", 2.25))]
-    table = report.engine_speedups(rows)
-    assert list(table.columns) == ["baseline", "merged", "engine"]  # in the record's order of changes
-    assert table.shape == (8, 3)
-    assert table.loc[("GPU B", "tictactoe", "games", 64), "engine"] == 2.25
-    with pytest.raises(ValueError, match="no engine"):
-        report.engine_speedups([])
 
 
 def test_pretrained_rl_summary_counts_each_tasks_claim(capsys):
@@ -314,18 +272,6 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
         "gtn-50, seed 0 (CPU A)", "gtn-50, seed 0 (Intel Xeon)"}  # one recipe: named by seed and CPU
 
 
-def test_critic_reading_follows_the_second_half_of_the_run():
-    def run(early, late):
-        return [{"step": i, "explained_variance": v} for i, v in enumerate([early] * 4 + [late] * 4)]
-
-    assert "0.020" in report.critic_reading(run(0.6, 0.02)) and "as in REINFORCE" in report.critic_reading(run(0.6, 0.02))
-    assert "over the second half of the run: a part, so" in report.critic_reading(run(-0.5, 0.3))
-    assert "most of it" in report.critic_reading(run(0.0, 0.8))
-    assert "as in REINFORCE" in report.critic_reading(run(0.9, -0.4))  # a negative one is worse than the mean
-    with pytest.raises(ValueError, match="explained_variance"):
-        report.critic_reading([{"step": 1, "mean_return": 0.1}])
-
-
 def test_grid_holds_counts_what_a_grid_covers_and_says_what_it_lacks():
     import pandas as pd
 
@@ -369,21 +315,6 @@ def test_tictactoe_recipe_runs_are_the_cells_of_the_recipe_a_chapter_trains(monk
     assert [run["perturbation"] for run in runs] == [None, None, {"seed": 1, "scale": 1e-6}]
     assert len(records.tictactoe_recipe_runs("ttt-ppo", other)) == 1
     assert records.tictactoe_recipe_runs("ttt-ppo", replace(chapter, iterations=60)) == []
-
-
-def test_guess_mass_tabulates_the_guesses_record():
-    found = {"inside": .59, "near_middle": 1.05e-4, "range_left": [11, 19], "likeliest": [[11, .59], [3, .137]]}
-    record = {"device": "CPU A", "note": "seed 0",
-              "temperature 1": {"SFT": {"after 20 too high (11-19 left)": {**found, "likeliest": [[11, .7134]]}}},
-              "temperature 1.5": {"SFT": {"after 20 too high (11-19 left)": found},
-                                  "RL": {"after 20 too high (11-19 left)": {**found, "near_middle": .4},
-                                         "first guess (1-50)": {**found, "range_left": [1, 50]}}}}
-    table = report.guess_mass(record)
-    assert len(table) == 4 and set(table.index.get_level_values("temperature")) == {1.0, 1.5}
-    assert table.loc[(1.0, "SFT", "20 too high (11-19 left)"), "likeliest guess"] == "11 (0.713)"
-    assert table.loc[(1.5, "SFT", "20 too high (11-19 left)"), "within 2 of its middle"] == 1.05e-4
-    assert table.loc[(1.5, "RL", "20 too high (11-19 left)"), "within 2 of its middle"] == .4
-    assert list(table["range left"]) == ["11-19", "11-19", "11-19", "1-50"]
 
 
 def test_a_recorded_run_is_named_by_its_game_in_words():

@@ -149,7 +149,7 @@ PRETRAINED_RL_CPU_RECORD = "pretrained_rl_cpu.jsonl"
 #: ``benchmarks/pretrained_rl_cost.py``'s record: one RL update of SmolLM2 under each setting
 PRETRAINED_RL_COST_RECORD = "pretrained_rl_cost.jsonl"
 #: ``benchmarks/pretrained_rl_guesses.py``'s record: the probability each recorded policy gives every
-#: guess after a replayed history (one JSON object, :func:`tutorial_lib.report.guess_mass` tabulates it)
+#: guess after a replayed history (one JSON object)
 PRETRAINED_RL_GUESSES_RECORD = "pretrained_rl_guesses.json"
 
 

@@ -17,8 +17,6 @@ cannot drift.
 from __future__ import annotations
 
 import inspect
-import math
-import statistics
 import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -105,17 +103,6 @@ def tictactoe_opponents(recipe: str, preset: Preset | None = None, episodes: int
     return frame
 
 
-def tictactoe_count(rows: Sequence[dict], key: str, verdict: str, episodes: int = 200) -> str:
-    """How many of the distinct runs in ``rows`` changed ``key`` (a key of :data:`TICTACTOE_CHANGES`)
-    with ``verdict``, as a phrase for a summary: ``"all 5 runs"``, ``"2 of 5 runs"``, ``"no recorded run"``."""
-    runs = distinct_runs(rows)
-    if not runs:
-        return "no recorded run"
-    name, better = next((name, better) for name, k, better in TICTACTOE_CHANGES if k == key)
-    verdicts = run_verdicts(runs, name, f"before_{key}", f"after_{key}", episodes, better)
-    return count_phrase(verdicts.count(verdict), len(verdicts), "runs")
-
-
 def grid_holds(rows: Sequence[dict]) -> str:
     """What a recorded grid holds, counted: its runs, seeds, thread counts, kernel sets and CPUs
     (a chapter says it before reading a grid, so that a reader weighs it by what it covers)."""
@@ -186,72 +173,11 @@ def level_counts(paths: dict[str, list[tuple[int, float]]], level: float, half: 
             f"at iteration {half}, in {at_end} at the end (ends {min(ends):.3f} to {max(ends):.3f})"), at_end
 
 
-def largest_fall(history: Sequence[dict], key: str, label: str, smooth: int = 3, unit: str = "iteration") -> str:
-    """How far a learning curve's smoothed line (``learning_curves``' running mean over ``smooth``
-    points) fell below its best so far, at worst, and where it ended: a dip the run recovered from
-    and a fall that lasted to the end read differently (chapters 6 and 7 print it under a figure).
-
-        "the smoothed return fell at most 0.120 below its best so far (iteration 7) and ended 0.020
-         below it (mostly recovered)"
-    """
-    rows = [row for row in history if key in row]
-    if not rows:
-        raise ValueError(f"no {key!r} in the history")
-    values = [float(row[key]) for row in rows]
-    line = [statistics.fmean(values[max(0, i - smooth + 1) : i + 1]) for i in range(len(values))]
-    best, below = -math.inf, []
-    for value in line:
-        best = max(best, value)
-        below.append(best - value)
-    worst = max(below)
-    if worst == 0:
-        return f"the smoothed {label} never fell below its best so far"
-    end, at = below[-1], below.index(worst)
-    last_best = max(i for i, gap in enumerate(below) if gap == 0)
-    fell = f"the smoothed {label} fell at most {worst:.3f} below its best so far ({unit} {rows[at]['step']})"
-    if end > 0 and last_best > at:  # that dip was climbed out of; the end is a newer one, below a later best
-        n = len(line) - 1 - last_best
-        return (f"{fell}, recovered, and ended {end:.3f} below a later best ({unit} {rows[last_best]['step']}; "
-                f"the last {n} {unit}{'s' if n > 1 else ''} fell below it)")
-    if end == 0:
-        ending = "back at its best"
-    elif at >= len(line) - smooth:  # the low point is in the last smoothing window: too recent to judge
-        ending = f"in the last {unit}s: too recent to tell whether it recovers"
-    else:
-        ending = "mostly recovered" if end < worst / 2 else "not recovered"
-    return f"{fell} and ended {end:.3f} below it ({ending})"
-
-
 def trend(history: Sequence[dict], key: str, label: str | None = None, digits: int = 3) -> str:
     """``"explained variance 0.120 over the first half of the run, 0.310 over the second"``."""
     first, second = halves(history, key)
     return (f"{label or key.replace('_', ' ')} {first:.{digits}f} over the first half of the run, "
             f"{second:.{digits}f} over the second")
-
-
-#: explained variance below this: the critic predicts the returns little better than their mean
-CRITIC_NOISE = 0.1
-#: and above this it predicts most of their variance
-CRITIC_LEARNT = 0.5
-
-
-def critic_reading(history: Sequence[dict]) -> str:
-    """What a PPO run's critic was worth, read from its explained variance over the second half of
-    the run (chapter 6's rule): near or below 0, the advantages are the returns minus roughly their
-    mean, so PPO's update is close to REINFORCE with a baseline; above :data:`CRITIC_LEARNT` the
-    critic predicts most of the returns' variance and its advantages say which turns did better.
-
-        "The critic explained 0.042 of the returns' variance over the second half of the run: ..."
-    """
-    _, late = halves(history, "explained_variance")
-    if late < CRITIC_NOISE:
-        meaning = ("little better than their mean, so the advantages were mostly the returns minus a "
-                   "baseline and their noise, as in REINFORCE")
-    elif late < CRITIC_LEARNT:
-        meaning = "a part, so the advantages carried some of the critic's judgement of each turn, and much noise"
-    else:
-        meaning = "most of it: the advantages say which turns did better than the critic expected"
-    return f"The critic explained {late:.3f} of the returns' variance over the second half of the run: {meaning}."
 
 
 def source_text(obj) -> str:
@@ -274,25 +200,6 @@ def show_source(obj) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(f"`{name}`\n\n```python\n{source_text(obj)}```"))
-
-
-#: the rollout engine's settings in table order
-ENGINE_SETTINGS = ("baseline", "merged", "compact-unmerged", "static-generate", "engine")
-
-
-def engine_speedups(rows: Sequence[dict]):
-    """The rollout engine's record as a table: each setting's action tokens per second as a multiple
-    of plain ``generate``'s (``baseline``, measured in the same run), per device, game, measurement
-    (``decode``: one call over N prompts; ``games``: N games played to their ends) and N (chapter 9)."""
-    import pandas as pd
-
-    if not rows:
-        raise ValueError("no engine measurements")
-    frame = pd.DataFrame(list(rows)).pivot_table(index=["device", "game", "measure", "games_side_by_side"],
-                                                 columns="setting", values="x_baseline")
-    frame = frame[[setting for setting in ENGINE_SETTINGS if setting in frame.columns]]
-    frame.index.names = ["device", "game", "measured", "side by side"]
-    return frame.round(2)
 
 
 #: what each task of ``benchmarks/pretrained_rl.py`` claims: (name, higher is better)
@@ -379,23 +286,3 @@ def guessing_games(rows: Sequence[dict], limit: int = 6):
     return pd.DataFrame(table)
 
 
-def guess_mass(record: dict):
-    """The table of ``benchmarks/pretrained_rl_guesses.py``'s record (``pretrained_rl_guesses.json``):
-    one row per temperature, policy and replayed history, with the probability the policy gives
-    the guesses inside the range the feedback left, those within 2 of its middle (where binary
-    search guesses), and its likeliest guess."""
-    import pandas as pd
-
-    table = []
-    for temperature, policies in record.items():
-        if not temperature.startswith("temperature "):
-            continue  # the record's device and note
-        for policy, states in policies.items():
-            for state, found in states.items():
-                low, high = found["range_left"]
-                (guess, probability), *_ = found["likeliest"]
-                table.append({"temperature": float(temperature.removeprefix("temperature ")), "policy": policy,
-                              "history": state.removeprefix("after "), "range left": f"{low}-{high}",
-                              "on the range left": found["inside"], "within 2 of its middle": found["near_middle"],
-                              "likeliest guess": f"{guess} ({probability:.3f})"})
-    return pd.DataFrame(table).set_index(["temperature", "policy", "history"])
