@@ -367,3 +367,67 @@ def test_level_counts_reads_each_cell_at_half_way_and_at_its_end():
     # c was not evaluated half-way: it counts at its end only
     assert reading == "at or above 0.85 in 1 of 2 cells at iteration 60, in 2 of 3 cells at the end (ends 0.800 to 0.970)"
     assert at_end == "2 of 3 cells"
+
+
+def test_glue_hands_myst_nb_python_numbers_not_numpy_scalars(monkeypatch):
+    import myst_nb
+    import numpy as np
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, (value, display)))
+    report.glue("rate", np.float64(0.25))
+    report.glue("count", np.int64(3))
+    report.glue("words", "a phrase")
+    assert glued["rate"] == (0.25, False) and type(glued["rate"][0]) is float
+    assert type(glued["count"][0]) is int
+    assert glued["words"] == ("a phrase", False)
+    # '{:.3f}'.format works on what the book receives: the text role formats it
+    assert f"{glued['rate'][0]:.3f}" == "0.250"
+
+
+def test_glue_change_says_which_way_a_change_went(monkeypatch):
+    import myst_nb
+
+    glued = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
+    rise = stats.compare_rates("draws", 0.5, 0.9, episodes=200)
+    assert report.glue_change("draws", rise) is rise
+    assert glued["draws_before"] == 0.5 and glued["draws_after"] == 0.9
+    assert glued["draws_verdict"] == "a rise beyond noise"
+    report.glue_change("flat", stats.compare_rates("draws", 0.5, 0.51, episodes=200))
+    assert glued["flat_verdict"] == "a change within noise"
+    report.glue_change("fall", stats.compare_rates("losses", 0.5, 0.1, episodes=200, higher_is_better=False))
+    assert glued["fall_verdict"] == "a fall beyond noise"
+
+
+def test_tidy_gives_counts_integers_and_each_column_one_format():
+    import re
+
+    import pandas as pd
+
+    frame = pd.DataFrame({"episodes": [200.0, 128.0], "rate": [1.0, 0.955], "label": ["a", "b"]})
+    cells = re.findall(r">([^<>]+)</td>", report.tidy(frame).to_html())
+    assert cells == ["200", "1.000", "a", "128", "0.955", "b"]
+    by_row = re.findall(r">([^<>]+)</td>", report.tidy(frame[["episodes", "rate"]].T, digits=1, by="row").to_html())
+    assert by_row == ["200", "128", "1.0", "1.0"]
+    big = re.findall(r">([^<>]+)</td>", report.tidy(pd.DataFrame({"tokens": [151346.0]})).to_html())
+    assert big == ["151,346"]
+
+
+def test_heldout_cells_count_the_level_and_the_collapses(monkeypatch, tmp_path):
+    lines = [{"recipe": "ttt-reinforce", "start": f"start {k}", "before_minimax_draw_rate": 0.55,
+              "after_minimax_draw_rate": draws, "after_random_loss_rate": None, "random_losses_verdict": verdict}
+             for k, (draws, verdict) in enumerate([(0.9, "noise"), (0.85, "noise"), (0.3, "worse"), (0.8, "noise")])]
+    lines.append({**lines[0], "recipe": "ttt-ppo"})
+    (tmp_path / records.TICTACTOE_HELDOUT_RECORD).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    frame, reached, collapsed = report.heldout_cells("ttt-reinforce")
+    assert (len(frame), reached, collapsed) == (4, 2, 1)
+    assert list(frame["reached 0.85"]) == ["yes", "yes", "no", "no"]
+    assert frame.loc["start 2", "losses vs the start"] == "worse beyond noise"
+
+
+def test_the_heldout_record_holds_both_chapters_recipes():
+    for recipe in ("ttt-reinforce", "ttt-ppo"):
+        frame, reached, _ = report.heldout_cells(recipe)
+        assert len(frame) >= 4 and 0 < reached <= len(frame)

@@ -139,6 +139,11 @@ def read_json_lines(path: Path) -> list[dict]:
     return durable.parse_lines(path, lines, json.loads, fix="restore the file (git checkout) or delete that line")
 
 
+#: tic-tac-toe RL from starts nobody tuned on (``heldout_protocol.md``): chapter 4's checkpoint with
+#: its weights perturbed, one line per cell, for chapters 5 and 6's recipes
+TICTACTOE_HELDOUT_RECORD = "tictactoe_rl_heldout.jsonl"
+
+
 #: the rollout engine's record (``benchmarks/rollout_engine.py``)
 ENGINE_RECORD = "rollout_engine.jsonl"
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from tutorial_lib.evaluation.stats import compare_rates, halves, run_verdicts, spread
 from tutorial_lib.records import (
+    TICTACTOE_HELDOUT_RECORD,
     TICTACTOE_OPPONENT_RECORDS,
     cpu_label,
     distinct_runs,
@@ -30,6 +31,7 @@ from tutorial_lib.records import (
     longest_runs,
     pretrained_rl_recipe,
     pretrained_run_name,
+    recorded_runs,
     tictactoe_opponent_runs,
 )
 
@@ -43,6 +45,56 @@ WIDTH = 72
 def say(*sentences: str, width: int = WIDTH) -> None:
     """Print sentences as one paragraph wrapped to the page (a notebook's output is not reflowed)."""
     print(textwrap.fill(" ".join(s.strip() for s in sentences if s.strip()), width))
+
+
+def glue(name: str, value, display: bool = False) -> None:
+    """myst_nb's ``glue`` for a chapter's sentences, a numpy scalar turned into a Python number first:
+    the book formats a glued value with Python's format spec (``{glue:text}`name:.3f```), which a
+    ``numpy.float64`` fails in the build's text role."""
+    from myst_nb import glue as myst_glue  # only the notebooks need myst_nb
+
+    myst_glue(name, value.item() if getattr(value, "ndim", None) == 0 else value, display=display)
+
+
+def glue_change(prefix: str, change):
+    """A before/after :class:`~tutorial_lib.evaluation.stats.Change` as glue: ``prefix_before``,
+    ``_after``, ``_noise`` (two standard errors) and ``_verdict``, the phrase a sentence reads out
+    ("a change within noise", "a rise beyond noise", "a fall beyond noise")."""
+    glue(f"{prefix}_before", float(change.before))
+    glue(f"{prefix}_after", float(change.after))
+    glue(f"{prefix}_noise", float(change.noise))
+    if change.verdict == "noise":
+        verdict = "a change within noise"
+    else:
+        verdict = f"a {'rise' if change.difference > 0 else 'fall'} beyond noise"
+    glue(f"{prefix}_verdict", verdict)
+    return change
+
+
+def tidy(frame, digits: int = 3, by: str = "column"):
+    """``frame`` styled for the page: one number format per column (``by="row"``: per row, for a
+    table whose rows are the metrics), counts as integers with thousands separators, every other
+    number with ``digits`` decimals; text as it is."""
+    import numbers
+
+    import pandas as pd
+
+    def is_number(value) -> bool:
+        return isinstance(value, numbers.Number) and not isinstance(value, bool) and value == value
+
+    def formatter(values):
+        numeric = [v for v in values if is_number(v)]
+        spec = "{:,.0f}" if numeric and all(float(v).is_integer() for v in numeric) else f"{{:.{digits}f}}"
+        return lambda value: spec.format(value) if is_number(value) else str(value)
+
+    styler = frame.style
+    if by == "row":
+        for label, row in frame.iterrows():
+            styler = styler.format(formatter(row.tolist()), subset=pd.IndexSlice[[label], :], na_rep="")
+    else:
+        for column in frame.columns:
+            styler = styler.format(formatter(frame[column].tolist()), subset=[column], na_rep="")
+    return styler
 
 
 def count_phrase(count: int, of: int, what: str) -> str:
@@ -116,6 +168,27 @@ def grid_holds(rows: Sequence[dict]) -> str:
     return (f"{len(rows)} runs over {values('seed', 'seed')}, {values('threads', 'thread count')}, "
             f"{values('kernels', 'kernel set')}, recorded on {values('cpu', 'CPU')}"
             + (f"; {perturbed} of them from a perturbed start" if perturbed else ""))
+
+
+def heldout_cells(recipe: str, level: float = 0.85):
+    """The held-out cells of a tic-tac-toe recipe (``ttt-reinforce``, ``ttt-ppo``) as a table, with
+    how many reached ``level`` draws against minimax and how many fell below their start's draws
+    (a collapse): ``(frame, reached, collapsed)``. ``len(frame)`` is the number of cells."""
+    import pandas as pd
+
+    rows = [row for row in recorded_runs(TICTACTOE_HELDOUT_RECORD) if row["recipe"] == recipe]
+    frame = pd.DataFrame({
+        "start": [row["start"] for row in rows],
+        "draws vs minimax after": [row["after_minimax_draw_rate"] for row in rows],
+        "losses to random after": ["" if row["after_random_loss_rate"] is None else f"{row['after_random_loss_rate']:.3f}"
+                                   for row in rows],
+        "losses vs the start": [{"noise": "within noise", "worse": "worse beyond noise",
+                                 "better": "better beyond noise"}[row["random_losses_verdict"]] for row in rows],
+        f"reached {level:g}": ["yes" if row["after_minimax_draw_rate"] >= level else "no" for row in rows],
+    }).set_index("start")
+    reached = sum(row["after_minimax_draw_rate"] >= level for row in rows)
+    collapsed = sum(row["after_minimax_draw_rate"] < row["before_minimax_draw_rate"] for row in rows)
+    return frame, reached, collapsed
 
 
 def perturbation_label(perturbation: dict | None) -> str:
