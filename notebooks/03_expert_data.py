@@ -123,19 +123,18 @@ summary = {
     "games": config.episodes,
     "moves (records)": len(frame),
     "distinct positions": len(positions),
-    "MCTS move optimal": f"{frame['optimal'].mean():.1%}",
-    "moves played at random (epsilon)": f"{frame['explored'].mean():.1%}",
-    "ms per MCTS move": f"{1000 * frame['seconds'].mean():.1f}",
+    "MCTS move optimal": frame["optimal"].mean(),
+    "moves played at random (epsilon)": frame["explored"].mean(),
+    "ms per MCTS move": 1000 * frame["seconds"].mean(),
     "total time": f"{selfplay_seconds:.0f} s",
 }
-pd.Series(summary).to_frame("self-play")
+tidy(pd.Series(summary).to_frame("self-play"), by="row")
 
 # %% [markdown]
 # Read `MCTS move optimal` as the quality of the labels and `distinct positions` as their coverage:
-# far fewer positions than moves, since strong players repeat the same openings. The times are this
-# machine's and depend on what else it runs. Where was MCTS wrong? Below are up to three of the
-# distinct positions it got wrong. For each, the minimax solver (`tutorial_lib.envs.minimax`)
-# scores every legal move under perfect play by both sides; the cell prints the outcome of MCTS's
+# far fewer positions than moves, since strong players repeat the same openings. Where was MCTS
+# wrong? Below are up to three of the distinct positions it got wrong. For each, the minimax
+# solver (`tutorial_lib.envs.minimax`) scores every legal move under perfect play by both sides; the cell prints the outcome of MCTS's
 # move and every move that keeps the position's best outcome.
 
 # %%
@@ -193,7 +192,7 @@ plt.show()
  .format("{:.1f}", subset=["ms per MCTS move"])
  .hide(axis="index"))
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 rate, cost = by_simulations["optimal move rate"], by_simulations["ms per MCTS move"]
 glue("sims_rate_10", float(rate[10]), display=False)  # float(): a numpy float's repr would not format
 glue("sims_rate_1000", float(rate[1000]), display=False)
@@ -207,12 +206,12 @@ glue("sims_verdict", "bought less quality than the first" if last < first else "
 
 # %% [markdown]
 # The solid line (left axis) is the share of MCTS's moves that perfect play allows; the dashed
-# line (right axis) is what a move costs; the table holds the same numbers. The budgets grow
-# tenfold from 10 to 100 and again from 100 to 1000. In this run the share went from
+# line (right axis) is what a move costs; the table holds the same numbers. In this run the share
+# went from
 # {glue:text}`sims_rate_10:.3f` at 10 simulations to {glue:text}`sims_rate_1000:.3f` at 1000. The
-# first tenfold step changed it by {glue:text}`sims_gain_first:+.3f`, the second by
-# {glue:text}`sims_gain_last:+.3f`. So the second step {glue:text}`sims_verdict`, and it multiplied
-# a move's cost by {glue:text}`sims_cost_ratio:.1f`. Each budget's rate rests on
+# first tenfold step (10 to 100) changed it by {glue:text}`sims_gain_first:+.3f`, the second (100
+# to 1000) by {glue:text}`sims_gain_last:+.3f`. So the second step {glue:text}`sims_verdict`, and
+# it multiplied a move's cost by {glue:text}`sims_cost_ratio:.1f`. Each budget's rate rests on
 # {glue:text}`sims_moves:d` or more moves of 30 games, so differences of a few hundredths are
 # noise.
 #
@@ -237,7 +236,7 @@ change = compare_rates("the optimal-move rate", low["optimal move rate"], high["
 print(change)
 tidy(by_epsilon.reset_index()).format("{:.1f}", subset=["epsilon"]).hide(axis="index")
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 glue("eps_positions_low", int(low["distinct positions"]), display=False)
 glue("eps_positions_high", int(high["distinct positions"]), display=False)
 glue("eps_moves", int(min(low["moves"], high["moves"])), display=False)
@@ -256,8 +255,8 @@ glue("selfplay_optimal", float(frame["optimal"].mean()), display=False)
 # {glue:text}`eps_rate_verdict` (two standard errors: {glue:text}`eps_rate_noise:.3f`; the moves of
 # one game are not independent, so the true noise is somewhat larger). Does exploration cost label
 # quality, then? {glue:text}`eps_answer`. The self-play data above uses
-# {glue:text}`selfplay_sims:d` simulations a move, where {glue:text}`selfplay_optimal:.1%` of the
-# labels were optimal; there, what epsilon buys is the coverage.
+# {glue:text}`selfplay_sims:d` simulations a move, where a share {glue:text}`selfplay_optimal:.3f` of
+# the labels were optimal; there, what epsilon buys is the coverage.
 
 # %% [markdown]
 # ### Games against a random player
@@ -277,13 +276,13 @@ versus = mcts_selfplay(versus_config, progress=False)
 versus_frame = pd.DataFrame(versus)
 selfplay_positions = set(zip(frame["board"], frame["mark"]))
 versus_positions = set(zip(versus_frame["board"], versus_frame["mark"]))
-pd.Series({
+tidy(pd.Series({
     "games": versus_config.episodes,
     "MCTS moves (records)": len(versus_frame),
     "distinct positions": len(versus_positions),
     "of which not in self-play": len(versus_positions - selfplay_positions),
-    "MCTS move optimal": f"{versus_frame['optimal'].mean():.1%}",
-}).to_frame("MCTS vs random")
+    "MCTS move optimal": versus_frame["optimal"].mean(),
+}).to_frame("MCTS vs random"), by="row")
 
 # %% [markdown]
 # The row `of which not in self-play` is what these games add to the data's coverage; `MCTS move
@@ -296,18 +295,30 @@ pd.Series({
 # best move. Augmenting every record with the 8 symmetries of the square (4 rotations, counting
 # the identity, and 4 reflections) multiplies the distinct (position, move) pairs at no cost -- the
 # same trick AlphaGo Zero used for Go. Not by eight: many images coincide with pairs already in the
-# data, or with each other (a symmetric position has fewer distinct images). The first line below
-# prints the count before and after; then comes one example:
+# data, or with each other (a symmetric position has fewer distinct images). The cell prints the
+# count before and after:
 
 # %%
 all_records = records + versus
 augmented = augment_with_symmetries(all_records)
 distinct_pairs = len({(r["board"], r["action_text"]) for r in all_records})
 print(f"distinct (position, move) pairs: {distinct_pairs} from both kinds of games, {len(augmented)} after augmentation")
+
+# %% [markdown]
+# ### Worked lines: the board read out before the move
+#
+# Each (position, move) pair becomes one example: the prompt the policy will see, and the
+# expert's completion. At the `ci` preset the completion first writes *worked lines*, then MCTS's
+# move. The worked lines are the board's eight lines (rows, then columns, then diagonals), each as
+# four words: its three cells, then the square that would complete it, or a dash if there is
+# none. They spell out what a player checks before each move (can I complete a line, must I block
+# one?), so that the move follows from text the model has just written. The model writes them on
+# one line; the cell prints them one line per row, named.
+
+# %%
 examples = tictactoe_examples(augmented, worked_lines=preset.game("tictactoe").worked_lines)
 # an example whose worked lines (if any) name a square that completes a line
 shown = next((e for e in examples if "(" in e["completion"].split("<move>")[0]), examples[0])
-print("\nOne example -- the prompt the policy will see, and the expert's completion:\n")
 print(wrapped(shown["prompt"]))
 worked, move = shown["completion"].split("<move>")
 words = worked.split()
@@ -319,21 +330,17 @@ if words:  # worked lines: four words a line, shown here one line per row (the c
         print(f"    {name:12} {line}" + ("   <- completes a line" if "(" in words[i + 3] else ""))
 print("-->", "<move>" + move)
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 completing = [w for w in words[3::4] if "(" in w] or ["o(0,2)"]  # a made-up one where the preset writes no lines
 glue("worked_word", completing[0])
 glue("worked_mark", completing[0][0])
 glue("worked_square", completing[0][1:])
 
 # %% [markdown]
-# The move is MCTS's. At the `ci` preset the completion first writes *worked lines*, then the
-# move. The worked lines are the board's eight lines (rows, then columns, then diagonals), each as
-# four words: its three cells, then the square that would complete it, or a dash if there is
-# none. The model writes them on one line; the cell prints one line per row, named. In the
-# example, {glue:text}`worked_word` says that {glue:text}`worked_mark` holds two of the line's
+# In the example, {glue:text}`worked_word` says that {glue:text}`worked_mark` holds two of the line's
 # cells and that the third, the square {glue:text}`worked_square`, is empty. Compare the lines
-# marked as completing with the move. A program computes the worked lines from the board, so
-# they are always right.
+# marked as completing with the move. A program computes the worked lines, so they are always
+# right.
 # Chapter 4 explains why a small model trained from scratch needs them: trained on the move alone,
 # it did not learn to complete or block a line ({doc}`the appendix </notebooks/11_how_the_book_knows>`
 # holds those runs).
@@ -345,7 +352,7 @@ glue("worked_square", completing[0][1:])
 # own expert plan, not always the shortest one). Playing it and recording the prompt at each step
 # gives one example per step. TextWorldExpress also splits its games into *folds* (train, dev and
 # test: disjoint sets of games, like a dataset's splits). Only **train-fold** games are used, so
-# the test fold stays unseen (chapter 4 measures the gap). The prompt lists the actions taken so
+# the test fold stays unseen (chapter 4 evaluates on both folds; chapter 8 studies the gap). The prompt lists the actions taken so
 # far and keeps the recipe once the cookbook has been read (chapter 2 explains the template).
 #
 # The next cell makes the data of the three other games with `make_expert_data`, the function
@@ -437,8 +444,7 @@ def preparations(actions):
     return pairs
 
 
-cw_settings = preset.game("cookingworld")
-print(f"CookingWorld world at this preset: {describe_world(cw_settings.env_options)}")
+cw_settings = preset.game("cookingworld")  # the world printed above
 gold_pairs = {}
 for fold, episodes in [("train", cw_settings.expert_episodes), ("test", 200)]:
     with envs.make("cookingworld", **{**cw_settings.env_options, "fold": fold}) as env:
@@ -461,7 +467,7 @@ print(wrapped(f"e.g. {sorted({p for p in steps if p not in seen})[:4]}"))
 # recipe asked for another cut and another cooking method: the three ways to cut (slice, dice,
 # chop) and the three to cook (fry on the stove, roast in the oven, grill in the toaster) are each
 # permuted, in the recipe, the valid actions, the game's answers and the labels alike (a test
-# checks in the real game that the game answers exactly as the rewrite says). Every ingredient can
+# checks the rewrite against the real game). Every ingredient can
 # then come with every way of preparing it, so the only way to predict the verb is to read the
 # recipe.
 #
@@ -543,8 +549,8 @@ tidy(pd.DataFrame.from_dict(lengths, orient="index"), digits=1)
 # GuessTheNumber's examples repeat (at `ci`, chapter 4 trains on each distinct one once, weighted
 # by its count), while the augmented tic-tac-toe data holds each (position, move) pair once. The
 # token columns say what a training step costs: CookingWorld's prompts carry the observation, the
-# past actions and every valid action, and tic-tac-toe's completions are long where the worked
-# lines are on.
+# past actions and every valid action, and tic-tac-toe's completions are long because at `ci` they
+# include the worked lines.
 
 # %% [markdown]
 # ## Saving, loading, caching
@@ -571,14 +577,12 @@ first_rows.assign(prompt=first_rows["prompt"].str.len()).rename(columns={"prompt
 #
 # ## Summary
 # - MCTS self-play with the tutorial's settings labels tic-tac-toe moves almost perfectly; fewer
-#   simulations are faster and label worse, and the cost of a move grows with the budget. Epsilon buys
-#   coverage: {glue:text}`eps_positions_low:d` distinct positions at epsilon 0,
+#   simulations are faster and label worse. Epsilon buys coverage: {glue:text}`eps_positions_low:d` distinct positions at epsilon 0,
 #   {glue:text}`eps_positions_high:d` at 0.5, in this run.
-# - Games of MCTS against a random player add positions self-play never reaches, the kind an
-#   evaluation against a random opponent shows.
-# - Symmetry augmentation multiplies the distinct tic-tac-toe examples.
-# - Gold paths, binary search and worked answers give the other games' data, from the same prompt
-#   builder the policy uses when it plays.
+# - Games of MCTS against a random player add positions self-play never reaches.
+# - Symmetry augmentation multiplies the distinct tic-tac-toe examples. At `ci` each completion
+#   writes worked lines, the board's lines and the squares that complete them, before the move.
+# - Gold paths, binary search and worked answers give the other games' data.
 # - At `ci`, CookingWorld's demonstrations include injected invalid commands, which teach the way
 #   back to the gold path, and recipes rewritten so that the way to cut and cook an ingredient can
 #   only be read from the recipe.
@@ -592,6 +596,7 @@ first_rows.assign(prompt=first_rows["prompt"].str.len()).rename(columns={"prompt
 # range `[low, high]`: at the start the game's range, then narrowed by each "higher" or "lower".
 # Write `next_guess(low, high)`, the guess it makes from that range, so that every secret is found
 # within the turn limit. The check plays every secret of 1-10 in 4 turns and of 1-50 in 7 turns.
+# A solution follows, collapsed.
 
 # %%
 def next_guess(low: int, high: int) -> int:
@@ -600,7 +605,8 @@ def next_guess(low: int, high: int) -> int:
 
 check_binary_search(next_guess)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
+# a solution to Exercise 3.1
 from tutorial_lib.exercises import check_binary_search
 
 
@@ -619,7 +625,8 @@ check_binary_search(next_guess)
 # rarely. The tutorial's $c = 2\sqrt{2}$ explores a lot. At 100 simulations per move, lower $c$ to
 # 0.5. Will the share of self-play games in which every MCTS move is optimal go up, go down, or
 # stay the same (within two standard errors over 200 games)? Write your prediction in the cell,
-# then run it (about half a minute). The check says whether the run agrees.
+# then run it (about half a minute). The check says whether the run agrees; a solution follows,
+# collapsed.
 
 # %%
 def flawless_share(config: SelfPlayConfig) -> float:
@@ -638,6 +645,7 @@ prediction = "?"  # your prediction: "up", "down" or "same"
 check_prediction(prediction, flawless_tutorial_c, flawless_small_c, base.episodes, name="the share of flawless games")
 
 # %% tags=["hide-input", "hide-output"]
+# a solution to Exercise 3.2
 from tutorial_lib.data.expert_data import SelfPlayConfig, mcts_selfplay
 from tutorial_lib.exercises import check_prediction
 
@@ -666,8 +674,8 @@ check_prediction(prediction, flawless_tutorial_c, flawless_small_c, 200, name="t
 #
 # ```{admonition} Answer
 # :class: dropdown
-# Yes. The test fold exists to measure how a policy does on games it has never seen; chapter 8
-# measures the gap between the folds. Trained on test-fold gold paths, the policy would have seen
+# Yes. The test fold exists to measure how a policy does on games it has never seen; chapter 4
+# evaluates on both folds, and chapter 8 studies the gap between them. Trained on test-fold gold paths, the policy would have seen
 # the very games and the very (ingredient, way) pairs it is then tested on, and the test-fold
 # success rate would measure memory of those games, not generalisation to new ones.
 # ```

@@ -129,7 +129,7 @@ def sft_loss(logits, labels):
 # The library computes the same loss another way. Its trainer runs the model's output layer (one
 # logit per vocabulary token) only at the scored positions, since the prompt's logits are
 # discarded anyway (`completion_logits`); at ~100 prompt tokens to ~5 completion tokens, that
-# halves the cost of a step for the tiny model. On the same batch of 8 examples, padded to one
+# skips most of the output layer's work. On the same batch of 8 examples, padded to one
 # length, the two must agree:
 
 # %%
@@ -221,17 +221,16 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 #
 # - **Rank** $r$: how many directions the layer's change may use. A $d \times d$ layer gets
 #   $2dr$ trainable numbers instead of $d^2$, a fraction $2r/d$ that shrinks as models widen.
-# - **Alpha** $\alpha$: the update is scaled by $\alpha/r$, so a learning rate that works at one rank
-#   roughly works at another.
+# - **Alpha** $\alpha$: the update is scaled by $\alpha/r$, so a learning rate carries across ranks.
 # - **Target modules**: which layers get adapters; `all-linear` (this book's choice) puts them on
 #   every projection of attention and MLP.
 # - $B$ starts at zero, so before the first step the adapted model computes what the pretrained
 #   one does. After training, $W + \frac{\alpha}{r}BA$ can be merged into one matrix
 #   (`merge_and_unload()`), and inference costs nothing extra.
 #
-# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (CUDA only) and trains the same
-# adapters: `load_policy(name, lora=True, load_in_4bit=True)`. The library's call, here on the
-# tiny model with the settings the pretrained presets use (chapter 9 makes it on SmolLM2-135M):
+# QLoRA {cite}`dettmers2023qlora` stores the frozen $W$ in 4 bits (CUDA only):
+# `load_policy(name, lora=True, load_in_4bit=True)`. The library's call, on the tiny model with
+# the pretrained presets' settings (chapter 9 makes it on SmolLM2-135M):
 
 # %%
 lora_policy = load_policy("tiny", lora=DEFAULT_LORA)
@@ -274,7 +273,7 @@ del lora_policy
 # $Wx + \frac{\alpha}{r}BAx$: the same numbers added in another order, so a difference near
 # $10^{-6}$ is float32 rounding; a wrong merge would show in the first digits.
 #
-# At {glue:text}`tiny_parameters:,d` parameters, rank-16 adapters are a large share of the tiny model and
+# At {glue:text}`tiny_parameters:,d` parameters (the model without its adapters), rank-16 adapters are a large share of the tiny model and
 # full fine-tuning is cheap, so the `ci` preset trains every weight; a pretrained model, at any
 # preset, gets LoRA (`lora_for(preset)`).
 #
@@ -287,6 +286,12 @@ del lora_policy
 
 # %%
 results, curves, timings = {}, {}, {}
+headline = {  # the metrics each game's tables show
+    "tictactoe": ["win_rate", "draw_rate", "loss_rate", "invalid_rate"],
+    "cookingworld": ["success_rate", "truncated_rate", "mean_steps", "invalid_rate"],
+    "guess_the_number": ["success_rate", "mean_turns", "invalid_rate"],
+    "math": ["accuracy", "format_accuracy", "invalid_rate"],
+}
 
 
 def finetune(game, stage=(1, 1)):
@@ -308,7 +313,7 @@ def finetune(game, stage=(1, 1)):
     timings[game] = {"examples": result.examples, "rows per epoch": result.distinct_examples,
                      "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
-    return tidy(pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T)
+    return tidy(pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T[headline[game]])
 
 
 # %% [markdown]
@@ -324,9 +329,10 @@ finetune("guess_the_number")
 # %% [markdown]
 # **Tic-tac-toe**: MCTS self-play and MCTS against a random player, every position under the
 # board's 8 symmetries, each completion with the board's lines worked out before the move
-# (chapter 3); evaluated against the random opponent, playing x and o alternately. Two parts.
+# (chapter 3); evaluated against the random opponent, playing x and o alternately. It trains in
+# two parts; this page shows the cell of the last.
 
-# %%
+# %% tags=["remove-cell"]
 finetune("tictactoe", stage=(1, 2))
 
 # %%
@@ -335,24 +341,26 @@ finetune("tictactoe", stage=(2, 2))
 # %% [markdown]
 # **Math** (level 1, one operation): the generator's worked answers, evaluated on the test split:
 # problems drawn from another random stream than the training ones. The reward is 1 for the right
-# number, 0.1 for a well-formed answer (`#### <number>`) with a wrong number and 0 for no such
-# answer, so `mean_return` is `accuracy` plus a tenth of the share of answers that are well-formed
-# but wrong, and above `accuracy` wherever there are some.
+# number, 0.1 for a well-formed answer (`#### <number>`) with a wrong number, 0 otherwise;
+# `format_accuracy` is the share of well-formed answers.
 
 # %%
 finetune("math")
 
 # %% [markdown]
 # **CookingWorld**: gold paths of train-fold games, with chapter 3's recovery data and counterfactual
-# recipes, evaluated on the test fold. Four parts.
+# recipes, evaluated on the test fold. An episode ends in one of three ways: the recipe is done
+# (success), the step limit cuts it (truncated), or the game is lost (TextWorldExpress ends it as
+# failed when a step makes the recipe impossible). It trains in four parts; this page shows the
+# cell of the last.
 
-# %%
+# %% tags=["remove-cell"]
 finetune("cookingworld", stage=(1, 4))
 
-# %%
+# %% tags=["remove-cell"]
 finetune("cookingworld", stage=(2, 4))
 
-# %%
+# %% tags=["remove-cell"]
 finetune("cookingworld", stage=(3, 4))
 
 # %%
@@ -381,30 +389,29 @@ plt.show()
 # %%
 tidy(pd.DataFrame(timings).T)
 
+# %% tags=["remove-input"]
+final_losses = {game: losses[-1][1] for game, losses in curves.items()}
+for game, loss in final_losses.items():
+    glue(f"final_loss_{game}", loss)
+
 # %% [markdown]
 # Each panel is one game's training loss, on a log scale: the loss written out above, averaged
 # over the logged steps. Look for where a curve flattens: past that point more steps buy little on
-# the training data. A curve that jumps up at one step and comes back down fitted a few batches
-# worse; with a constant learning rate nothing damps such steps at the end. The table gives each
-# run's size and cost: examples, the distinct rows an epoch trains (fewer where `merge_duplicates`
-# merged repeats), the completion tokens that carry loss, the share of padding, and this machine's
-# training time.
+# the training data. In this run the last logged losses were
+# {glue:text}`final_loss_guess_the_number:.3f` (GuessTheNumber), {glue:text}`final_loss_tictactoe:.3f`
+# (tic-tac-toe), {glue:text}`final_loss_math:.3f` (math) and {glue:text}`final_loss_cookingworld:.3f`
+# (CookingWorld) nats per completion token. A curve that jumps up and comes back fitted a few
+# batches worse. The table gives each run's size and cost: examples, the distinct rows an epoch
+# trains, the completion tokens that carry loss, the share of padding, and this machine's time.
 
 # %% [markdown]
 # ## Before and after
 #
-# Greedy decoding, free generation: the model writes its action and the game parses it. The
-# headline metrics of each game, before SFT and after. The last column says whether a change of a
-# rate exceeds two standard errors of its evaluation games; a mean of turns, steps or score gets no
-# verdict here, since its noise is not a rate's:
+# Greedy decoding: the model writes its action and the game parses it. The headline metrics of
+# each game before and after SFT; the last column says whether a rate's change exceeds two
+# standard errors (a mean of turns or steps gets no verdict here):
 
 # %%
-headline = {
-    "tictactoe": ["win_rate", "draw_rate", "loss_rate", "invalid_rate"],
-    "cookingworld": ["success_rate", "mean_score", "mean_steps", "invalid_rate"],
-    "guess_the_number": ["success_rate", "mean_turns", "invalid_rate"],
-    "math": ["accuracy", "format_accuracy", "invalid_rate"],
-}
 rows = []
 for game, (before, after) in results.items():
     for key in headline[game]:
@@ -459,22 +466,19 @@ for opponent, key in [("random", "loss_rate"), ("mcts", "loss_rate"), ("minimax"
 # %% [markdown]
 # In this run the policy lost {glue:text}`ttt_random_loss_rate:.3f` of its games against random
 # and {glue:text}`ttt_mcts_loss_rate:.3f` against MCTS. Against minimax, which cannot be beaten, it
-# drew {glue:text}`ttt_minimax_draw_rate:.3f`; every other game it lost. Those lost games are the
-# room chapters 5 and 6 give RL.
+# drew {glue:text}`ttt_minimax_draw_rate:.3f` and lost the rest: the room chapters 5 and 6 give RL.
 #
 # ## Worked lines: how the tic-tac-toe policy learnt tactics
 #
 # Against a random player two kinds of position decide most games: the player to move can
-# complete a line (and should), or the opponent could complete one next turn (and must be
-# blocked). `completing_squares` reads both off the board.
+# complete a line, or must block the opponent's. `completing_squares` reads both off the board.
 #
 # Trained on the move alone, the same 2-layer model completed or blocked a line in only about half
 # of these positions, even on the prompts it was trained on: it underfit (runs recorded while the
 # recipe was chosen; the {ref}`appendix <appendix-ch4>` has them).
-# To find "two of a kind and an empty square" it must look at three squares of each of eight
-# lines and name the one square left, all while writing a single move token. Chapter 3's worked
-# lines cut that step into small ones: the completion first copies each line's three squares and
-# names the square that completes it (or `-`), then writes the move: a scratchpad
+# To find "two of a kind and an empty square" it must scan eight lines while writing a single
+# move token. Chapter 3's worked lines cut that step into small ones: the completion copies each
+# line's three squares and names the square that completes it (or `-`), then the move: a scratchpad
 # {cite}`nye2021scratchpads` written by a program. How often do the labels, and the policy trained
 # on them, complete or block a line?
 
@@ -532,7 +536,8 @@ for key, name in (("win taken", "win"), ("threat blocked", "block")):
 #
 # ## Math: training problems and new problems
 #
-# The same math policy on 200 of the problems it was fine-tuned on and on 400 new ones:
+# The same math policy on 200 of the problems it was fine-tuned on and on 400 new ones (the
+# before/after table used the first 200 of these, so its accuracy can differ a little):
 
 # %%
 math_policy = load_policy(str(sft_dir("math", preset)))
@@ -606,17 +611,15 @@ glue("cw_train_invalid", rows[("train", "SFT")]["invalid_rate"])
 #
 # ## What goes wrong, and how to see it
 #
-# - **A wrong mask or shift.** The loss falls, the run finishes, and the policy learns to predict
-#   the prompt, or the token after the right one. Decode the scored tokens, and score the perfect
-#   predictor (the two checks above); both take a second.
+# - **A wrong mask or shift.** The loss falls, and the policy learns to predict the prompt, or the
+#   token after the right one. The two checks above catch it in a second.
 # - **Prompt and completion tokenised together.** Joined as one string, the tokenizer can merge
 #   the prompt's last characters with the action's first, and training then sees tokens that
 #   generation never produces (chapter 2). `encode_prompt_completion` tokenises them apart.
 # - **A skill that arrives late.** In some tic-tac-toe runs legal moves appeared late, and a
 #   learning rate decayed to zero ended training first; three games' `ci` recipes keep it constant.
-# - **No data after a mistake.** Demonstrations without mistakes say nothing about what to do after
-#   one: a CookingWorld policy trained without chapter 3's recovery data went on writing invalid
-#   commands until the step limit.
+# - **No data after a mistake.** Without chapter 3's recovery data, a CookingWorld policy that made
+#   one mistake went on writing invalid commands until the step limit.
 # - **A shortcut that explains the labels.** In the gold paths each ingredient is prepared the same
 #   few ways, so "cilantro: dice" predicts the label without reading the recipe. Chapter 3's
 #   counterfactual recipes make the recipe the only predictor.
@@ -627,12 +630,10 @@ glue("cw_train_invalid", rows[("train", "SFT")]["invalid_rate"])
 # ## Summary
 # - The SFT loss is the cross-entropy of the completion tokens, each predicted from the tokens
 #   before it: a mask and a shift, five lines, checked equal to the library's.
-# - SFT teaches the answer format first; whether it also teaches the task, the headline metrics
-#   say game by game.
+# - SFT teaches the answer format first; the headline metrics say whether it taught the task.
 # - Writing out the board's lines before the move (a scratchpad computed by a program) let a 2-layer
 #   model complete and block lines, which it did not learn from the move alone.
-# - Held-out evaluation (new math problems, CookingWorld's test fold) tells memorising from
-#   learning.
+# - Held-out games and problems tell memorising from learning.
 #
 # ## Exercises
 #

@@ -35,8 +35,8 @@
 # :class: tip
 # The `ci` preset runs this chapter in minutes on a laptop CPU, one seed per run. RL's room is
 # where chapter 4's policies fall short: draws against minimax, the perfect player. Every number in
-# the prose is this run's; another CPU rounds differently and can land elsewhere. *The record*
-# means runs of the same recipe over many seeds and starts, made by the scripts in `benchmarks/`,
+# the prose is this run's; another CPU rounds differently and can land elsewhere.
+# {term}`The record <The record>` means runs of the same recipe over many seeds and starts, made by the scripts in `benchmarks/`,
 # kept in `benchmarks/results/` and shown in the {ref}`appendix <appendix-ch5>`.
 # :::
 
@@ -105,7 +105,7 @@ speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games s
 tidy(speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]], digits=1, by="row")
 
 # %% [markdown]
-# Both columns played the same seeds. In this run, 32 games side by side collected
+# Both columns played the same seeds (their sampled actions differ). In this run, 32 games side by side collected
 # {glue:text}`batch_speedup:.1f` times the turns per second of one game at a time: batching is what
 # makes RL affordable on a CPU.
 #
@@ -266,7 +266,7 @@ fig, ax = plt.subplots(figsize=(6, 3.2))
 for label, curve in table_runs.items():
     ax.plot(range(1, len(curve) + 1), [1 - p for p in curve], label=label)
 ax.set(yscale="log", xlabel="iteration", ylabel="1 − P(opening guess 5)",
-       title="the toy: a perfect tabular policy under REINFORCE + Adam")
+       title="the toy: a perfect tabular policy, REINFORCE")
 ax.legend()
 plt.show()
 for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state", "toy_state")):
@@ -285,7 +285,8 @@ for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state",
 # The library's baseline per state (`rebn_by_state`, the default) takes the state to be the
 # prompt; a state seen once in the batch falls back to the batch mean, and the centred returns are
 # divided by their root mean square. A baseline that depends only on the state keeps the gradient
-# unbiased {cite}`sutton2018reinforcement`.
+# unbiased {cite}`sutton2018reinforcement`; this one is nearly such a baseline, since a state's mean
+# includes the turn's own return (leaving that turn out of its mean would make it exact).
 #
 # ## The update
 #
@@ -296,7 +297,7 @@ for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state",
 # The *importance ratio* $\pi_\theta(a)/\pi_\text{sampler}(a)$ reweights tokens drawn by the sampler
 # so that they estimate the gradient for the trainer's policy. Right after collection the weights
 # are the same, the ratio is 1, and its gradient is the REINFORCE gradient
-# $A\,\nabla \log \pi_\theta(a)$. It matters when the sampler is another engine (vLLM, a quantised
+# $A\,\nabla \log \pi_\theta(a)$. It matters when the sampler is another engine (a fast inference server such as vLLM, a quantised
 # copy). The logged `kl_k1` and `kl_k3` estimate the trainer's drift from the sampler from the
 # log-ratio $\log r$ of the sampled tokens: k1 averages $-\log r$, k3 averages $(r - 1) - \log r$,
 # which is never negative {cite}`schulman2020klapprox`. Both should stay near zero. The logged
@@ -378,8 +379,9 @@ pd.Series({"iterations": gtn_settings.iterations, "turns per iteration": gtn_set
 # %% [markdown]
 # ## GuessTheNumber
 #
-# The SFT policy before RL, greedy, on 200 evaluation games of the range RL trains on, then the
-# run, then the same games again:
+# Chapter 4's policy starts near the ceiling here (its greedy success is the table's first row), so
+# this run shows what RL does to a policy with little room; tic-tac-toe, next, has more. The SFT
+# policy on 200 evaluation games of the range RL trains on, then the run, then the same games:
 
 # %%
 # evaluated where RL trains: a before/after on a game it does not play would say nothing about RL
@@ -393,8 +395,8 @@ tidy(pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["
     ["success_rate", "mean_turns", "invalid_rate", "mean_return"]])
 
 # %% [markdown]
-# The curves below, like every training curve in the book, show one point per batch (faint) and a
-# running mean over three batches (solid).
+# Every training curve in the book shows one point per batch (faint) and a running mean over
+# three (solid).
 
 # %%
 fig = learning_curves({"γ=0.9, baseline per state": gtn_run.history},
@@ -421,8 +423,8 @@ glue("gtn_dip_iteration", dip + 1)
 glue("gtn_dip_entropy", gtn_run.curve("entropy")[dip])
 
 # %% [markdown]
-# The curves are measured on the training batches, which are *sampled*; the table is greedy play on
-# held-out seeds (chapter 8 is about the gap between the two). In this run greedy success went from
+# The curves are *sampled* training batches; the table is greedy play on held-out seeds (chapter 8
+# compares the two). In this run greedy success went from
 # {glue:text}`gtn_success_before:.3f` to {glue:text}`gtn_success_after:.3f`,
 # {glue:text}`gtn_verdict` (two standard errors: {glue:text}`gtn_noise:.3f`), and the mean number
 # of turns from {glue:text}`gtn_turns_before:.2f` to {glue:text}`gtn_turns_after:.2f`. A policy
@@ -485,7 +487,6 @@ for name, change in (("ttt_draws", draws), ("ttt_losses", losses)):
 glue("ttt_iterations", ttt_settings.iterations, display=False)
 glue("ttt_turns", ttt_settings.turns_per_iteration, display=False)
 glue("ttt_decay", ttt_settings.decay_iterations, display=False)
-glue("largest_kl_k3", max(abs(k) for run in (gtn_run, ttt_run) for k in run.curve("kl_k3")), display=False)
 heldout, heldout_reached, heldout_collapsed = heldout_cells("ttt-reinforce")
 glue("heldout_reached", int(heldout_reached))
 glue("heldout_cells", len(heldout))
@@ -500,13 +501,19 @@ glue("heldout_collapsed", {0: "none", 1: "one"}.get(heldout_collapsed, str(heldo
 # The recipe trains {glue:text}`ttt_iterations` batches of {glue:text}`ttt_turns` turns, the
 # learning rate lowered over the last {glue:text}`ttt_decay`.
 #
-# How far does one run go? The recipe was chosen on a set of recorded runs, and all of them
-# reached 0.85 draws against minimax. Then it was run from starts nobody looked at while choosing
-# it: chapter 4's checkpoint with its weights nudged by one part in a million, the way another CPU's
-# rounding would nudge them. From those starts it reached 0.85 in
-# {glue:text}`heldout_reached` of {glue:text}`heldout_cells` runs, and {glue:text}`heldout_collapsed`
-# of them collapsed; {ref}`the appendix <appendix-ch5>` has the runs.
+# How far does one run go? The recipe was chosen on recorded runs that all reached 0.85 draws
+# against minimax. From starts nobody looked at while choosing it (chapter 4's checkpoint, its
+# weights nudged by one part in a million as another CPU's rounding would) it reached 0.85 in
+# {glue:text}`heldout_reached` of {glue:text}`heldout_cells` runs; {glue:text}`heldout_collapsed`
+# of the {glue:text}`heldout_cells` collapsed. {ref}`The appendix <appendix-ch5>` has the runs.
 #
+# The whole run's curves, measured on its sampled training batches:
+
+# %%
+fig = learning_curves({"the recipe": ttt_run.history}, ["mean_return", "invalid_rate"],
+                      title="REINFORCE on tic-tac-toe, half the games vs random, half vs minimax (sampled)")
+
+# %% [markdown]
 # ## What goes wrong: a collapse, and how to see it
 #
 # A policy-gradient run can collapse: a few bad updates move the policy somewhere its samples
@@ -515,13 +522,13 @@ glue("heldout_collapsed", {0: "none", 1: "one"}.get(heldout_collapsed, str(heldo
 #
 # - **the sampled return falls** and stays down;
 # - **the invalid rate rises**: the policy writes moves the game rejects, which forfeit;
-# - **the entropy rises**: the distribution over tokens spreads as learnt moves are lost;
-# - **the gradient norm rises**: large advantages now fall on tokens of low probability.
+# - **the entropy rises**: learnt moves are lost;
+# - **the gradient norm rises**: large advantages fall on tokens of low probability.
 #
-# The surest way to see a collapse is to cause one. The run below is this chapter's tic-tac-toe
-# recipe with three times its learning rate, from the same start, on the same games. It also
+# The surest way to see a collapse is to cause one: below, this chapter's tic-tac-toe recipe with
+# three times its learning rate, from the same start, on the same games. It also
 # *validates*: before training and every two iterations it plays 50 greedy games on seeds of their
-# own, and at the end it keeps the weights that scored best, the start included
+# own, against the training games' mix of opponents, and at the end it keeps the weights that scored best, the start included
 # (`validate_every`); training is unchanged. The figure puts its curves beside the recipe's first
 # iterations. Half the training games are against minimax, where a draw is the best result, so
 # the sampled return tops out near +0.5.
@@ -555,7 +562,9 @@ def collapse_signals(history, window=10):
 
 
 signals = {"the recipe": collapse_signals(ttt_run.history), "3 × the rate": collapse_signals(hot_run.history)}
-table = pd.concat({**{name: frame[["best window", "last window"]] for name, frame in signals.items()},
+windows = {name: min(10, max(1, len(run.history) // 4)) for name, run in (("the recipe", ttt_run), ("3 × the rate", hot_run))}
+table = pd.concat({**{f"{name} (windows of {windows[name]})": frame[["best window", "last window"]]
+                      for name, frame in signals.items()},
                    "": signals["the recipe"][["in a collapse it"]]}, axis=1)
 table.style.format("{:.4f}", subset=table.columns[:4])
 
@@ -582,17 +591,15 @@ hot_returns = hot_run.curve("mean_return")
 glue("hot_return_low_at", hot_returns.index(min(hot_returns)) + 1)
 
 # %% [markdown]
-# The recipe's run averaged {glue:text}`ttt_return_best:.3f` of sampled return over its best ten
-# iterations and {glue:text}`ttt_return_end:.3f` over its last ten. At three times the rate the
-# best three iterations averaged {glue:text}`hot_return_best:.3f` and the last three
-# {glue:text}`hot_return_end:.3f`. A few hundredths either way is the noise of a batch, and so is a
-# small signal moving by a few thousandths; a collapse is a fall of tenths with the other signals
-# at least doubling. By that reading the recipe's run shows {glue:text}`ttt_collapse_reading`, and
-# the run at three times the rate {glue:text}`hot_collapse_reading`. Its gradient norm went from
-# {glue:text}`hot_grad_first:.3f` in the first iteration to {glue:text}`hot_grad_peak:.3f` at
-# iteration {glue:text}`hot_grad_peak_at` (the return was lowest at iteration
-# {glue:text}`hot_return_low_at`): a step too large for where the policy is. Run
-# `collapse_signals` every few iterations and a collapse shows early.
+# The recipe's sampled return went from {glue:text}`ttt_return_best:.3f` (best window) to
+# {glue:text}`ttt_return_end:.3f` (last); at three times the rate, from
+# {glue:text}`hot_return_best:.3f` to {glue:text}`hot_return_end:.3f`. A few hundredths either way
+# is a batch's noise; a collapse is a fall of tenths with the other signals at least doubling.
+# So the recipe's run shows {glue:text}`ttt_collapse_reading`, and the run at three times the rate
+# {glue:text}`hot_collapse_reading`. Its gradient norm went from {glue:text}`hot_grad_first:.3f` to
+# {glue:text}`hot_grad_peak:.3f` by iteration {glue:text}`hot_grad_peak_at` (the return was lowest
+# at iteration {glue:text}`hot_return_low_at`): steps too large for where the policy is. Read the
+# signals every few iterations and a collapse shows early.
 #
 # **The guard.** What did validation choose?
 
@@ -605,17 +612,18 @@ print(f"chosen: the weights after iteration {hot_run.validation['best_iteration'
 scores.to_frame().T.style.format("{:+.2f}")
 
 # %% tags=["hide-input"]
-glue("hot_best_iteration", hot_run.validation["best_iteration"])
+best = hot_run.validation["best_iteration"]
+glue("hot_best_weights", "the starting (SFT) weights" if best == 0 else f"the weights after iteration {best}")
 glue("hot_last_score", scores.iloc[-1])
 glue("hot_best_score", hot_run.validation["best_score"])
 glue("hot_draws", hot_after["draw_rate"])
 
 # %% [markdown]
-# Validation kept the weights after iteration {glue:text}`hot_best_iteration` (mean return
+# Validation kept {glue:text}`hot_best_weights` (mean return
 # {glue:text}`hot_best_score:+.2f` on its games, against {glue:text}`hot_last_score:+.2f` for the
 # last weights), and they drew {glue:text}`hot_draws:.3f` against minimax on the evaluation games.
-# A guard like this cannot turn a collapse into progress, but it stops a collapse from being the
-# result: a run that only lost keeps its start, and a run that peaked early keeps its peak. Other
+# Such a guard cannot turn a collapse into progress, but it stops a collapse from being the result:
+# a run that only lost keeps its start; one that peaked early keeps its peak. Other
 # guards act on training itself: a KL penalty to the SFT policy (`kl_coef`), a lower learning
 # rate, or stopping when the signals rise together.
 #
@@ -665,7 +673,7 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 # {glue:text}`ablation_noise:.3f`). The mean sampled returns over the runs were
 # {glue:text}`ablation_state_return:+.3f`, {glue:text}`ablation_rebn_return:+.3f` and
 # {glue:text}`ablation_raw_return:+.3f`. One run each does not rank the three: another draw of the
-# sampled games would move each. Over many seeds the record found the two baselines within noise
+# sampled games would move each. Over many seeds the recorded runs (appendix) found the two baselines within noise
 # of each other. One reason: only {glue:text}`recurring_share:.0f`% of the turns in the batch
 # collected at the start of the chapter share their prompt with another turn, and the baseline per
 # state treats the rest as ReBN does.
@@ -674,12 +682,12 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 #
 # - Batched collection makes RL affordable on a CPU ({glue:text}`batch_speedup:.1f` times the turns
 #   per second here). The sampler's and the trainer's log-probs agree to float rounding (largest
-#   k3 estimate of their KL {glue:text}`largest_kl_k3:.1e` per token).
+#   gap {glue:text}`logprob_gap:.1e`).
 # - One REINFORCE step is returns, a baseline, and an importance-weighted loss over the action
 #   tokens: a screenful.
 # - The reward must say what you want: during training an illegal move forfeits the game.
 # - A baseline that ignores the state pushed a confident tabular policy off its best opening; on
-#   the language model the record shows the two baselines within noise of each other.
+#   the language model the recorded runs show the two baselines within noise.
 # - RL needs room and exploration: a nearly deterministic policy gives REINFORCE almost nothing to
 #   compare; tic-tac-toe's missed blocks against minimax are what RL can fix.
 # - A run can collapse when its steps are too large: watch the return, the invalid rate, the

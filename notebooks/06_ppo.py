@@ -16,7 +16,8 @@
 # %% [markdown]
 # # 6. PPO with a value head
 #
-# REINFORCE (chapter 5) credits each turn with its return minus a batch mean. PPO
+# REINFORCE (chapter 5) credits each turn with its return minus the mean return of the batch's
+# turns in the same state. PPO
 # {cite}`schulman2017ppo` learns a *critic* V(s) that predicts the return from each state, credits
 # an action with how much better things went than predicted (GAE {cite}`schulman2016gae`), and
 # reuses each batch for several gradient steps, with a clip that stops any step from moving the
@@ -106,8 +107,8 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
         return run, None
     for name, options in evaluations.items():
         after[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
-    table = pd.DataFrame({(name, when): results[name] for when, results in (("SFT", before), ("SFT + PPO", after))
-                          for name in evaluations}).T[columns]
+    table = pd.DataFrame({(name, when): results[name] for name in evaluations
+                          for when, results in (("SFT", before), ("SFT + PPO", after))}).T[columns]
     return run, tidy(table)
 
 
@@ -244,9 +245,8 @@ fig.tight_layout()
 #
 # ## A value head on the policy
 #
-# The critic needs a number for each state. A state here is a prompt, and the policy already reads
-# it: its last layer's hidden state at the prompt's last token summarises everything the model will
-# condition its action on. A linear layer on that vector is the value head. By default it shares the
+# The critic needs a number for each state. A state here is a prompt, and the policy's last-layer
+# hidden state at the prompt's last token summarises it. A linear layer on that vector is the value head. By default it shares the
 # policy's body (`critic="shared"`: one forward pass gives both the action's log-probabilities and
 # the value); `critic="separate"` puts it on a copy of the initial model, at twice the memory. Four answers from chapter 4's math policy:
 
@@ -260,7 +260,7 @@ with torch.no_grad():
     scores, turn_values = ppo.logprobs_and_values(batch)
 print("hidden state per turn:", tuple(scores.state_hidden.shape), "-> values:", [round(v, 3) for v in turn_values.tolist()])
 print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameters()),
-      "| policy parameters:", math_policy.num_parameters())
+      "| policy parameters:", f"{math_policy.num_parameters():,}")
 
 # %% [markdown]
 # The head starts at zero, so every value is 0 until it has learnt something, and the first
@@ -274,11 +274,10 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 #
 # ## Tic-tac-toe
 #
-# The first run repeats chapter 5's setting with PPO in place of REINFORCE: chapter 4's
-# tic-tac-toe checkpoint, training games against random or minimax (half and half), an illegal move
-# forfeits the game. A game is three to five turns with one reward at the end (+1, 0, -1), so γ = 1
-# and λ = 0.95. PPO takes several optimiser steps per batch where REINFORCE takes one, so its
-# learning rate is lower than chapter 5's. The evaluation plays 200 greedy games against each
+# The first run repeats chapter 5's setting with PPO: chapter 4's checkpoint, training
+# games against random or minimax (half and half), an illegal move forfeiting the game in training
+# (evaluation plays a random legal move instead and counts it invalid). A game is three to five turns with one reward at the end (+1, 0, -1), so γ = 1
+# and λ = 0.95. PPO steps several times per batch, so its learning rate is lower than chapter 5's. The evaluation plays 200 greedy games against each
 # opponent: the draws against minimax are the change to look for; the losses to random say
 # whether it cost anything. The run goes in four parts:
 
@@ -312,8 +311,8 @@ glue("ttt_invalid_mean", statistics.fmean(invalid_curve))
 # the record: this recipe's grid cells, how many ended at or above the level it was chosen for
 LEVEL = 0.85  # chapter 5's level of draws against minimax
 paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "minimax_draw_rate")
-glue("ppo_level_cells", level_counts(paths, LEVEL, ttt_settings.iterations // 2)[1] if paths else "no recorded cell",
-     display=False)
+glue("ppo_level_cells", level_counts(paths, LEVEL, ttt_settings.iterations // 2)[1].replace("cells", "recorded runs")
+     if paths else "no recorded run")
 heldout, heldout_reached, _ = heldout_cells("ttt-ppo")
 glue("heldout_reached", int(heldout_reached))
 glue("heldout_cells", len(heldout))
@@ -481,6 +480,9 @@ glue_halves("cw_halves", cw_run.history, "mean_return", "return")
 glue("cw_ev_late", float(halves(cw_run.history, "explained_variance")[1]), display=False)
 glue("cw_test_invalid", after["cookingworld test"]["invalid_rate"])
 glue("cw_kl_negative", sum(row["kl_ref"] < 0 for row in cw_run.history))
+cw_invalid = cw_run.curve("invalid_rate")
+glue("cw_invalid_peak", max(cw_invalid))
+glue("cw_invalid_peak_at", cw_invalid.index(max(cw_invalid)) + 1)
 
 # %%
 fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid_rate", "explained_variance", "kl_ref"],
@@ -499,7 +501,9 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # ({glue:text}`cw_test_verdict`).
 #
 # With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld checks
-# that the machinery runs; it is not a result. The critic explained
+# that the machinery runs; it is not a result. Its invalid rate peaked at
+# {glue:text}`cw_invalid_peak:.3f` in iteration {glue:text}`cw_invalid_peak_at`: compare the
+# return there (the diagnostics below say why). The critic explained
 # {glue:text}`cw_ev_late:.2f` of the returns' variance over the second half of the run. After PPO
 # the policy still wrote an invalid command in {glue:text}`cw_test_invalid:.3f` of its actions on
 # the test games: PPO at this size does not fix what SFT left (chapter 8 measures why). The KL to
@@ -541,10 +545,9 @@ tidy(pd.DataFrame([{"workload": name, "metric": key, "SFT": change.before, "SFT 
                    for (name, key), change in changes.items()]).set_index(["workload", "metric"]))
 
 # %% [markdown]
-# The three workloads are three situations PPO meets. Tic-tac-toe is a start with room and a test
-# RL can move. Math is a start whose held-out test needs knowledge RL cannot supply, so the change
-# to look for is on the training problems only. CookingWorld at `ci` is a long game with too few
-# episodes per update for a result.
+# Three situations: tic-tac-toe has room RL can use; math's new problems need knowledge RL cannot
+# supply, so its change shows on the training problems; CookingWorld at `ci` has too few episodes
+# per update for a result.
 #
 # The implementation, detail by detail (numbered as the `# detail N` comments in the library's
 # `rl/ppo.py`, which {doc}`the library map </book/library_map>` locates; the PPO details follow Huang et al. {cite}`huang2022ppodetails` and
@@ -560,7 +563,7 @@ tidy(pd.DataFrame([{"workload": name, "metric": key, "SFT": change.before, "SFT 
 # | 6 | advantages normalised over the batch | step size independent of reward scale | Huang et al. #7 |
 # | 7 | clipped surrogate per action token | bounded policy change per batch | {cite}`schulman2017ppo` |
 # | 8 | clipped value loss | bounded critic change per batch | Huang et al. #9 |
-# | 9 | entropy bonus | keeps exploration | {cite}`schulman2017ppo` |
+# | 9 | entropy bonus (off here: `entropy_coef` 0) | keeps exploration | {cite}`schulman2017ppo` |
 # | 10 | epochs × shuffled minibatches, global grad-norm clip 1.0 | sample reuse; stability | Huang et al. #5, #11 |
 # | 11 | separate actor and critic learning rates, warm-up + cosine | the critic must learn faster | this book |
 # | 12 | skip a step whose loss or gradient is not finite | one NaN would ruin the weights | this book |
@@ -643,5 +646,6 @@ def clipped_surrogate_fixed(logprobs, old_logprobs, advantages, mask, clip_range
     return (per_token * mask).sum() / mask.sum().clamp(min=1)
 
 
-print(check_clipped_surrogate(surrogate_with_a_bug))
+print("the buggy version:", check_clipped_surrogate(surrogate_with_a_bug))
+print("the fixed version:")
 check_clipped_surrogate(clipped_surrogate_fixed)

@@ -22,8 +22,9 @@
 # problem, and credit each with how much better it scored than its siblings.
 #
 # **What you will learn.** You will write GRPO's group advantage and check it against the
-# library's, then run GRPO through TRL's `GRPOTrainer` and compare it with REINFORCE and PPO on math
-# answers under one budget of sampled tokens. You will see when GRPO cannot learn (groups whose
+# library's, then run GRPO through `GRPOTrainer` from TRL (Transformer Reinforcement Learning,
+# Hugging Face's library for training language models with RL) and compare it with REINFORCE and
+# PPO on math answers under one budget of sampled tokens. You will see when GRPO cannot learn (groups whose
 # answers all score alike) and try it on a task shaped for it: single tic-tac-toe moves scored by a
 # solver.
 #
@@ -77,7 +78,7 @@ runs_dir = cache_root() / "runs" / preset.name
 settings = comparison_settings(preset)  # chapter 6's math settings are the common ground
 options = settings["PPO"].env_options
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 # Glue, out of sight: the prose quotes this run's numbers through myst_nb's glue.
 from tutorial_lib.evaluation.evaluate import MATH_TRAINING_PROBLEMS
 from tutorial_lib.evaluation.stats import compare_rates, halves
@@ -166,20 +167,26 @@ math_grpo = settings["GRPO (TRL)"]
 reinforce_math, ppo_math = settings["REINFORCE"], settings["PPO"]
 # compare_on_math hands GRPO PPO's split of problems as its dataset, so all three train on it
 training_split = f"seeds {ppo_math.first_seed}-{ppo_math.first_seed + ppo_math.train_seeds - 1}"
+
+
+def budget_words(budget):
+    return f"{budget:,}" if budget else "none (a fixed number of steps)"
+
+
 pd.DataFrame({
     "REINFORCE": {"training problems": training_split, "temperature": reinforce_math.temperature,
                          "learning rate (constant)": reinforce_math.learning_rate,
-                         "sampled-token budget": reinforce_math.token_budget,
+                         "sampled-token budget": budget_words(reinforce_math.token_budget),
                          "answers per update": reinforce_math.turns_per_iteration,
-                         "baseline": "mean return of the same state (chapter 5)",
+                         "baseline": "per state: mean return of the batch's answers to the same problem",
                          "passes over each batch": 1, "KL penalty β": 0.0},
     "PPO": {"training problems": training_split, "temperature": ppo_math.temperature,
-            "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": ppo_math.token_budget,
+            "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": budget_words(ppo_math.token_budget),
             "answers per update": ppo_math.turns_per_iteration, "baseline": f"critic ({ppo_math.critic} body)",
             "passes over each batch": ppo_math.ppo_epochs, "KL penalty β": ppo_math.kl_coef},
     "GRPO (TRL)": {"training problems": training_split, "temperature": math_grpo.temperature,
-                   "learning rate (constant)": math_grpo.learning_rate, "sampled-token budget": math_grpo.token_budget,
-                   "answers per update": f"{math_grpo.prompts_per_step} problems x {math_grpo.num_generations} answers",
+                   "learning rate (constant)": math_grpo.learning_rate, "sampled-token budget": budget_words(math_grpo.token_budget),
+                   "answers per update": f"{math_grpo.prompts_per_step} problems × {math_grpo.num_generations} answers",
                    "baseline": f"group mean ({math_grpo.scale_rewards} scaling)",
                    "passes over each batch": math_grpo.extra.get("num_iterations", 1), "KL penalty β": math_grpo.beta},
 }).astype(str)
@@ -188,26 +195,36 @@ pd.DataFrame({
 # The rows that agree are the conditions held equal; the rows that differ (the baseline, the
 # answers per update, the passes over each batch) are what is compared. A *seed* here numbers a
 # generated math problem: all three train on the same seeds (the first row), and are tested on
-# others. So this chapter's PPO is
-# not chapter 6's math recipe: it runs at a constant learning rate until it has sampled the shared
-# token budget. "Passes over each batch" is how many gradient epochs an algorithm runs on one batch
-# of samples. The *KL penalty β* weighs a penalty on how far the policy moves from the frozen SFT
-# model; 0 means none.
+# others. Two of the equal conditions are new: each algorithm stops when it has sampled the shared
+# token budget, and its learning rate stays constant until then. Chapter 6's math recipe instead
+# ran a fixed number of iterations with a learning rate that warms up and then decays, so this
+# chapter's PPO is a variant of chapter 6's, not the same run.
+#
+# The REINFORCE baseline is chapter 5's default, the *per-state* baseline: each answer's return
+# minus the mean return of the batch's answers to the same problem (then divided by the batch's
+# standard deviation). A problem the batch saw only once has no siblings, so its baseline falls
+# back to the batch's mean. "Passes over each batch" is
+# how many gradient epochs an algorithm runs on one batch of samples. The *KL penalty β* weighs a
+# penalty on how far the policy moves from the frozen SFT model; 0 means none.
 #
 # Every GRPO setting, for reference (collapsed). Two names are TRL's own: `loss_type` says how the
 # per-token losses of a batch are averaged (`dapo`: over all the answer tokens of the batch, so a
 # long answer is not weighted down), and `scale_rewards` is the division by the group's standard
-# deviation (`group`, as above; `none` skips it). Two settings do not act in this comparison, and
-# the note column says why:
+# deviation (`group`, as above; `none` skips it). The note column marks the two settings that do
+# not act in this comparison (`steps`, `first_seed`), the budget all three share, and what the two
+# unset settings do:
 
 # %% tags=["hide-output"]
 notes = {"steps": "an upper bound: the token budget ends the run first (the cost table's batches)",
          "first_seed": "not used here: GRPO's own problems start at this seed, but this comparison "
                        f"gives it PPO's problems ({training_split}) instead",
-         "token_budget": "sampled answer tokens, shared by all three algorithms"}
+         "token_budget": "sampled answer tokens, shared by all three algorithms",
+         "microbatch_size": "each step's answers go through one forward and backward pass together",
+         "save_steps": "only the final model is saved"}
 with pd.option_context("display.max_colwidth", None):
-    display(pd.DataFrame({"value": {k: str(v) for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")},
-                          "note": notes}).fillna(""))
+    values = {k: "not set" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+              for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}
+    display(pd.DataFrame({"value": values, "note": notes}).fillna(""))
 
 # %% [markdown]
 # ## Three algorithms, one budget
@@ -219,6 +236,7 @@ with pd.option_context("display.max_colwidth", None):
 # %%
 result = compare_on_math(preset, runs_dir=runs_dir, progress=False)
 runs, final = result.histories, {"SFT (start)": result.start, **result.final}
+grpo_history = runs["GRPO (TRL)"]
 print(result.memory_measure)
 tidy(pd.DataFrame(result.costs).T, digits=1)
 
@@ -234,16 +252,15 @@ tidy(pd.DataFrame(result.costs).T, digits=1)
 # test):
 
 # %%
-comparison = pd.DataFrame(final).T
+comparison = pd.DataFrame(final).T.rename(columns={"format_accuracy": "answers in the #### format (new problems)"})
 tidy(comparison, digits=3)
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 start_row = final["SFT (start)"]
 for name, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO (TRL)", "grpo")):
     train, new = compare_math(start_row, final[name])
     glue_change(f"{prefix}_train", train)
     glue_change(f"{prefix}_new", new)
-grpo_history = runs["GRPO (TRL)"]
 glue_change("grpo_sampled", compare_halves(grpo_history, "accuracy", "sampled accuracy"))
 zero_std = [row["frac_reward_zero_std"] for row in grpo_history if "frac_reward_zero_std" in row]
 glue("grpo_zero_std", float(sum(zero_std) / len(zero_std)), display=False)
@@ -269,22 +286,24 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # to {glue:text}`reinforce_train_after:.3f` with REINFORCE ({glue:text}`reinforce_train_verdict`),
 # to {glue:text}`ppo_train_after:.3f` with PPO ({glue:text}`ppo_train_verdict`), and to
 # {glue:text}`grpo_train_after:.3f` with GRPO ({glue:text}`grpo_train_verdict`); two standard
-# errors over 200 problems are about {glue:text}`ppo_train_noise:.2f`. On the new problems the
+# errors over 200 problems are about {glue:text}`ppo_train_noise:.3f`. On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
 # {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f`: they need arithmetic the
-# tiny model never learnt, which RL cannot supply.
+# tiny model never learnt, which RL cannot supply. The last column is the share of answers to the
+# new problems that end in a number after `####`, the format the reward checks.
 #
 # **What GRPO did.** Its sampled accuracy averaged {glue:text}`grpo_sampled_before:.3f` over the
 # first half of its run and {glue:text}`grpo_sampled_after:.3f` over the second,
 # {glue:text}`grpo_sampled_verdict`. The reason to look at first is the share of groups whose
-# {glue:text}`grpo_group_size` answers all got the same reward: in this run
-# {glue:text}`grpo_zero_std:.0%` of them over the whole run ({glue:text}`grpo_zero_std_first:.0%`
-# in the first half, {glue:text}`grpo_zero_std_second:.0%` in the second). Those groups have zero
+# {glue:text}`grpo_group_size` answers all got the same reward: in this run a share of
+# {glue:text}`grpo_zero_std:.3f` over the whole run ({glue:text}`grpo_zero_std_first:.3f`
+# in the first half, {glue:text}`grpo_zero_std_second:.3f` in the second). Those groups have zero
 # spread, so every answer in them gets advantage 0 and gives no gradient: that share of GRPO's
-# sampled tokens taught nothing. With the policy right on about
-# {glue:text}`grpo_sampled_mean:.0%` of its sampled answers, most tied groups are likely problems
-# it gets wrong every time. PPO compares an answer with the critic's prediction, and REINFORCE (for
-# a problem seen once in its batch) with the batch's mean, so a wrong answer to a hard problem
+# sampled tokens taught nothing. With the policy right on a share of about
+# {glue:text}`grpo_sampled_mean:.3f` of its sampled answers, most tied groups are likely problems
+# it gets wrong every time. PPO compares an answer with the critic's prediction. REINFORCE compares
+# it with the mean return of the batch's answers to the same problem, and for a problem answered
+# only once in the batch that is the batch's mean. Either way a wrong answer to a hard problem
 # still gets a negative advantage and moves the policy; GRPO learns only from problems whose
 # answers disagree.
 #
@@ -292,9 +311,9 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
 # for PPO and {glue:text}`grpo_record_rose` for GRPO. (These recorded runs are kept in the
 # repository's `benchmarks/results/` and tabled by seed in
-# {ref}`the appendix <appendix-ch7>`. Their REINFORCE used chapter 5's first
-# baseline, ReBN, return batch normalisation: each return minus the batch's mean, divided by the
-# batch's standard deviation, where this run's REINFORCE uses the mean of the same state.)
+# {ref}`the appendix <appendix-ch7>`. Their REINFORCE used ReBN, return batch normalisation, GEM's
+# variant of the baseline: every answer's return minus the batch's mean, divided by the batch's
+# standard deviation. This run's REINFORCE uses the per-state baseline instead.)
 #
 # The learning curves: sampled accuracy (a running mean over a tenth of each run) against the
 # tokens sampled so far, and against wall time:
@@ -318,14 +337,14 @@ fig.tight_layout()
 # The right plot also counts what each algorithm does per token: PPO runs an extra forward pass
 # over each batch before updating and several epochs per batch; GRPO and REINFORCE one update per
 # batch. Both plots are sampled accuracy on training problems, at the training temperature; the
-# greedy table above is the test. GRPO's own diagnostics follow. Its reward (left) sits above its
-# sampled accuracy, about {glue:text}`grpo_return_mean:.2f` against
-# {glue:text}`grpo_sampled_mean:.2f` on average, because a wrong number in the right format still
-# earns 0.1, and nearly every answer has the format:
+# greedy table above is the test. GRPO's own diagnostics follow. Its mean return (left panel: the
+# mean reward of a step's answers) sits above its sampled accuracy, about
+# {glue:text}`grpo_return_mean:.3f` against {glue:text}`grpo_sampled_mean:.3f` on average, because
+# a wrong number in the right format still earns 0.1, and nearly every answer has the format:
 
 # %%
 fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward_zero_std", "entropy"],
-                      title="GRPO on math: reward, groups with nothing to learn, entropy", x_label="GRPO step")
+                      title="GRPO on math: mean return, tied groups, entropy", x_label="GRPO step")
 
 # %% [markdown]
 # ## What goes wrong, and how to see it
@@ -340,7 +359,7 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #   which also makes groups agree.
 # - **Entropy rising**: probability is being spread over other wrong answers, the failure chapter 6
 #   avoids by sampling at T < 1. Lower the learning rate first.
-# - **A fall in the reward that lasts**: the updates are moving the policy away from answers it got
+# - **A fall in the mean return that lasts**: the updates are moving the policy away from answers it got
 #   right; a dip that recovers within a few steps is a run of hard problems.
 #
 # ## Where GRPO fits: one move, checked on the spot
@@ -350,7 +369,8 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # start already plays the game, so a group of its moves can mix good and bad ones. The game is
 # solved: negamax (chapter 1's minimax player) knows the value of every move under perfect play, so
 # a move can be scored on its own, before any opponent replies: +1 if it keeps a forced win, 0 a
-# draw, -1 if it hands the opponent a forced win or names no legal move (chapter 5's forfeit rule).
+# draw, -1 if it hands the opponent a forced win or names no legal move (as in chapters 5 and 6's
+# training, where an illegal move forfeits the game).
 # `tutorial_lib.rl.tictactoe_moves` plugs this reward into the same `train_grpo` call.
 #
 # The prompts are positions from games in which both sides move at random, kept only where the
@@ -366,30 +386,44 @@ print(position["prompt"][0]["content"], "\n")
 state = move_state(position["moves"])
 player = state.current_player()
 moves = [f"<move>{state.action_to_string(player, action)}</move>" for action in state.legal_actions()]
-display(pd.DataFrame({"answer": moves, "reward": minimax_reward(moves, moves=[position["moves"]] * len(moves))}))
+pd.DataFrame({"answer": moves, "reward": minimax_reward(moves, moves=[position["moves"]] * len(moves))})
+
+# %% tags=["remove-input"]
 ttt_settings = grpo_settings("tictactoe", preset)
-print(f"{len(position_dataset(range(ttt_settings.first_seed, ttt_settings.first_seed + TRAINING_GAMES), decisive=True))}"
-      f" decisive positions from {TRAINING_GAMES} random games; {ttt_settings.steps} steps of "
-      f"{ttt_settings.prompts_per_step} positions x {ttt_settings.num_generations} answers, lr {ttt_settings.learning_rate}")
+glue("ttt_positions", len(position_dataset(range(ttt_settings.first_seed, ttt_settings.first_seed + TRAINING_GAMES),
+                                           decisive=True)), display=False)
+glue("ttt_games", TRAINING_GAMES, display=False)
+glue("ttt_steps", ttt_settings.steps, display=False)
+glue("ttt_prompts", ttt_settings.prompts_per_step, display=False)
+glue("ttt_generations", ttt_settings.num_generations, display=False)
 
 # %% [markdown]
-# GRPO trains on such positions; the evaluation before and after is chapters 5 and 6's, 200 greedy
-# games against each opponent:
+# GRPO trains on {glue:text}`ttt_positions:,d` such positions, taken from
+# {glue:text}`ttt_games:,d` random games: {glue:text}`ttt_steps:d` steps, each of
+# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers. The evaluation
+# before and after is chapters 5 and 6's, 200 greedy games against each opponent. It follows
+# chapter 1's harness, not the training rule: an illegal move there is replaced by a random legal
+# one, and counted in the invalid rate.
 
 # %%
+ttt_settings = grpo_settings("tictactoe", preset)
 ttt_policy = sft_policy("tictactoe", preset)
 ttt_before = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent)
               for opponent in ("random", "minimax")}
 ttt_run = train_grpo_on_moves(ttt_policy, ttt_settings, out_dir=runs_dir / "grpo-tictactoe-moves", progress=False)
 ttt_after = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent)
              for opponent in ("random", "minimax")}
-columns = ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]
+columns = {"win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses", "invalid_rate": "illegal moves per move"}
 pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("random", "minimax")
-              for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[columns].pipe(tidy, 3)
+              for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[list(columns)].rename(
+    columns=columns).pipe(tidy, 3)
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 ttt_draws = glue_change("ttt_draws", compare_summaries("draws", ttt_before["minimax"], ttt_after["minimax"], "draw_rate"))
-glue_change("ttt_losses", compare_summaries("losses", ttt_before["random"], ttt_after["random"], "loss_rate"))
+ttt_losses = glue_change("ttt_losses", compare_summaries("losses", ttt_before["random"], ttt_after["random"],
+                                                       "loss_rate"))
+glue("ttt_losses_words", f"stayed at {ttt_losses.before:.3f}" if round(ttt_losses.before, 3) == round(ttt_losses.after, 3)
+     else f"went from {ttt_losses.before:.3f} to {ttt_losses.after:.3f}", display=False)
 ttt_invalid = glue_change("ttt_invalid", compare_summaries("invalid", ttt_before["random"], ttt_after["random"],
                                                            "invalid_rate"))
 ttt_invalid_mm = glue_change("ttt_invalid_mm", compare_summaries("invalid", ttt_before["minimax"],
@@ -423,14 +457,13 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 # In this run GRPO on single moves took the draws against minimax from
 # {glue:text}`ttt_draws_before:.3f` to {glue:text}`ttt_draws_after:.3f`,
 # {glue:text}`ttt_draws_verdict` (two standard errors over 200 games:
-# {glue:text}`ttt_draws_noise:.3f`). Against random the losses went from
-# {glue:text}`ttt_losses_before:.3f` to {glue:text}`ttt_losses_after:.3f`
+# {glue:text}`ttt_draws_noise:.3f`). Against random the losses {glue:text}`ttt_losses_words`
 # ({glue:text}`ttt_losses_verdict`). Illegal moves per move went from
 # {glue:text}`ttt_invalid_before:.3f` to {glue:text}`ttt_invalid_after:.3f` against random
 # ({glue:text}`ttt_invalid_verdict`) and from {glue:text}`ttt_invalid_mm_before:.3f` to
-# {glue:text}`ttt_invalid_mm_after:.3f` against minimax ({glue:text}`ttt_invalid_mm_verdict`); an
-# illegal move is replaced by a random legal one in this evaluation, so it need not show up as a
-# loss. {glue:text}`ttt_invalid_reading`
+# {glue:text}`ttt_invalid_mm_after:.3f` against minimax ({glue:text}`ttt_invalid_mm_verdict`).
+# Since the evaluation plays a random legal move for an illegal one, an illegal move need not cost
+# the game. {glue:text}`ttt_invalid_reading`
 #
 # In training, the sampled share of optimal moves averaged {glue:text}`ttt_optimal_before:.3f` over
 # the first half of the run and {glue:text}`ttt_optimal_after:.3f` over the second
@@ -441,14 +474,15 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 
 # %%
 fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_rate", "frac_reward_zero_std"],
-                      title="GRPO on tic-tac-toe moves: reward, optimal moves, tied groups", x_label="GRPO step")
+                      title="GRPO on tic-tac-toe moves: mean return, optimal moves, tied groups", x_label="GRPO step")
 
 # %% [markdown]
-# The reward and the share of optimal moves both measure the sampled answers; they need not move
-# together. The reward can fall while the optimal share holds, when the answers that are not
+# The mean return (the mean reward of a step's sampled moves) and the share of optimal moves both
+# measure the sampled answers; they need not move together. The mean return can fall while the
+# optimal share holds, when the answers that are not
 # optimal move from a draw (0) to a losing or illegal move (−1). The zero-std share rises when the
 # policy gets more positions right (GRPO working as intended, and a sign that harder positions or
-# larger groups are the next step), but also when more groups lose alike; the reward says which.
+# larger groups are the next step), but also when more groups lose alike; the mean return says which.
 # These curves are sampled answers to a different handful of positions at each step; the greedy
 # games are the test, and greedy play changes only when a position's most likely move changes.
 #

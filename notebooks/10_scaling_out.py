@@ -114,11 +114,13 @@ show_source(Run.collect)
 # ## Why the statistics must be global
 #
 # ReBN (chapter 5) turns returns into advantages by subtracting the batch's mean return and dividing
-# by its standard deviation, so which batch it is taken over matters. Suppose one process happened
+# by its standard deviation, so which batch it is taken over matters. (The book's REINFORCE defaults
+# to chapter 5's baseline per state, the mean return of the batch's turns in the same state; it is a
+# statistic of the batch too, and ReBN is simply the shorter case to show.) Suppose one process happened
 # to collect only won games and another only lost ones. Normalised within each process, a won game
 # is scored against other wins, a loss against other losses: every advantage is zero. Normalised
 # over the whole batch, the wins are above the mean and the losses below it, which is what the
-# update should learn from. The cell computes both on four one-turn episodes:
+# update should learn from. The code below computes both on four one-turn episodes:
 
 # %%
 returns = [[1.0], [1.0], [-1.0], [-1.0]]  # process 0 played the first two games, process 1 the last two
@@ -146,7 +148,7 @@ show_source(Reinforce.prepare)
 # `DistributedDataParallel`, DDP for short, does by default), a token of a process holding few
 # tokens would weigh more than a token of a process holding many. Dividing each process's *sum* by
 # the global count and *summing* the gradients gives the one-process gradient exactly, up to
-# floating-point rounding. The cell checks it on a toy model: per-token losses of a linear layer,
+# floating-point rounding. The code below checks it on a toy model: per-token losses of a linear layer,
 # 12 tokens on one process and 4 on the other.
 
 # %%
@@ -225,7 +227,8 @@ show_source(distributed.sum_gradients)
 #   change when it scales out; only each process's share of the work shrinks.
 # - A run resumes only with the number of processes that wrote its checkpoint (each process's
 #   random generators are in it); started with another number, the command refuses and says why.
-# - With one process nothing changes: the same numbers bit for bit as before these helpers existed.
+# - With one process nothing changes: every helper returns what a lone process computes, so a run
+#   gives the same numbers, bit for bit, as one started without `accelerate launch`.
 #
 # **Several machines** take accelerate's usual flags on each machine (`--num_machines 2
 # --machine_rank 0|1 --main_process_ip HOST --main_process_port PORT`); the library does nothing
@@ -241,7 +244,7 @@ show_source(distributed.sum_gradients)
 # configuration:
 # - **one REINFORCE update and one PPO update** on a fixed batch of tic-tac-toe turns, split over
 #   2 processes, against 1 process on all of them. The updates run in float64: summed in another
-#   order, float32 gradients differ by about 1e-7, and Adam's first step, close to `lr x sign(g)`,
+#   order, float32 gradients differ by about 1e-7, and Adam's first step, close to lr × sign(g),
 #   turns such differences on near-zero gradients into visible ones. In float64 the test requires
 #   the weights to agree within 1e-10 of the size of the update, which only the same maths can give;
 # - **`rl` on 2 processes** writes one set of outputs (one metrics file, one TensorBoard writer,
@@ -255,8 +258,8 @@ show_source(distributed.sum_gradients)
 # `benchmarks/rl_scaling.py` runs the same RL iterations three ways: one process with one thread,
 # one process with a thread per core, and a process per core with one thread each. It writes one
 # line per run to `benchmarks/results/rl_scaling_cpu.jsonl`, the record of this comparison, which
-# the cell reads: one comparison for each algorithm. In the table, `x 1 thread` compares each run
-# with one process on one thread, and `x best single process` with the faster of the two
+# the code below reads: one comparison for each algorithm. In the table, "× 1 thread" compares each
+# run with one process on one thread, and "× best single process" with the faster of the two
 # single-process runs. In each algorithm's last row, the split run, above 1 means the processes
 # beat the best single process.
 
@@ -269,8 +272,8 @@ else:
         "turns per iteration:")
     table = scaling[["algo", "label", "turns_per_second", "ratio_to_one_thread", "ratio_to_best_single_process"]]
     table = table.assign(algo=table.algo.str.upper(), turns_per_second=table.turns_per_second.round().astype(int))
-    display(tidy(table.rename(columns={"label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "x 1 thread",
-                                       "ratio_to_best_single_process": "x best single process"}), digits=2)
+    display(tidy(table.rename(columns={"algo": "algorithm", "label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "× 1 thread",
+                                       "ratio_to_best_single_process": "× best single process"}), digits=2)
             .hide(axis="index"))
 
 # %% [markdown]
@@ -321,8 +324,8 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 #
 # ### Exercise 10.3: seeds per process
 #
-# The seeds of process r are s + r, s + r + N, .... Why not give process r the block
-# s + r x turns_per_iteration onwards? Think of what a resumed run with the same N plays, and of
+# The seeds of process r are s + r, s + r + N, .... Why not give process r the block of seeds
+# from s + r × `turns_per_iteration` onwards? Think of what a resumed run with the same N plays, and of
 # what one process plays with this rule.
 #
 # ### Exercise 10.4: three processes on two cores

@@ -16,40 +16,37 @@
 # %% [markdown]
 # # Appendix: How the book knows
 #
-# Each chapter teaches with one run, the one its cells make when the book is built, and one run is
-# one draw: another seed, thread count or CPU might have ended elsewhere. So each chapter keeps one
+# Each chapter teaches with the one run its code makes when the book is built, and one run is one draw; another seed, thread count or CPU could end elsewhere. Each chapter keeps one
 # sentence on **the record** and links here. The record is the runs of each chapter's recipe over
-# many seeds and starts, made by the scripts in `benchmarks/` and kept in `benchmarks/results/`.
-# Every table below is read from those files (nothing is trained while you read), and each section
-# names its script and file.
+# many seeds and starts, made by the scripts in `benchmarks/` and kept in `benchmarks/results/`;
+# every table below is read from those files.
 #
 # | section | what it holds |
 # |---|---|
 # | {ref}`appendix-ch4` | each change to the SFT recipe, measured one at a time |
-# | {ref}`appendix-ch5` | REINFORCE: the two baselines, the training opponent, the recipe over tuning cells and held-out starts |
-# | {ref}`appendix-ch6` | PPO: the recipe over tuning cells and held-out starts, and the recipe before it |
+# | {ref}`appendix-ch5` | REINFORCE: the two baselines, the training opponent, the recipe over tuning runs and held-out starts |
+# | {ref}`appendix-ch6` | PPO: on math over seeds; on tic-tac-toe the recipe over tuning runs and held-out starts, and the recipe before it |
 # | {ref}`appendix-ch7` | REINFORCE, PPO and GRPO over seeds, on math and on tic-tac-toe |
 # | {ref}`appendix-ch8` | the records that bear on the evaluation gap |
 # | {ref}`appendix-ch9` | SmolLM2 with REINFORCE over seeds, recipe by recipe |
 # | {ref}`numerics-threads-timings` | why a thread count or a CPU changes a result; a busy machine; build times |
 #
-# **Why seeds are not enough.** Training the tiny model is deterministic on one CPU with one thread
-# setting, but CPUs round float32 arithmetic differently, and a thread count changes the order in
-# which a sum is added. Over a few hundred optimiser steps such differences grow into another
-# policy, so the records vary seeds, thread counts and kernel sets as well.
+# **Why seeds are not enough.** CPUs round float32 arithmetic differently, and a thread count
+# changes the order of a sum; over a few hundred optimiser steps such differences grow into another
+# policy. So the records vary thread counts and kernel sets as well as seeds.
 #
 # **Words the tables use** (more in the {doc}`glossary </book/glossary>`):
 #
 # | word | meaning |
 # |---|---|
-# | cell | one recorded run: a fresh process that trains its own SFT checkpoint, then the RL recipe, then plays 200 greedy games against each opponent |
+# | run (recorded run) | one training run kept in the record: a fresh process that trains its own SFT checkpoint, then the RL recipe, then plays 200 greedy games against each opponent |
 # | better, worse, within noise | a run's change from start to end is *better* if it exceeds two standard errors of the evaluation in the good direction, *worse* if it does so in the other, and *within noise* otherwise |
 # | kernel set | which of torch's CPU kernels run, chosen with the environment variable `ATEN_CPU_CAPABILITY` |
-# | kernels `default` | the variable unset: torch's own pick for the CPU |
-# | kernels `avx2` | the AVX2 kernels forced, which round like a CPU without AVX-512 |
-# | kernels `scalar` | torch's unvectorised kernels (the variable set to what torch calls `default`) |
-# | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic |
-# | tuning cells, held-out starts | the cells looked at while a recipe was chosen; starts nobody tuned on, run once the recipe was fixed |
+# | kernels `auto` | the variable unset: torch picks the fastest kernels the CPU has |
+# | kernels `avx2` | the variable set to `avx2`: the AVX2 kernels, which round like a CPU without AVX-512 |
+# | kernels `scalar` | the variable set to `default`, torch's name for its unvectorised kernels |
+# | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic; "perturbed (seed 1)" names the seed of $\varepsilon$ |
+# | tuning runs, held-out starts | the runs looked at while a recipe was chosen; starts nobody tuned on, run once the recipe was fixed |
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
@@ -74,9 +71,11 @@ from tutorial_lib.records import RESULTS_DIR
 preset = get_preset()
 
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 import contextlib
 import io
+import numbers
+import re
 import statistics
 
 from tutorial_lib.evaluation.stats import run_verdicts
@@ -88,7 +87,7 @@ pd.set_option("display.max_colwidth", None)
 
 def markdown_tables(name: str) -> list[tuple[str, pd.DataFrame]]:
     """Every table of the Markdown record ``benchmarks/results/<name>``, in file order, each with
-    the heading it sits under: ``[(heading, DataFrame), ...]``. Cells stay text, as written, without
+    the heading it sits under: ``[(heading, DataFrame), ...]``. Entries stay text, as written, without
     their bold marks."""
     tables, heading, rows = [], "", []
 
@@ -131,41 +130,79 @@ def verdict_row(rows, before_key: str, after_key: str, episodes: int, higher_is_
             "after: mean (range)": mean_range(r[after_key] for r in rows)}
 
 
+def tidy_counts(frame: pd.DataFrame):
+    """:func:`tidy`, with every column of whole-number counts shown as integers, 0 and 1 included."""
+    def integral(value) -> bool:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    styler = tidy(frame)
+    for column in frame.columns:
+        if len(frame) and all(integral(value) for value in frame[column]):
+            styler = styler.format("{:,}", subset=[column])
+    return styler
+
+
 def summary(rows: dict[str, dict], first: str) -> None:
     """Show summary rows (from :func:`verdict_row`) as a table whose first column is ``first``."""
     frame = pd.DataFrame(rows).T
     frame.index.name = first
-    display(tidy(frame))
+    display(tidy_counts(frame))
+
+
+def relabel(text: str) -> str:
+    """The record's labels in this page's words: the kernel set ``default`` (the variable unset) is
+    ``auto``, and a perturbed start ``noise seed 1, 1e-06`` is ``perturbed (seed 1)``."""
+    text = re.sub(r"noise seed (\d+), 1e-06", r"perturbed (seed \1)", text)
+    text = re.sub(r"(kernel sets? \([^)]*)\bdefault\b", r"\1auto", text)  # grid_holds' "kernel sets (avx2, default)"
+    return re.sub(r"(^|, )default(,|$)", r"\1auto\2", text)  # a run's name: "seed 0, default, 1 thread"
+
+
+def relabel_index(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its index labels (kernels, perturbed start) in this page's words."""
+    return frame.rename(index=lambda label: relabel(label) if isinstance(label, str) else label)
+
+
+def captioned(styler, caption: str):
+    """``styler`` with ``caption`` above its table, so that every table names itself."""
+    return styler.set_caption(caption).set_table_styles(
+        [{"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 0.5em 0;"}],
+        overwrite=False)
+
+
+def holds(rows) -> str:
+    """What the record holds of ``rows``, in this page's words."""
+    return relabel(grid_holds(rows))
 
 
 def grid(rows, episodes: int = 200) -> None:
-    """A tic-tac-toe grid's summary (one row per change, over its distinct runs) and then its cells."""
+    """A tic-tac-toe grid's summary (one row per change, over its distinct runs) and then its runs."""
     with contextlib.redirect_stdout(io.StringIO()):  # the table below replaces tictactoe_grid's sentences
-        cells = tictactoe_grid(rows, episodes)
+        runs = tictactoe_grid(rows, episodes)
     distinct = distinct_runs(rows)
     if len(rows) > len(distinct):
         repeats = len(rows) - len(distinct)
-        say(f"{repeats} of the {len(rows)} cells repeated another cell's run bit for bit (their kernels round alike "
+        say(f"{repeats} of the {len(rows)} runs repeated another run bit for bit (their kernels round alike "
             f"on this CPU); {'it counts' if repeats == 1 else 'they count'} once in the summary.")
     summary({name + (" (lower is better)" if not better else ""):
              verdict_row(distinct, f"before_{key}", f"after_{key}", episodes, better)
              for name, key, better in TICTACTOE_CHANGES}, "change, over the distinct runs")
-    cells.columns = ["draws vs minimax, before", "draws vs minimax, after", "losses to random, before",
-                     "losses to random, after"]
-    display(tidy(cells))
+    runs.columns = ["draws vs minimax, before", "draws vs minimax, after", "losses to random, before",
+                    "losses to random, after"]
+    runs.index = runs.index.rename("perturbed start", level="perturbed")
+    display(tidy(relabel_index(runs)))
 
 
 def readable(paths: dict) -> dict:
-    """Shorter line labels for a figure's legend."""
-    return {name.replace("noise seed", "perturbation").replace(", 1e-06", ""): path for name, path in paths.items()}
+    """Line labels for a figure's legend, in this page's words."""
+    return {relabel(name): path for name, path in paths.items()}
 
 
 def draw_paths(groups: dict, title: str, level: float) -> None:
-    """One panel a group, one line a cell, the legend under each panel, the dotted level labelled."""
+    """One panel a group, one line a run, the legend under each panel, the dotted level labelled."""
     fig = evaluation_paths({group: readable(runs) for group, runs in groups.items() if runs},
                            ylabel="greedy draws vs minimax", level=level, title=title)
     labels = sorted({line.get_label() for ax in fig.axes for line in ax.lines if not line.get_label().startswith("_")})
-    colours = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}  # one colour a cell, in every panel
+    colours = {label: plt.cm.tab10(i % 10) for i, label in enumerate(labels)}  # one colour a run, in every panel
     for ax in fig.axes:
         for line in ax.lines:
             if line.get_label() in colours:
@@ -178,14 +215,14 @@ def draw_paths(groups: dict, title: str, level: float) -> None:
 
 
 def reach_table(paths: dict, level: float, half: int) -> dict:
-    """How many of a group's cells were at or above ``level`` at iteration ``half`` and at the end."""
+    """How many of a group's runs were at or above ``level`` at iteration ``half`` and at the end."""
     at_half = [value for path in paths.values() for iteration, value in path if iteration == half]
     ends = [path[-1][1] for path in paths.values()]
-    return {"cells": len(ends), f"at or above {level:.2f} at iteration {half}": sum(v >= level for v in at_half),
+    return {"runs": len(ends), f"at or above {level:.2f} at iteration {half}": sum(v >= level for v in at_half),
             f"at or above {level:.2f} at the end": sum(v >= level for v in ends), "ends: mean (range)": mean_range(ends)}
 
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 import matplotlib.pyplot as plt
 
 from tutorial_lib.plotting import evaluation_paths
@@ -205,8 +242,17 @@ from tutorial_lib.report import glue, grid_holds, grid_paths, heldout_cells, say
 # single training run.
 
 # %% tags=["hide-input"]
-display(table_under("sft_recipe.md", "Summary: what changed the results").style.hide(axis="index")
-        .set_properties(**{"text-align": "left", "white-space": "normal"}))
+def as_written(text: str) -> str:
+    """An entry of the record's Markdown as a page shows it: `code` as code, ``~45%`` as ``about .45``
+    (the other rates are written .32), ``x`` before a number as ``×``."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    text = re.sub(r"~(\d+)%", lambda match: f"about .{int(match.group(1)):02d}", text)
+    text = re.sub(r"^(\d+)% ", lambda match: f".{int(match.group(1)):02d} ", text)  # "3% (3,000 steps)"
+    return re.sub(r"(?<=\w) x (?=\d)", " × ", text)
+
+
+sft_changes = table_under("sft_recipe.md", "Summary: what changed the results").map(as_written)
+display(sft_changes.style.hide(axis="index").set_properties(**{"text-align": "left", "white-space": "normal"}))
 
 # %% [markdown]
 # Four lessons of that record carry over to other models and games:
@@ -221,13 +267,12 @@ display(table_under("sft_recipe.md", "Summary: what changed the results").style.
 # The caution that goes with every row: the same CookingWorld examples in other orders moved test
 # success more than most single changes did (the data-order row), so a smaller difference needs
 # several seeds to settle. That is also why batching by length stays off: much faster, but every
-# grouped run ended below the random-order runs. Micro-batches keep the random batch and group only
-# its pieces, so the optimiser step is the same up to float rounding.
+# grouped run ended below the random-order runs.
 #
-# **The worked lines.** Trained on the move alone, the same model and data completed or blocked a
-# line in about half of the positions that called for it, even on its training prompts, and lost
-# far more games to random. More MCTS games, other board layouts, other schedules, or tactical
-# positions shown three times as often did not fix it.
+# **The worked lines.** Trained on the move alone, the same model completed or blocked a line in
+# about half of the positions that called for it, even on its training prompts. More MCTS games,
+# other board layouts, other schedules or tactical positions shown three times as often did not
+# fix it.
 #
 # Back to {doc}`/notebooks/04_supervised_finetuning`.
 
@@ -238,13 +283,13 @@ display(table_under("sft_recipe.md", "Summary: what changed the results").style.
 # <!-- section: Chapter 5: REINFORCE -->
 
 # %% [markdown]
-# Chapter 5 trains REINFORCE with a baseline per state, on GuessTheNumber and on tic-tac-toe. Its
-# cells come from `benchmarks/rl_numerics_grid.py`; the account is
+# Chapter 5 trains REINFORCE with a baseline per state (the book's default), on GuessTheNumber and
+# on tic-tac-toe. Its recorded runs come from `benchmarks/rl_numerics_grid.py`; the account is
 # `benchmarks/results/rl_numerics_grid.md`.
 #
 # **GuessTheNumber, the two baselines.** The same recipe once with ReBN (the batch-mean baseline of
-# GEM, a library of text games with RL recipes for language models) and once with the baseline per
-# state, from the same SFT checkpoint in each cell. The summary first, then each cell's greedy
+# GEM, a library of text games with RL recipes) and once with the baseline per
+# state, from the same SFT checkpoint each time. The summary first, then each run's greedy
 # success:
 
 # %% tags=["hide-input"]
@@ -253,28 +298,28 @@ from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
 
 gtn_grid = pd.DataFrame(recorded_runs("reinforce_gtn_grid.jsonl", preset))
 if len(gtn_grid):
-    say(f"The record holds {grid_holds(gtn_grid.to_dict('records'))} (a run with each baseline counted separately).")
+    say(f"The record holds {holds(gtn_grid.to_dict('records'))} (a run with each baseline counted separately).")
     baselines = (("rebn", "ReBN"), ("rebn_state", "baseline per state"))
     summary({label: verdict_row(gtn_grid[gtn_grid.normalise == normalise].to_dict("records"),
                                 "before_success_rate", "after_success_rate", 200)
              for normalise, label in baselines if (gtn_grid.normalise == normalise).any()}, "baseline")
-    cells = ["kernels", "threads", "seed"]
-    gtn_table = gtn_grid.pivot_table(index=cells, columns="normalise", values="after_success_rate").rename(
+    run_keys = ["kernels", "threads", "seed"]
+    gtn_table = gtn_grid.pivot_table(index=run_keys, columns="normalise", values="after_success_rate").rename(
         columns={"rebn": "after, ReBN", "rebn_state": "after, per state"})
     gtn_table.columns.name = None
-    gtn_table.insert(0, "before (SFT)", gtn_grid.groupby(cells).before_success_rate.first())
-    display(tidy(gtn_table))
+    gtn_table.insert(0, "before (SFT)", gtn_grid.groupby(run_keys).before_success_rate.first())
+    display(tidy(relabel_index(gtn_table)))
 else:
-    print("no recorded GuessTheNumber cell at this preset")
+    print("no recorded GuessTheNumber run at this preset")
 
 # %% [markdown]
-# On the language model these cells show the two baselines within noise of each other. The push
+# On the language model these runs show the two baselines within noise of each other. The push
 # of ReBN off a confident policy's best opening is shown in chapter 5 only on a tabular toy, with
 # one seed.
 #
 # **Tic-tac-toe, the training opponent.** Three training opponents were run with the chapter's
 # earlier, shorter recipe (60 iterations at a constant rate) from the same SFT checkpoints
-# (`--train-opponent`). Each cell counts the runs better / within noise / worse; draws against
+# (`--train-opponent`). Each entry counts the runs better / within noise / worse; draws against
 # minimax should rise, losses to random should not:
 
 # %% tags=["hide-input"]
@@ -284,26 +329,26 @@ display(tictactoe_opponents("ttt-reinforce", preset))
 # The mixture is the chapter's choice: against random alone the policy meets mostly positions it
 # already wins, and against minimax alone it never sees a won game. A row with few runs says little.
 #
-# **Tic-tac-toe, the chapter's recipe over the tuning cells.** Every recorded cell run with exactly
-# the settings chapter 5 trains with, over SFT data orders and RL seeds, thread counts, kernel sets
-# and perturbed starts. The summary first (each run judged against its own start), then each cell:
+# **Tic-tac-toe, the chapter's recipe over the tuning runs.** Every recorded run with exactly the
+# settings chapter 5 trains with, over SFT data orders and RL seeds, thread counts, kernel sets and
+# perturbed starts. The summary first (each run judged against its own start), then each run:
 
 # %% tags=["hide-input"]
-LEVEL = 0.85  # the draws against minimax the recipe was chosen to reach in every cell
+LEVEL = 0.85  # the draws against minimax the recipe was chosen to reach in every tuning run
 ttt_settings = rl_settings("tictactoe", preset)
 ttt_grid = tictactoe_recipe_runs("ttt-reinforce", ttt_settings, preset)
 if ttt_grid:
-    say(f"The record holds {grid_holds(ttt_grid)}.")
+    say(f"The record holds {holds(ttt_grid)}.")
     grid(ttt_grid)
 else:
-    print("no recorded cell of this recipe at this preset")
+    print("no recorded run of this recipe at this preset")
 
 # %% [markdown]
 # **How the recipe was chosen.** A change one noise width above its start is a verdict another CPU
 # can flip, so the recipe was chosen for a level far from every start: draws of at least .85
-# against minimax in every tuning cell, with losses to random rising beyond noise in none. The
-# figures show the cells evaluated every 30 iterations, at a constant rate (left) and with the
-# recipe's rate, held and then lowered linearly over the last iterations (right): one line a cell,
+# against minimax in every tuning run, with losses to random rising beyond noise in none. The
+# figures show the runs evaluated every 30 iterations, at a constant rate (left) and with the
+# recipe's rate, held and then lowered linearly over the last iterations (right): one line a run,
 # the dotted line the level.
 
 # %% tags=["hide-input"]
@@ -311,53 +356,59 @@ from dataclasses import replace
 
 constant = replace(ttt_settings, lr_schedule="constant", decay_iterations=0)
 recipe = f"rate falling over the last {ttt_settings.decay_iterations} (the recipe)"
-cells = {"constant rate": tictactoe_recipe_runs("ttt-reinforce", constant, preset), recipe: ttt_grid}
-paths = {name: grid_paths(rows, "minimax_draw_rate") for name, rows in cells.items()}
+recipes = {"constant rate": tictactoe_recipe_runs("ttt-reinforce", constant, preset), recipe: ttt_grid}
+paths = {name: grid_paths(rows, "minimax_draw_rate") for name, rows in recipes.items()}
 if constant == ttt_settings or not all(paths.values()):
     print("The record holds no pair of recipes to compare at this preset.")
 else:
     for starts, perturbed in (("SFT starts as trained", False), ("perturbed SFT starts", True)):
-        chosen = {group: {cell: path for cell, path in runs.items() if ("noise seed" in cell) == perturbed}
+        chosen = {group: {run: path for run, path in runs.items() if ("noise seed" in run) == perturbed}
                   for group, runs in paths.items()}
         if any(chosen.values()):
             draw_paths(chosen, f"REINFORCE on tic-tac-toe, {starts}: draws along the run (200 games each)", LEVEL)
     summary({name: reach_table(runs, LEVEL, ttt_settings.iterations // 2) for name, runs in paths.items()}, "rate")
-    shared = paths["constant rate"]  # cells both groups ran from the same start: their paths coincide until the rate falls
-    pairs = {readable({name: 0}).popitem()[0]: {"end, constant rate": shared[name][-1][1], "end, rate falling": path[-1][1]}
+    shared = paths["constant rate"]  # runs both groups made from the same start: their paths coincide until the rate falls
+    pairs = {relabel(name): {"end, constant rate": shared[name][-1][1], "end, rate falling": path[-1][1]}
              for name, path in paths[recipe].items() if name in shared}
     if pairs:
-        print("Cells run both ways from the same start:")
         frame = pd.DataFrame(pairs).T
-        frame.index.name = "cell"
-        display(tidy(frame))
+        frame.index.name = "run"
+        display(captioned(tidy(frame), "Runs made both ways from the same start"))
 
 # %% [markdown]
-# The gain arrives at different times in different cells, so a run of half the length ends
-# wherever its cell happened to be. At a constant rate the policy keeps moving, down as well as up,
+# The gain arrives at different times in different runs, so a run of half the length ends
+# wherever it happened to be. At a constant rate the policy keeps moving, down as well as up,
 # and where the run stops decides part of its verdict. Lowering the rate at the end limits how far
 # the last iterations move a run, either way: it can stop a late fall, or cut a late climb short.
 #
-# **Held-out starts.** The recipe was then run, as a new user would, from starts nobody tuned on:
-# chapter 4's tic-tac-toe checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed
-# under seeds outside the grid's, then chapter 5's RL run with one thread, 200 greedy games against
-# each opponent (`tictactoe_rl_heldout.jsonl`).
+# **Held-out starts.** The recipe was then run from starts nobody tuned on: chapter 4's tic-tac-toe
+# checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed under seeds outside the
+# grid's, then chapter 5's RL run with one thread (`tictactoe_rl_heldout.jsonl`). For the second
+# build's starts the record kept the verdict on losses to random but not the rate: "not recorded".
 
 # %% tags=["hide-input"]
-heldout, reached, collapsed = heldout_cells("ttt-reinforce")
-glue("reinforce_heldout_reached", int(reached))
+def heldout_table(recipe: str) -> tuple[pd.DataFrame, int]:
+    """A recipe's held-out starts as a table (a rate the record did not keep reads "not recorded"),
+    and how many reached the level."""
+    frame, reached, _ = heldout_cells(recipe)
+    frame["losses to random after"] = frame["losses to random after"].replace("", "not recorded")
+    frame.index = frame.index.map(lambda start: re.sub(r"perturbation seed (\d+)", r"perturbed (seed \1)", start))
+    return frame, int(reached)
+
+
+heldout, reached = heldout_table("ttt-reinforce")
+glue("reinforce_heldout_reached", reached)
 glue("reinforce_heldout_cells", len(heldout))
 heldout.style.format({"draws vs minimax after": "{:.3f}"})
 
 # %% [markdown]
 # {glue:text}`reinforce_heldout_reached` of {glue:text}`reinforce_heldout_cells` held-out starts
-# reached the level. The collapse of perturbation seed 12, read from its `metrics.csv`: the sampled
-# return climbed to about .3 by iterations 30-40, then fell below zero by iteration 51 and to about
-# −.5 by 61, while the invalid rate, the entropy and the gradient norm all rose (each two to four
-# times its value at the peak). It never recovered, and the decay of the last 30 iterations froze it
-# there. Seed 13's return fell to zero at iteration 91, where the decay begins. Which guard holds
-# such runs (validation checkpoints, a KL penalty to the SFT policy, a smaller rate, early stopping
-# on these signals) is measured on tuning cells only; a larger set of held-out starts, fixed in
-# advance (`benchmarks/results/heldout_protocol.md`), judges the guarded recipe.
+# reached the level. The start perturbed with seed 12 collapsed (its `metrics.csv`): the sampled
+# return climbed to about .3 by iteration 40, then fell below zero while the invalid rate, the
+# entropy and the gradient norm rose, and the decay of the last 30 iterations froze it there. Which
+# guard holds such runs (validation checkpoints, a KL penalty to the SFT policy, a smaller rate,
+# early stopping) is measured on tuning runs only; a larger set of held-out starts, fixed in advance
+# (`benchmarks/results/heldout_protocol.md`), judges the guarded recipe.
 #
 # Back to {doc}`/notebooks/05_policy_gradients`.
 
@@ -368,31 +419,61 @@ heldout.style.format({"draws vs minimax after": "{:.3f}"})
 # <!-- section: Chapter 6: PPO -->
 
 # %% [markdown]
-# Chapter 6 trains PPO on tic-tac-toe from chapter 4's checkpoint, against a mixture of random and
-# minimax opponents. Its cells come from `benchmarks/rl_numerics_grid.py --recipe ttt-ppo`, made as
-# chapter 5's were; the account is `benchmarks/results/rl_numerics_grid.md`.
+# Chapter 6 trains PPO on math and on tic-tac-toe, each from chapter 4's checkpoint.
 #
-# **The chapter's recipe over the tuning cells.** The summary first, then each cell:
+# **Math.** `benchmarks/math_rl_seeds.py` ran the chapter's math recipe from three SFT data orders,
+# each with its own RL seed (`math_rl_seeds.jsonl`, the rows of chapter 6), and judged greedy
+# accuracy on 200 training problems and 400 new ones. One row a run, then the summary:
 
 # %% tags=["hide-input"]
-PPO_LEVEL = 0.85  # draws against minimax the recipe was chosen to reach in every cell
+from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
+from tutorial_lib.evaluation.stats import compare_rates
+
+math_runs = pd.DataFrame(recorded_runs("math_rl_seeds.jsonl", preset))
+ppo_math = math_runs[math_runs.study == "chapter 6"] if len(math_runs) else math_runs
+if len(ppo_math):
+    problem_sets = (("training problems", "train", MATH_TRAINING_PROBLEMS), ("new problems", "new", MATH_NEW_PROBLEMS))
+    per_run = {}
+    for row in ppo_math.to_dict("records"):
+        line = {}
+        for column, key, problems in problem_sets:
+            before, after = row[f"before_{key}"], row[f"after_{key}"]
+            verdict = compare_rates(column, before, after, problems).verdict
+            line.update({(column, "before"): before, (column, "after"): after, (column, "change"): after - before,
+                         (column, "verdict"): "within noise" if verdict == "noise" else verdict})
+        per_run[row["data_seed"]] = line
+    per_run = pd.DataFrame(per_run).T
+    per_run.index.name = "SFT data order and RL seed"
+    display(tidy(per_run))
+    summary({column: verdict_row(ppo_math.to_dict("records"), f"before_{key}", f"after_{key}", problems)
+             for column, key, problems in problem_sets}, "PPO on math")
+else:
+    print("no recorded math run of chapter 6's recipe at this preset")
+
+# %% [markdown]
+# **Tic-tac-toe: the recipe over the tuning runs.** PPO against a mixture of random and minimax
+# opponents; its runs come from `benchmarks/rl_numerics_grid.py --recipe ttt-ppo`, made as chapter
+# 5's were (`benchmarks/results/rl_numerics_grid.md`). The summary first, then each run:
+
+# %% tags=["hide-input"]
+PPO_LEVEL = 0.85  # draws against minimax the recipe was chosen to reach in every tuning run
 ppo_ttt = rl_settings("tictactoe", preset, "ppo")
 ppo_grid = tictactoe_recipe_runs("ttt-ppo", ppo_ttt, preset)
 if ppo_grid:
-    say(f"The record holds {grid_holds(ppo_grid)}.")
+    say(f"The record holds {holds(ppo_grid)}.")
     grid(ppo_grid)
 else:
-    print("no recorded cell of this recipe in this installation")
+    print("no recorded run of this recipe in this installation")
 
 # %% [markdown]
-# The same cells evaluated along the run as well as at the end, one panel for starts as trained
-# and one for perturbed starts, one line a cell, the dotted line the level:
+# The same runs along the way, one panel for starts as trained and one for perturbed starts, one
+# line a run, the dotted line the level:
 
 # %% tags=["hide-input"]
 ppo_paths = grid_paths(ppo_grid, "minimax_draw_rate")
 if ppo_paths:
-    draw_paths({"SFT starts as trained": {c: p for c, p in ppo_paths.items() if "noise seed" not in c},
-                "perturbed SFT starts": {c: p for c, p in ppo_paths.items() if "noise seed" in c}},
+    draw_paths({"SFT starts as trained": {run: p for run, p in ppo_paths.items() if "noise seed" not in run},
+                "perturbed SFT starts": {run: p for run, p in ppo_paths.items() if "noise seed" in run}},
                "PPO on tic-tac-toe, chapter 6's recipe: draws along the run (200 games each)", PPO_LEVEL)
     summary({"chapter 6's recipe": reach_table(ppo_paths, PPO_LEVEL, ppo_ttt.iterations // 2)}, "recipe")
 
@@ -401,8 +482,8 @@ if ppo_paths:
 # made and judged the same way (`tictactoe_rl_heldout.jsonl`):
 
 # %% tags=["hide-input"]
-heldout, reached, collapsed = heldout_cells("ttt-ppo")
-glue("ppo_heldout_reached", int(reached))
+heldout, reached = heldout_table("ttt-ppo")
+glue("ppo_heldout_reached", reached)
 glue("ppo_heldout_cells", len(heldout))
 heldout.style.format({"draws vs minimax after": "{:.3f}"})
 
@@ -412,7 +493,7 @@ heldout.style.format({"draws vs minimax after": "{:.3f}"})
 # `benchmarks/results/heldout_protocol.md`.
 #
 # **The recipe before this one.** Chapter 6's first recipe ran chapter 5's learning rate for 20
-# iterations. The training opponent was chosen with it, on the same checkpoints; each cell counts
+# iterations. The training opponent was chosen with it, on the same checkpoints; each entry counts
 # the runs better / within noise / worse:
 
 # %% tags=["hide-input"]
@@ -423,7 +504,7 @@ display(tictactoe_opponents("ttt-ppo", preset, iterations=PPO_EARLIER_ITERATIONS
 # The mixture was the one opponent whose draws rose in every start tried, so it stayed. With
 # several optimiser steps per batch at chapter 5's rate, a few unlucky batches could push the
 # policy off moves it knew and raise its losses to random. The suspect was the step size, so the
-# learning rate came down and the run grew longer. The earlier recipe's cells, for comparison:
+# learning rate came down and the run grew longer. The earlier recipe's runs, for comparison:
 
 # %% tags=["hide-input"]
 ppo_earlier = replace(ppo_ttt, learning_rate=rl_settings("tictactoe", preset).learning_rate,
@@ -431,7 +512,7 @@ ppo_earlier = replace(ppo_ttt, learning_rate=rl_settings("tictactoe", preset).le
 ppo_earlier_grid = tictactoe_recipe_runs("ttt-ppo", ppo_earlier, preset)
 if ppo_earlier_grid:
     say(f"PPO at learning rate {ppo_earlier.learning_rate:g} for {ppo_earlier.iterations} iterations; the record "
-        f"holds {grid_holds(ppo_earlier_grid)}.")
+        f"holds {holds(ppo_earlier_grid)}.")
     grid(ppo_earlier_grid)
 
 # %% [markdown]
@@ -447,10 +528,12 @@ if ppo_earlier_grid:
 # Chapter 7 compares REINFORCE, PPO and GRPO on math from chapter 4's checkpoint under one budget
 # of sampled tokens, and trains GRPO on single tic-tac-toe moves. `benchmarks/math_rl_seeds.py`
 # repeats the math comparison from three SFT data orders, each with its own RL seed, and records
-# greedy accuracy on 200 training problems and 400 new ones (the first seed uses the chapter's
-# recipe and seed; REINFORCE's runs predate the baseline per state and used ReBN, as their label
-# says). Each column is one seed: the first row its start, the rows below each algorithm's end from
-# it, so compare within a column:
+# greedy accuracy on 200 training problems and 400 new ones. REINFORCE's runs predate the baseline
+# per state and used ReBN. Seed 0 is the chapter's recipe and seed, but its start can differ from
+# the built chapter's by a few problems: the record kept its own SFT checkpoint, while every build
+# trains chapter 4's again, with the current library on the build's CPU ({ref}`numerics-threads-timings`
+# says why a CPU matters). Each column is one seed: the first row its start, the rows below each
+# algorithm's end from it, so compare within a column:
 
 # %% tags=["hide-input"]
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
@@ -464,7 +547,9 @@ if len(grpo_math_seeds):
     table.loc["SFT (start)"] = [*starts.before_train, *starts.before_new]
     table = table.rename(columns={"after_train": "training problems", "after_new": "new problems"}, level=0)
     table.columns.names = ["", "seed"]
-    display(table.reindex(["SFT (start)", *compared.algo.unique()]).round(3))
+    table = table.reindex(["SFT (start)", *compared.algo.unique()])
+    table.index.name = "algorithm"
+    display(tidy(table))
     summary({f"{name}, {column}": verdict_row(rows.to_dict("records"), f"before_{key}", f"after_{key}", problems)
              for name, rows in compared.groupby("algo", sort=False)
              for column, key, problems in (("training problems", "train", MATH_TRAINING_PROBLEMS),
@@ -474,7 +559,7 @@ else:
 
 # %% [markdown]
 # What held in every recorded seed, each change judged against two standard errors of its
-# evaluation set (a change that held in only some seeds is not stated as a finding):
+# evaluation set:
 
 # %% tags=["hide-input"]
 if len(grpo_math_seeds):
@@ -499,8 +584,8 @@ if len(grpo_math_seeds):
 
 # %% [markdown]
 # **Tic-tac-toe.** GRPO on single moves (`benchmarks/tictactoe_rl_seeds.py --algo grpo`), beside
-# chapters 5 and 6's recipes from their tuning cells with an unperturbed start, one per SFT data
-# order. Each entry is one run's draws against minimax, start -> end, over 200 greedy games. The
+# chapters 5 and 6's recipes from their tuning runs with an unperturbed start, one per SFT data
+# order. Each entry is one run's draws against minimax, start → end, over 200 greedy games. The
 # recipes had neither the same budget (chapters 5 and 6 sample turns from whole games, GRPO answers
 # single positions) nor the same opponents, so the table shows where each recipe went, not which
 # algorithm is better:
@@ -509,22 +594,22 @@ if len(grpo_math_seeds):
 grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
 
 
-def one_cell_per_seed(recipe, algo):
-    cells = [row for row in tictactoe_recipe_runs(recipe, rl_settings("tictactoe", preset, algo), preset)
-             if not isinstance(row.get("perturbation"), dict)]
+def one_run_per_seed(recipe, algo):
+    runs = [row for row in tictactoe_recipe_runs(recipe, rl_settings("tictactoe", preset, algo), preset)
+            if not isinstance(row.get("perturbation"), dict)]
     chosen = {}
-    for row in sorted(cells, key=lambda row: (row["kernels"] != "default", row["threads"] != 1)):
+    for row in sorted(runs, key=lambda row: (row["kernels"] != "default", row["threads"] != 1)):
         chosen.setdefault(row["seed"], row)
     return [(seed, row["before_minimax_draw_rate"], row["after_minimax_draw_rate"]) for seed, row in sorted(chosen.items())]
 
 
 if grpo_ttt_seeds:
-    ttt_runs = {f"{name} (ch. {chapter})": one_cell_per_seed(recipe, algo)
+    ttt_runs = {f"{name} (chapter {chapter})": one_run_per_seed(recipe, algo)
                 for name, chapter, recipe, algo in (("REINFORCE", 5, "ttt-reinforce", "reinforce"), ("PPO", 6, "ttt-ppo", "ppo"))}
-    ttt_runs["GRPO on moves (ch. 7)"] = [(row["sft_seed"], row["before_minimax_draw"], row["after_minimax_draw"])
+    ttt_runs["GRPO on moves (chapter 7)"] = [(row["sft_seed"], row["before_minimax_draw"], row["after_minimax_draw"])
                                          for row in grpo_ttt_seeds]
-    table = pd.DataFrame({name: {seed: f"{start:.3f} -> {end:.3f}" for seed, start, end in rows}
-                          for name, rows in ttt_runs.items()}).T.fillna("")
+    table = pd.DataFrame({name: {seed: f"{start:.3f} → {end:.3f}" for seed, start, end in rows}
+                          for name, rows in ttt_runs.items()}).T.fillna("no run")
     table.columns.name = "SFT data order"
     display(table)
     summary({name: verdict_row([{"before": start, "after": end} for _, start, end in rows], "before", "after", 200)
@@ -539,11 +624,10 @@ if grpo_ttt_seeds:
 #
 # <!-- section: Chapter 8: the evaluation gap -->
 #
-# Chapter 8 measures all it reports while it runs; it reads no record. `sft_recipe.md` (the
-# {ref}`chapter 4 section <appendix-ch4>`) holds single runs of two data changes that could narrow
-# the gap between training and test games (twice the games; episodes rewritten with permuted
-# verbs), and shows that the order of the examples alone moves test success as much: neither
-# remedy is settled. `small_preset_chapters_cpu.md` times the chapter at the `small` preset.
+# Chapter 8 measures all it reports while it runs; it reads no record. The {ref}`chapter 4 section
+# <appendix-ch4>` holds single runs of two data changes that could narrow the gap (twice the games;
+# episodes rewritten with permuted verbs), and shows that the order of the examples alone moves
+# test success as much: neither remedy is settled. `small_preset_chapters_cpu.md` times the chapter at the `small` preset.
 #
 # Back to {doc}`/notebooks/08_evaluation_gap`.
 
@@ -554,8 +638,7 @@ if grpo_ttt_seeds:
 # <!-- section: Chapter 9: SmolLM2 on a CPU -->
 #
 # `benchmarks/pretrained_rl.py` trains SmolLM2-135M-Instruct with LoRA, SFT then REINFORCE, on a
-# CPU, one line per run in `benchmarks/results/pretrained_rl_cpu.jsonl` (commands in
-# `pretrained_rl_cpu.md`), judged by greedy play on 200 held-out games before and after RL. One
+# CPU, one line per run in `benchmarks/results/pretrained_rl_cpu.jsonl`, judged by greedy play on 200 held-out games before and after RL. One
 # row per recipe: the SFT start (the GuessTheNumber ranges its data drew from), the learning rate
 # `lr`, the sampling temperature `T`, the games an iteration, what the recipe adds, the iterations
 # and the CPU (the same seed trains another start on another CPU).
@@ -601,18 +684,16 @@ def smollm2_lines(rows, task):
 
 if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
     smollm2_rows = recorded_runs(PRETRAINED_RL_CPU_RECORD)
-    print("GuessTheNumber 1-50: greedy success (higher is better)")
-    display(tidy(smollm2_lines(smollm2_rows, "gtn")).hide(axis="index"))
-    print("Tic-tac-toe as x, against chapter 5's mixture of opponents: losses to random (lower is better)")
-    display(tidy(smollm2_lines(smollm2_rows, "ttt")).hide(axis="index"))
+    display(captioned(tidy_counts(smollm2_lines(smollm2_rows, "gtn")).hide(axis="index"),
+                      "GuessTheNumber 1-50: greedy success (higher is better)"))
+    display(captioned(tidy_counts(smollm2_lines(smollm2_rows, "ttt")).hide(axis="index"),
+                      "Tic-tac-toe as x, against chapter 5's mixture of opponents: losses to random (lower is better)"))
 
 # %% [markdown]
-# Other SmolLM2 records: `gpu_full_path.md` (SFT steps and a REINFORCE run on one GPU, full
-# fine-tuning against LoRA and QLoRA), `rollout_engine.md` (the sampling engine's speed-ups over
-# plain `generate`), `pretrained_rl_cost.jsonl` (what an update costs under each micro-batching and
-# dtype setting) and `pretrained_rl_guesses.json` (the probability each policy puts on a bisecting
-# guess, which shows why REINFORCE from the 1-10 start had nothing to reinforce: the SFT policy
-# almost never sampled the move).
+# Other SmolLM2 records: `gpu_full_path.md` (full fine-tuning against LoRA and QLoRA on one GPU),
+# `rollout_engine.md` (the sampling engine's speed-ups), `pretrained_rl_cost.jsonl` (an update's
+# cost by micro-batching and dtype) and `pretrained_rl_guesses.json` (why REINFORCE from the 1-10
+# start had nothing to reinforce: the SFT policy almost never sampled a bisecting guess).
 #
 # Back to {doc}`/notebooks/09_pretrained_model`.
 
@@ -622,8 +703,6 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 #
 # <!-- section: Numerics, threads and timings -->
 #
-# This section is about the machine, not about RL.
-#
 # ### What makes a number reproducible
 #
 # On one machine, with one thread setting, the same seed gives identical bytes in every run: a test
@@ -632,7 +711,7 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 #
 # | change | why the bytes change |
 # |---|---|
-# | the thread count | two threads add a matrix product's partial sums in another order, and float32 addition is not associative (on an Intel Xeon, five training steps ended in different weights on one thread and on two; on the book's AMD EPYC they did not) |
+# | the thread count | two threads add a matrix product's partial sums in another order, and float32 addition is not associative (on an Intel Xeon five training steps differed between one thread and two; on the book's AMD EPYC they did not) |
 # | the CPU | each CPU family runs torch's vectorised kernels with its own instructions (AVX2, AVX-512, AMX), which round differently |
 # | the kernel set | a cheap way to see "another CPU" on your own; it can only pick down: `avx2` on a CPU without AVX-512 is what torch runs anyway, while `scalar` rounds differently on any CPU |
 #
@@ -656,7 +735,7 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 spinning = table_under("threads_cpu.md", "Torch threads on a busy 2-core machine")
 spinning = spinning.replace("", "not run").rename(columns={"neighbour threads": "neighbour's busy threads",
                                                            "wait": "wait policy"})
-display(spinning.set_index("neighbour's busy threads"))
+display(spinning.set_index("neighbour's busy threads").rename(columns=lambda column: column.replace(": x ", ": × ")))
 
 
 def step_times(neighbours: str, threads: str) -> str:
@@ -677,16 +756,16 @@ glue("spin_one_thread_busy", step_times("1", "1"))
 # thread, the default two threads take {glue:text}`spin_two_threads_busy` times the idle best, worse
 # than one thread ({glue:text}`spin_one_thread_busy`). So on a busy machine `TUTORIAL_THREADS=1` is
 # both the reproducible choice and the faster one. `TUTORIAL_THREADS=adapt` trades reproducibility
-# for speed: every two seconds the long loops give torch the cores other processes left free
-# (`runtime.cpu_threads.fit_threads`; `benchmarks/threads_fitted.py` measures what it saves).
+# for speed: the long loops give torch the cores other processes leave free
+# (`runtime.cpu_threads.fit_threads`).
 #
 # ### How the book is built, and how long it takes
 #
 # `make book` executes the chapters itself, two at a time (`BOOK_JOBS=1 make book` for one), each
 # kernel with `cores // 2` torch threads: one on the 2-core build machine, which is why the built
-# chapters print `threads=1` (the tiny model barely uses a second thread). Chapters 5 to 8 start
-# once chapter 4 has written their checkpoints. Long training runs in parts, one cell each, so that
-# no cell nears the build's per-cell time limit (`execute.timeout` in `_config.yml`).
+# chapters print `threads=1`. Chapters 5 to 8 start once chapter 4 has written their checkpoints.
+# Long training runs in parts, one notebook cell each, within the build's time limit for a cell
+# (`execute.timeout` in `_config.yml`).
 # Each chapter's seconds in the latest recorded build from a fresh clone
 # (`benchmarks/results/book_times_cpu.md`; every `make book` writes such a table):
 
@@ -695,29 +774,51 @@ heading, latest = [(h, t) for h, t in markdown_tables("book_times_cpu.md") if h.
 machine = heading[heading.find("(") + 1:heading.rfind(")")] if "(" in heading else heading
 say(f"The latest build in the record: {machine}.")
 latest = latest.set_index("chapter")  # one row, "seconds"; one column a chapter
-display(latest[sorted(latest.columns)])
+
+
+def chapter_number(label: str) -> str:
+    """``"04"`` -> ``"4"``: chapters numbered as the book numbers them; other labels as they are."""
+    return str(int(label)) if label.isdigit() else label
+
+
+latest = latest[sorted(latest.columns)].rename(columns=chapter_number)
+latest.columns.name, latest.index.name = "chapter", None
+display(latest)
 
 # %% [markdown]
 # Opened alone, with nothing cached, a chapter first builds what it loads: chapter 3's expert data
 # and chapter 4's checkpoints. That is most of the time of chapters 5 to 8 opened alone
-# (`benchmarks/chapter_times.py` measures it; `benchmarks/results/book_time_budget.md`):
+# (`benchmarks/chapter_times.py` measures it; `benchmarks/results/book_time_budget.md`). The
+# record's target for a chapter opened alone is {glue:text}`alone_target` seconds:
 
 # %% tags=["hide-input"]
-import re
-
 alone = table_under("book_time_budget.md", "Every chapter opened alone")
+seconds_column = next(column for column in alone.columns if column.startswith("seconds alone"))
+target = int(re.search(r"target ([\d,]+)", seconds_column).group(1).replace(",", ""))
 
 
 def what_it_builds(text: str) -> str:
-    """The record's note without its cell numbers and timings: what the chapter builds first."""
+    """The record's note without its notebook-cell numbers and timings: what the chapter builds first."""
     text = re.sub(r"\s*\([^)]*\)", "", text)  # "(cell 5: 306)", "(404)"
-    text = re.sub(r" \d+(?: \+ \d+)+", "", text).replace("four", "four SFT cells")  # "cells 189 + 137"
+    text = re.sub(r" \d+(?: \+ \d+)+", "", text)  # "cells 189 + 137"
+    text = text.replace("SFT cells", "SFT").replace("'s four", "'s SFT")
     return text.strip() or "nothing: it loads no earlier result"
 
 
 alone["what it builds first"] = alone["what it builds first"].map(what_it_builds)
-display(alone.drop(columns="measured on").set_index("chapter").style
-        .set_properties(**{"text-align": "left", "white-space": "normal"}))
+alone["chapter"] = alone["chapter"].map(chapter_number)
+alone = alone.drop(columns="measured on").rename(columns={seconds_column: "seconds, opened alone"}).set_index("chapter")
+over = alone[alone["seconds, opened alone"].str.replace(",", "").astype(int) > target]
+glue("alone_target", f"{target:,}")
+glue("alone_over", " and ".join(f"chapter {chapter} ({seconds} s)" for chapter, seconds in
+                                over["seconds, opened alone"].items()) or "no chapter")
+display(alone.style.set_properties(**{"text-align": "left", "white-space": "normal"}))
+
+# %% [markdown]
+# Over the target: {glue:text}`alone_over`. Chapter 4 trains every checkpoint, so it has no earlier
+# one to start from. Chapter 6 spends most of its time building chapter 4's tic-tac-toe and
+# CookingWorld checkpoints before its own PPO runs. A reader who keeps the cache on Drive
+# ({doc}`/book/setup`) pays for those checkpoints once, not in every chapter.
 
 # %% [markdown]
 # At `TUTORIAL_SCALE=small` (SmolLM2-135M-Instruct with LoRA) the chapters take far longer on the
@@ -725,6 +826,7 @@ display(alone.drop(columns="measured on").set_index("chapter").style
 
 # %% tags=["hide-input"]
 small = next(t for h, t in markdown_tables("small_preset_chapters_cpu.md") if h == "Where `small` stands")
-# the record's cells carry notes after the seconds ("3,333 (2026-11-26 section, to the end)"): keep the seconds
+# the record's entries carry notes after the seconds ("3,333 (2026-11-26 section, to the end)"): keep the seconds
 small["seconds, 2-core CPU alone"] = small["seconds, 2-core CPU alone"].str.extract(r"^([\d,]+)", expand=False)
+small["chapter"] = small["chapter"].map(chapter_number)
 display(small.set_index("chapter"))

@@ -412,6 +412,9 @@ def test_tidy_gives_counts_integers_and_each_column_one_format():
     assert by_row == ["200", "128", "1.0", "1.0"]
     big = re.findall(r">([^<>]+)</td>", report.tidy(pd.DataFrame({"tokens": [151346.0]})).to_html())
     assert big == ["151,346"]
+    # a rate that happens to be 0 or 1 everywhere is still a rate
+    rates = re.findall(r">([^<>]+)</td>", report.tidy(pd.DataFrame({"success": [1.0, 1.0], "invalid": [0.0, 0.0]})).to_html())
+    assert rates == ["1.000", "0.000", "1.000", "0.000"]
 
 
 def test_heldout_cells_count_the_level_and_the_collapses(monkeypatch, tmp_path):

@@ -74,7 +74,8 @@ def glue_change(prefix: str, change):
 def tidy(frame, digits: int = 3, by: str = "column"):
     """``frame`` styled for the page: one number format per column (``by="row"``: per row, for a
     table whose rows are the metrics), counts as integers with thousands separators, every other
-    number with ``digits`` decimals; text as it is."""
+    number with ``digits`` decimals; text as it is. A column counts when all its numbers are whole
+    and one is above 1: a rate of 0 or 1 keeps its decimals (``1.000``)."""
     import numbers
 
     import pandas as pd
@@ -84,7 +85,8 @@ def tidy(frame, digits: int = 3, by: str = "column"):
 
     def formatter(values):
         numeric = [v for v in values if is_number(v)]
-        spec = "{:,.0f}" if numeric and all(float(v).is_integer() for v in numeric) else f"{{:.{digits}f}}"
+        counts = numeric and all(float(v).is_integer() for v in numeric) and max(abs(v) for v in numeric) > 1
+        spec = "{:,.0f}" if counts else f"{{:.{digits}f}}"
         return lambda value: spec.format(value) if is_number(value) else str(value)
 
     styler = frame.style
