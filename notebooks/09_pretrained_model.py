@@ -82,7 +82,7 @@ from tutorial_lib.records import (
     pretrained_rl_recipe,
     recorded_runs,
 )
-from tutorial_lib.report import glue, tidy
+from tutorial_lib.report import glue, tidy, wrapped
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rl_loop import train
 from tutorial_lib.runtime.cache import cache_root
@@ -136,7 +136,7 @@ glue("tiny_parameters", tiny.num_parameters(), display=False)
 gtn_prompt = expert_data("guess_the_number", real)[0]["prompt"]
 rendered = {name: render_chat(policy.tokenizer, [{"role": "user", "content": gtn_prompt}])
             for name, policy in [("tiny", tiny), (real.model, base)]}
-print("\n".join(textwrap.fill(line, 88) for line in rendered[real.model].splitlines()))  # wrapped for the page
+print(wrapped(rendered[real.model], 88))
 pd.DataFrame({name: {"characters": len(text), "tokens": len(policy.tokenizer(text, add_special_tokens=False)["input_ids"]),
                      "vocabulary": len(policy.tokenizer)}
               for (name, text), policy in zip(rendered.items(), [tiny, base])}).T

@@ -53,7 +53,7 @@ from IPython.display import display
 
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import recorded_runs
-from tutorial_lib.report import say, tidy
+from tutorial_lib.report import say, show_source, tidy
 from tutorial_lib.rl.advantages import rebn
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rl_loop import Run
@@ -62,23 +62,6 @@ from tutorial_lib.runtime import distributed
 
 preset = get_preset()
 print(f"{describe(preset)}  processes={distributed.num_processes()}")
-
-# %% tags=["hide-input"]
-from IPython.display import HTML
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import PythonLexer
-
-from tutorial_lib.report import source_text
-
-
-def show_source(obj) -> None:
-    """The library's source of ``obj`` under its full name, long lines wrapped to the page."""
-    html = highlight(source_text(obj), PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
-    wrap = "white-space: pre-wrap; font-size: 0.85em;"
-    html = (html.replace('<pre style="', f'<pre style="{wrap} ', 1) if '<pre style="' in html
-            else html.replace("<pre", f'<pre style="{wrap}"', 1))
-    display(HTML(f"<p><code>{obj.__module__}.{obj.__qualname__}</code></p>{html}"))
 
 # %% [markdown]
 # ## One iteration on N processes

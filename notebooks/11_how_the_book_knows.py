@@ -387,16 +387,7 @@ else:
 # build's starts the record kept the verdict on losses to random but not the rate: "not recorded".
 
 # %% tags=["remove-input"]
-def heldout_table(recipe: str) -> tuple[pd.DataFrame, int]:
-    """A recipe's held-out starts as a table (a rate the record did not keep reads "not recorded"),
-    and how many reached the level."""
-    frame, reached, _ = heldout_cells(recipe)
-    frame["losses to random after"] = frame["losses to random after"].replace("", "not recorded")
-    frame.index = frame.index.map(lambda start: re.sub(r"perturbation seed (\d+)", r"perturbed (seed \1)", start))
-    return frame, int(reached)
-
-
-heldout, reached = heldout_table("ttt-reinforce")
+heldout, reached, _ = heldout_cells("ttt-reinforce")
 glue("reinforce_heldout_reached", reached)
 glue("reinforce_heldout_cells", len(heldout))
 heldout.style.format({"draws vs minimax after": "{:.3f}"})
@@ -482,7 +473,7 @@ if ppo_paths:
 # made and judged the same way (`tictactoe_rl_heldout.jsonl`):
 
 # %% tags=["remove-input"]
-heldout, reached = heldout_table("ttt-ppo")
+heldout, reached, _ = heldout_cells("ttt-ppo")
 glue("ppo_heldout_reached", reached)
 glue("ppo_heldout_cells", len(heldout))
 heldout.style.format({"draws vs minimax after": "{:.3f}"})

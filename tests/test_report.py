@@ -434,3 +434,18 @@ def test_the_heldout_record_holds_both_chapters_recipes():
     for recipe in ("ttt-reinforce", "ttt-ppo"):
         frame, reached, _ = report.heldout_cells(recipe)
         assert len(frame) >= 4 and 0 < reached <= len(frame)
+
+
+def test_wrapped_folds_only_the_long_lines():
+    text = "short  line, kept exactly\n" + "word " * 30
+    lines = report.wrapped(text, width=40).splitlines()
+    assert lines[0] == "short  line, kept exactly"
+    assert len(lines) > 2 and all(len(line) <= 40 for line in lines)
+    assert " ".join(lines[1:]).split() == ["word"] * 30
+
+
+def test_tidy_escapes_text_so_tags_stay_visible():
+    import pandas as pd
+
+    html_table = report.tidy(pd.DataFrame({"format": ["<move>x(1,2)</move>"]})).to_html()
+    assert "&lt;move&gt;x(1,2)&lt;/move&gt;" in html_table and "<move>" not in html_table

@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 WIDTH = 72
 
 
+def wrapped(text: str, width: int = WIDTH) -> str:
+    """``text`` with each line longer than ``width`` folded, so that a printed prompt, task or transcript
+    fits the page; shorter lines are kept exactly as they are."""
+    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines())
+
+
 def say(*sentences: str, width: int = WIDTH) -> None:
     """Print sentences as one paragraph wrapped to the page (a notebook's output is not reflowed)."""
     print(textwrap.fill(" ".join(s.strip() for s in sentences if s.strip()), width))
@@ -74,8 +80,10 @@ def glue_change(prefix: str, change):
 def tidy(frame, digits: int = 3, by: str = "column"):
     """``frame`` styled for the page: one number format per column (``by="row"``: per row, for a
     table whose rows are the metrics), counts as integers with thousands separators, every other
-    number with ``digits`` decimals; text as it is. A column counts when all its numbers are whole
-    and one is above 1: a rate of 0 or 1 keeps its decimals (``1.000``)."""
+    number with ``digits`` decimals; text escaped for HTML (a styled table writes its cells as HTML,
+    where ``<move>`` would vanish as a tag). A column counts when all its numbers are whole and one
+    is above 1: a rate of 0 or 1 keeps its decimals (``1.000``)."""
+    import html
     import numbers
 
     import pandas as pd
@@ -87,7 +95,7 @@ def tidy(frame, digits: int = 3, by: str = "column"):
         numeric = [v for v in values if is_number(v)]
         counts = numeric and all(float(v).is_integer() for v in numeric) and max(abs(v) for v in numeric) > 1
         spec = "{:,.0f}" if counts else f"{{:.{digits}f}}"
-        return lambda value: spec.format(value) if is_number(value) else str(value)
+        return lambda value: spec.format(value) if is_number(value) else html.escape(str(value))
 
     styler = frame.style
     if by == "row":
@@ -182,14 +190,14 @@ def heldout_cells(recipe: str, level: float = 0.85):
     frame = pd.DataFrame({
         "start": [row["start"] for row in rows],
         "draws vs minimax after": [row["after_minimax_draw_rate"] for row in rows],
-        "losses to random after": ["" if row["after_random_loss_rate"] is None else f"{row['after_random_loss_rate']:.3f}"
-                                   for row in rows],
+        "losses to random after": ["not recorded" if row["after_random_loss_rate"] is None
+                                   else f"{row['after_random_loss_rate']:.3f}" for row in rows],
         "losses vs the start": [{"noise": "within noise", "worse": "worse beyond noise",
                                  "better": "better beyond noise"}[row["random_losses_verdict"]] for row in rows],
         f"reached {level:g}": ["yes" if row["after_minimax_draw_rate"] >= level else "no" for row in rows],
     }).set_index("start")
-    reached = sum(row["after_minimax_draw_rate"] >= level for row in rows)
-    collapsed = sum(row["after_minimax_draw_rate"] < row["before_minimax_draw_rate"] for row in rows)
+    reached = int(sum(row["after_minimax_draw_rate"] >= level for row in rows))
+    collapsed = int(sum(row["after_minimax_draw_rate"] < row["before_minimax_draw_rate"] for row in rows))
     return frame, reached, collapsed
 
 
@@ -261,7 +269,8 @@ def source_text(obj) -> str:
 
 
 def show_source(obj) -> None:
-    """Show ``obj``'s source under its full name: a Python code block in a notebook, printed elsewhere."""
+    """Show ``obj``'s source under its full name: in a notebook highlighted, its long lines wrapped to the
+    page (a code block would scroll them out of sight); printed elsewhere."""
     name = f"{obj.__module__}.{obj.__qualname__}"
     try:
         from IPython import get_ipython
@@ -272,9 +281,16 @@ def show_source(obj) -> None:
     if shell is None:
         print(f"# {name}\n{source_text(obj)}")
         return
-    from IPython.display import Markdown, display
+    from IPython.display import HTML, display
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
 
-    display(Markdown(f"`{name}`\n\n```python\n{source_text(obj)}```"))
+    code = highlight(source_text(obj), PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
+    wrap = "white-space: pre-wrap; font-size: 0.85em;"
+    code = (code.replace('<pre style="', f'<pre style="{wrap} ', 1) if '<pre style="' in code
+            else code.replace("<pre", f'<pre style="{wrap}"', 1))
+    display(HTML(f"<p><code>{name}</code></p>{code}"))
 
 
 #: what each task of ``benchmarks/pretrained_rl.py`` claims: (name, higher is better)
