@@ -170,7 +170,9 @@ def run_cell(recipe: str, seed: int, normalise: str, preset_name: str, overrides
             "settings": recipe_settings(settings), "sft_seconds": round(sft_seconds, 1), "rl_seconds": round(seconds, 1),
             **{f"before_{k}": v for k, v in before.items()}, **{f"after_{k}": v for k, v in after.items()},
             "return_curve": [round(row["mean_return"], 3) for row in run.history],
-            **({"evaluations": evaluations} if evaluations else {})}
+            **({"evaluations": evaluations} if evaluations else {}),
+            # with validate_every: the validation scores and the iteration whose weights were kept
+            **({"validation": run.validation} if run.validation else {})}
 
 
 def run_cells(recipes: list[str], kernels: str, threads: int, seed: int, normalises: list[str], preset: str,

@@ -507,8 +507,10 @@ for simulations in (10, 100, 1000):
 table = pd.DataFrame([{"simulations per move": sims, **row} for sims, row in against.items()])
 # the smallest budget from which on MCTS lost no game, if any
 unbeaten = [sims for sims in against if all(against[b]["MCTS lost (expert won)"] == 0 for b in against if b >= sims)]
-print(f"{games} games at each budget. MCTS lost no game " + (f"from {min(unbeaten)} simulations a move on."
-      if unbeaten else "at any of these budgets."))
+tried = ", ".join(str(b) for b in against)
+print(f"{games} games at each budget tried ({tried}). " + (
+    f"MCTS lost no game at {', '.join(str(b) for b in unbeaten)} simulations a move." if unbeaten else
+    "MCTS lost games at every budget tried."))
 tidy(table).hide(axis="index")
 
 # %% [markdown]

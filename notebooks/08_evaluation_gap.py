@@ -102,7 +102,9 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
 # games. A rate $\hat p$ over $n$ independent games has a standard error of
 # $\sqrt{\hat p(1-\hat p)/n}$: rerun the same policy on another $n$ games and the rate moves by about
 # that much. The difference of two independent rates has the variance of both added, and the book
-# calls a change real when it is larger than two standard errors of the difference:
+# calls a change real when it is larger than two standard errors of the difference (a comparison
+# within that bar is a result too: this difference did not move success in this run beyond what
+# another draw of the games could, and several below end that way):
 #
 # $$ |\hat p_2 - \hat p_1| \;>\; 2\sqrt{\frac{\hat p_1(1-\hat p_1)}{n_1} + \frac{\hat p_2(1-\hat p_2)}{n_2}}. $$
 #
@@ -147,6 +149,13 @@ def table(runs):
     return pd.DataFrame({name: summarize(records) for name, records in runs.items()}).T[METRICS]
 
 
+def shown(frame):
+    """A table of METRICS for the page: WORDS as column labels, steps with one decimal, rates with three."""
+    frame = frame.rename(columns=WORDS)
+    return tidy(frame, decimals={c: 1 for c in ("mean steps", "gold path, mean length") if c in frame})
+
+
+# %% tags=["remove-input"]
 def beyond(change):
     """A verdict in words, for a sentence: how a change compares with its two standard errors."""
     return {"noise": "within", "better": "beyond", "worse": "beyond"}[change.verdict]
@@ -167,6 +176,15 @@ def both(first, second):
 # *training games* below are the first of the data's games. The tutorial's two curves are two
 # corners of a 2x2 table: training-time returns are sampled episodes on training games, evaluation
 # is greedy episodes on test games.
+#
+# | decoding \ games | training games | test games |
+# |---|---|---|
+# | **sampled** (temperature 1) | the training-time curve | the games changed first |
+# | **greedy** | the decoding changed first | the evaluation curve |
+#
+# From the top-left corner to the bottom-right one there are two paths, through either of the
+# other corners; each path makes the two changes in another order, and the table below plays all
+# four corners.
 
 # %%
 policy = sft_policy("cookingworld", preset, seed=0)  # seed: sampled runs are reproducible
@@ -185,7 +203,7 @@ runs = {
 }
 results = table(runs)
 S = results["success_rate"]  # success, by condition: the rates the chapter compares
-tidy(results.rename(columns=WORDS))
+shown(results)
 
 # %% tags=["remove-input"]
 training_time, evaluation = S["sampled, training games"], S["greedy, test games"]
@@ -287,7 +305,7 @@ F, L = folds["success_rate"], folds["gold path, mean length"]
 memorisation = compare_rates("unseen", F.iloc[0], F.iloc[1], n)  # training games -> unseen train-fold games
 fold_shift = compare_rates("fold", F.iloc[1], F.iloc[2], n)  # unseen train-fold games -> test games
 whole_gap = compare_rates("both", F.iloc[0], F.iloc[2], n)  # training games -> test games
-tidy(folds.rename(columns=WORDS))
+shown(folds)
 
 # %% tags=["remove-input"]
 for name, value in [("seen", F.iloc[0]), ("unseen", F.iloc[1]), ("test", F.iloc[2]),
@@ -448,7 +466,7 @@ prompt_table = table(prompt_runs)
 layout_changes = {name: compare_rates("success", prompt_table.loc["as in the data", "success_rate"],
                                       prompt_table.loc[name, "success_rate"], m)
                   for name in list(layouts)[1:]}
-tidy(prompt_table.rename(columns=WORDS))
+shown(prompt_table)
 
 # %% tags=["remove-input"]
 actions = {name: sum(r.length for r in records) for name, records in prompt_runs.items()}
@@ -710,7 +728,7 @@ glue("long_limit", long_limit, display=False)
 # Every success-rate comparison of the chapter, each judged against two standard errors of its
 # own games (section d counts turns and examples rather than games, so it is not in the table):
 
-# %%
+# %% tags=["hide-input"]
 def effect(section, comparison, words, change):
     """One row of the summary: ``comparison`` labels the table, ``words`` says it in a sentence."""
     return {"section": section, "comparison": comparison, "words": words, "success before": change.before,
@@ -748,7 +766,7 @@ panels = {
     "c. prompt layout (test games)": {"data's\nlayout": prompt_table["success_rate"].iloc[0],
                                       "+ window\nof 2": prompt_table["success_rate"].iloc[1],
                                       "tutorial\nstyle": prompt_table["success_rate"].iloc[2]},
-    "e. step limit (expert: tutorial's world)": {f"expert,\n{long_limit} steps": limits_table.iloc[0, 0],
+    "e. step limit (expert: tutorial's world; SFT: this preset's)": {f"expert,\n{long_limit} steps": limits_table.iloc[0, 0],
                                    f"expert,\n{short_limit} steps": limits_table.iloc[1, 0],
                                    f"SFT,\n{long_limit} steps": limits_table.iloc[0, 1],
                                    f"SFT,\n{short_limit} steps": limits_table.iloc[1, 1]},

@@ -53,7 +53,7 @@ from IPython.display import display
 
 from tutorial_lib.presets import describe, get_preset
 from tutorial_lib.records import recorded_runs
-from tutorial_lib.report import say, show_source, tidy
+from tutorial_lib.report import glue, say, show_source, tidy
 from tutorial_lib.rl.advantages import rebn
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rl_loop import Run
@@ -248,6 +248,7 @@ show_source(distributed.sum_gradients)
 
 # %%
 scaling = pd.DataFrame(recorded_runs("rl_scaling_cpu.jsonl", preset))
+split = {}  # per algorithm: the split run's turns per second over the best single process's
 if scaling.empty:
     print(f"no scaling record for the {preset.name} preset's model (run benchmarks/rl_scaling.py)")
 else:
@@ -258,8 +259,13 @@ else:
     display(tidy(table.rename(columns={"algo": "algorithm", "label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "× 1 thread",
                                        "ratio_to_best_single_process": "× best single process"}), digits=2)
             .hide(axis="index"))
+    split = {algo: rows.ratio_to_best_single_process.iloc[-1] for algo, rows in scaling.groupby("algo")}
+for algo in ("reinforce", "ppo"):
+    glue(f"split_{algo}", f"{split[algo]:.2f}" if algo in split else "(not recorded)", display=False)
 
 # %% [markdown]
+# In the record, two processes ran REINFORCE at {glue:text}`split_reinforce` times the turns per
+# second of the best single process, and PPO at {glue:text}`split_ppo` times (below 1: slower).
 # A CPU is a poor place to look for scaling: two processes share the same two cores that one
 # process with two threads would use, and torch's threads already split the larger matrix products.
 # What two processes can win there is the work threads do not split: Python, the games' own steps,

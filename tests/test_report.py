@@ -415,6 +415,11 @@ def test_tidy_gives_counts_integers_and_each_column_one_format():
     # a rate that happens to be 0 or 1 everywhere is still a rate
     rates = re.findall(r">([^<>]+)</td>", report.tidy(pd.DataFrame({"success": [1.0, 1.0], "invalid": [0.0, 0.0]})).to_html())
     assert rates == ["1.000", "0.000", "1.000", "0.000"]
+    # a column named in decimals gets its own number of decimals; a name the table lacks is an error
+    steps = pd.DataFrame({"success": [0.5], "mean steps": [11.4375]})
+    assert re.findall(r">([^<>]+)</td>", report.tidy(steps, decimals={"mean steps": 1}).to_html()) == ["0.500", "11.4"]
+    with pytest.raises(KeyError, match="mean stpes"):
+        report.tidy(steps, decimals={"mean stpes": 1})
 
 
 def test_heldout_cells_count_the_level_and_the_collapses(monkeypatch, tmp_path):
@@ -449,3 +454,23 @@ def test_tidy_escapes_text_so_tags_stay_visible():
 
     html_table = report.tidy(pd.DataFrame({"format": ["<move>x(1,2)</move>"]})).to_html()
     assert "&lt;move&gt;x(1,2)&lt;/move&gt;" in html_table and "<move>" not in html_table
+
+
+def test_guard_cells_pair_each_start_with_and_without_validation(monkeypatch, tmp_path):
+    def line(seed, guarded, draws, losses, kept=None):
+        return {"recipe": "ttt-reinforce", "perturbation": {"seed": seed, "scale": 1e-6},
+                "overrides": {"validate_every": 10} if guarded else {}, "before_minimax_draw_rate": 0.585,
+                "after_minimax_draw_rate": draws, "before_random_loss_rate": 0.015, "after_random_loss_rate": losses,
+                "rl_seconds": 110.0 if guarded else 100.0,
+                **({"validation": {"best_iteration": kept}} if guarded else {})}
+
+    lines = [line(12, False, 0.335, 0.225), line(12, True, 0.86, 0.02, kept=40),
+             line(13, False, 0.91, 0.01), line(13, True, 0.91, 0.01, kept=120),
+             line(14, False, 0.9, 0.0)]  # 14 waits for its guarded run: not in the table
+    (tmp_path / records.TICTACTOE_GUARDS_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    frame, counts = report.guard_cells()
+    assert list(frame.index) == ["perturbed (seed 12)", "perturbed (seed 13)"]
+    assert frame.loc["perturbed (seed 12)", ("validation kept", "iteration")] == 40
+    assert counts == {"no guard": 1, "validation": 2, "no guard, worse losses": 1, "validation, worse losses": 0,
+                      "time ratio": 1.1}

@@ -142,6 +142,8 @@ def read_json_lines(path: Path) -> list[dict]:
 #: tic-tac-toe RL from starts nobody tuned on (``heldout_protocol.md``): chapter 4's checkpoint with
 #: its weights perturbed, one line per cell, for chapters 5 and 6's recipes
 TICTACTOE_HELDOUT_RECORD = "tictactoe_rl_heldout.jsonl"
+#: chapter 5's recipe with and without a guard on the same perturbed tuning starts (heldout_protocol.md)
+TICTACTOE_GUARDS_RECORD = "tictactoe_rl_guards.jsonl"
 
 
 #: the rollout engine's record (``benchmarks/rollout_engine.py``)

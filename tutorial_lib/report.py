@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from tutorial_lib.evaluation.stats import compare_rates, halves, run_verdicts, spread
 from tutorial_lib.records import (
+    TICTACTOE_GUARDS_RECORD,
     TICTACTOE_HELDOUT_RECORD,
     TICTACTOE_OPPONENT_RECORDS,
     cpu_label,
@@ -77,10 +78,11 @@ def glue_change(prefix: str, change):
     return change
 
 
-def tidy(frame, digits: int = 3, by: str = "column"):
+def tidy(frame, digits: int = 3, by: str = "column", decimals: dict | None = None):
     """``frame`` styled for the page: one number format per column (``by="row"``: per row, for a
     table whose rows are the metrics), counts as integers with thousands separators, every other
-    number with ``digits`` decimals; text escaped for HTML (a styled table writes its cells as HTML,
+    number with ``digits`` decimals, or with ``decimals[label]`` for the columns (rows) it names
+    (``{"mean steps": 1}``); text escaped for HTML (a styled table writes its cells as HTML,
     where ``<move>`` would vanish as a tag). A column counts when all its numbers are whole and one
     is above 1: a rate of 0 or 1 keeps its decimals (``1.000``)."""
     import html
@@ -91,19 +93,25 @@ def tidy(frame, digits: int = 3, by: str = "column"):
     def is_number(value) -> bool:
         return isinstance(value, numbers.Number) and not isinstance(value, bool) and value == value
 
-    def formatter(values):
+    decimals = decimals or {}
+    labels = frame.index if by == "row" else frame.columns
+    unknown = set(decimals) - set(labels)
+    if unknown:
+        raise KeyError(f"decimals names {sorted(unknown)}, which the table's {by}s do not hold")
+
+    def formatter(values, label):
         numeric = [v for v in values if is_number(v)]
         counts = numeric and all(float(v).is_integer() for v in numeric) and max(abs(v) for v in numeric) > 1
-        spec = "{:,.0f}" if counts else f"{{:.{digits}f}}"
+        spec = "{:,.0f}" if counts else f"{{:.{decimals.get(label, digits)}f}}"
         return lambda value: spec.format(value) if is_number(value) else html.escape(str(value))
 
     styler = frame.style
     if by == "row":
         for label, row in frame.iterrows():
-            styler = styler.format(formatter(row.tolist()), subset=pd.IndexSlice[[label], :], na_rep="")
+            styler = styler.format(formatter(row.tolist(), label), subset=pd.IndexSlice[[label], :], na_rep="")
     else:
         for column in frame.columns:
-            styler = styler.format(formatter(frame[column].tolist()), subset=[column], na_rep="")
+            styler = styler.format(formatter(frame[column].tolist(), column), subset=[column], na_rep="")
     return styler
 
 
@@ -199,6 +207,48 @@ def heldout_cells(recipe: str, level: float = 0.85):
     reached = int(sum(row["after_minimax_draw_rate"] >= level for row in rows))
     collapsed = int(sum(row["after_minimax_draw_rate"] < row["before_minimax_draw_rate"] for row in rows))
     return frame, reached, collapsed
+
+
+def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: int = 200):
+    """Each perturbed tuning start of ``recipe`` run without a guard and with validation
+    (``validate_every``), from :data:`~tutorial_lib.records.TICTACTOE_GUARDS_RECORD`: one row a start,
+    draws against minimax and losses to random after each run, and the iteration validation kept.
+    Returns ``(frame, summary)``: the starts at or above ``level`` without and with the guard, the
+    starts whose losses to random ended worse than their start's beyond noise, and ``"time ratio"``,
+    the guarded runs' seconds over the unguarded ones' (what validating costs)."""
+    import pandas as pd
+
+    rows = [row for row in recorded_runs(TICTACTOE_GUARDS_RECORD) if row["recipe"] == recipe]
+    cells: dict[int, dict[str, dict]] = {}
+    for row in rows:
+        guarded = bool((row.get("overrides") or {}).get("validate_every"))
+        cells.setdefault(row["perturbation"]["seed"], {})["validation" if guarded else "no guard"] = row
+    table, counts = {}, {"no guard": 0, "validation": 0, "no guard, worse losses": 0, "validation, worse losses": 0}
+    seconds = {"no guard": 0.0, "validation": 0.0}
+    for seed, pair in sorted(cells.items()):
+        if len(pair) < 2:  # a start still waiting for its second run
+            continue
+        line = {}
+        for guard in ("no guard", "validation"):
+            run = pair[guard]
+            worse = compare_rates("losses", run["before_random_loss_rate"], run["after_random_loss_rate"], episodes,
+                                  higher_is_better=False).verdict == "worse"
+            line[("draws vs minimax", guard)] = run["after_minimax_draw_rate"]
+            line[("losses to random", guard)] = run["after_random_loss_rate"]
+            counts[guard] += run["after_minimax_draw_rate"] >= level
+            counts[f"{guard}, worse losses"] += worse
+            seconds[guard] += run.get("rl_seconds", 0.0)
+        line[("draws vs minimax", "SFT start")] = pair["no guard"]["before_minimax_draw_rate"]
+        line[("losses to random", "SFT start")] = pair["no guard"]["before_random_loss_rate"]
+        line[("validation kept", "iteration")] = pair["validation"]["validation"]["best_iteration"]
+        table[f"perturbed (seed {seed})"] = line
+    frame = pd.DataFrame(table).T
+    if len(frame):
+        frame = frame[[(m, g) for m in ("draws vs minimax", "losses to random") for g in ("SFT start", "no guard", "validation")]
+                      + [("validation kept", "iteration")]]
+    summary = {key: int(value) for key, value in counts.items()}
+    summary["time ratio"] = seconds["validation"] / seconds["no guard"] if seconds["no guard"] else float("nan")
+    return frame, summary
 
 
 def perturbation_label(perturbation: dict | None) -> str:
