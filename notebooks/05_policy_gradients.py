@@ -102,7 +102,8 @@ one_at_a_time = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games)
 speedup = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_per_second"]
 glue("batch_speedup", speedup, display=False)
 speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games side by side": batched.summary()})
-tidy(speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]], digits=1, by="row")
+speed = speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]]
+tidy(speed.rename(index=lambda key: key.replace("_", " ").replace("episodes", "games")), digits=1, by="row")
 
 # %% [markdown]
 # Both columns played the same seeds (their sampled actions differ). In this run, 32 games side by side collected
@@ -570,6 +571,8 @@ signals = {"the recipe": collapse_signals(ttt_run.history), "3 × the rate": col
 table = pd.concat({**{f"{name} (windows of {frame.attrs['window']})": frame[["best window", "last window"]]
                       for name, frame in signals.items()},
                    "": signals["the recipe"][["in a collapse it"]]}, axis=1)
+table = table.rename(index={"mean_return": "sampled return", "invalid_rate": "invalid rate",
+                            "grad_norm": "gradient norm"})
 table.style.format("{:.4f}", subset=table.columns[:4])
 
 # %% tags=["hide-input"]
@@ -649,32 +652,35 @@ for name, change in variants.items():
     settings = rl_settings("tictactoe", preset, iterations=short, **change)
     ablation[name] = train(Reinforce, policy, "tictactoe", settings, out_dir=runs_dir / f"ablation-{name}",
                                      progress=False).history
-    ablation_eval[name] = evaluate_policy("tictactoe", policy, preset=preset, episodes=EPISODES)
+    ablation_eval[name] = {
+        "draws vs minimax": evaluate_policy("tictactoe", policy, preset=preset, episodes=EPISODES,
+                                            opponent="minimax")["draw_rate"],
+        "losses to random": evaluate_policy("tictactoe", policy, preset=preset, episodes=EPISODES)["loss_rate"]}
 fig = learning_curves(ablation, ["mean_return", "invalid_rate"],
                       title=f"REINFORCE on tic-tac-toe: three advantages, {short} iterations each")
-table = pd.DataFrame(ablation_eval).T[["win_rate", "loss_rate", "invalid_rate"]]
+table = pd.DataFrame(ablation_eval).T
 table["mean sampled return"] = [sum(row["mean_return"] for row in ablation[name]) / len(ablation[name])
                                 for name in table.index]
 tidy(table)
 
 # %% tags=["hide-input"]
-loss_rates = {name: result["loss_rate"] for name, result in ablation_eval.items()}
-widest = compare_rates("loss rate", min(loss_rates.values()), max(loss_rates.values()), EPISODES,
-                       higher_is_better=False)
+ablation_draws = {name: result["draws vs minimax"] for name, result in ablation_eval.items()}
+widest = compare_rates("draw rate", min(ablation_draws.values()), max(ablation_draws.values()), EPISODES)
 prompts = Counter(tuple(turn.prompt_ids) for turn in ttt_batch.turns)  # the batch of 64 games collected above
 glue("ablation_iterations", short, display=False)
 for name, key in (("baseline per state", "state"), ("GEM's ReBN", "rebn"), ("raw returns", "raw")):
-    glue(f"ablation_{key}_losses", loss_rates[name], display=False)
+    glue(f"ablation_{key}_draws", ablation_draws[name], display=False)
     glue(f"ablation_{key}_return", table.loc[name, "mean sampled return"], display=False)
 glue("ablation_noise", widest.noise, display=False)
+glue("ablation_start_draws", before_minimax["draw_rate"], display=False)
 glue("ablation_spread", "within" if widest.verdict == "noise" else "larger than", display=False)
 glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(ttt_batch.turns), display=False)
 
 # %% [markdown]
-# After {glue:text}`ablation_iterations` iterations the greedy losses to random were
-# {glue:text}`ablation_state_losses:.3f` with the baseline per state,
-# {glue:text}`ablation_rebn_losses:.3f` with ReBN and {glue:text}`ablation_raw_losses:.3f` with raw
-# returns: a spread {glue:text}`ablation_spread` the noise of 200 games (two standard errors:
+# After {glue:text}`ablation_iterations` iterations the greedy draws against minimax, the measure
+# with room to move, were {glue:text}`ablation_state_draws:.3f` with the baseline per state,
+# {glue:text}`ablation_rebn_draws:.3f` with ReBN and {glue:text}`ablation_raw_draws:.3f` with raw
+# returns (the SFT start drew {glue:text}`ablation_start_draws:.3f`): a spread {glue:text}`ablation_spread` the noise of 200 games (two standard errors:
 # {glue:text}`ablation_noise:.3f`). The mean sampled returns over the runs were
 # {glue:text}`ablation_state_return:+.3f`, {glue:text}`ablation_rebn_return:+.3f` and
 # {glue:text}`ablation_raw_return:+.3f`. One run each does not rank the three: another draw of the

@@ -73,10 +73,10 @@ print(f"{describe(preset)}  processes={distributed.num_processes()}")
 # |---|---|---|
 # | start | builds the same model, value head and optimiser from the run's seed | nothing: they start equal |
 # | collect | plays its share of `turns_per_iteration` from its own seeds (with s the iteration's first seed, process r plays seeds s + r, s + r + N, ...) | - |
-# | statistics | - | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
+# | statistics | - | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns: return batch normalisation, chapter 5's baseline, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
 # | loss | scores its own turns; divides their loss by the **global** number of action tokens | the token count is summed |
 # | gradient | backward over its micro-batches (pieces of its turns small enough for memory, whose gradients add up) | gradients summed over the processes (an *all-reduce*: every process ends with the sum) |
-# | step | clips the gradient norm and steps: the same gradient in every process, so the same weights | a non-finite loss in one process skips the step in all |
+# | optimiser step | clips the gradient norm and steps: the same gradient in every process, so the same weights | a non-finite loss in one process skips the step in all |
 # | outputs | the main process writes metrics, TensorBoard, checkpoints and the model | a checkpoint holds every process's random generators |
 #
 # The middle column is what each process does on its own; the right column is where the processes
@@ -110,7 +110,8 @@ returns = [[1.0], [1.0], [-1.0], [-1.0]]  # process 0 played the first two games
 global_advantages = [a[0] for a in rebn(returns)]
 local_advantages = [a[0] for part in (returns[:2], returns[2:]) for a in rebn(part)]
 display(pd.DataFrame({"return": [r[0] for r in returns], "process": [0, 0, 1, 1],
-                      "advantage, global ReBN": global_advantages, "advantage, ReBN within each process": local_advantages}))
+                      "advantage, global ReBN": global_advantages, "advantage, ReBN within each process": local_advantages})
+        .style.hide(axis="index"))
 
 # %% [markdown]
 # Global ReBN gives the wins and the losses advantages of opposite signs; ReBN within each process
@@ -154,15 +155,17 @@ def token_losses(rows: slice) -> torch.Tensor:
 one_process = gradient(token_losses(slice(0, 16)).mean())
 global_count = sum(gradient(token_losses(rows).sum() / 16) for rows in shares)
 local_means = sum(gradient(token_losses(rows).mean()) for rows in shares) / len(shares)
-say(f"Largest difference from the one-process gradient: {float((global_count - one_process).abs().max()):.1e} "
-    f"with each process's sum divided by the global count and the gradients summed; "
-    f"{float((local_means - one_process).abs().max()):.1e} with each process's own mean and the gradients "
-    "averaged, where each of the 4 tokens of the second process weighs three times as much as each of the 12 "
-    "of the first.")
+print(f"largest difference from the one-process gradient, global count: {float((global_count - one_process).abs().max()):.1e}")
+print(f"largest difference from the one-process gradient, each process's own mean: {float((local_means - one_process).abs().max()):.1e}")
+glue("global_count_gap", float((global_count - one_process).abs().max()), display=False)
+glue("local_mean_gap", float((local_means - one_process).abs().max()), display=False)
 
 # %% [markdown]
-# The first difference is float32 rounding; the second is orders of magnitude larger: a different
-# gradient.
+# With each process's sum divided by the global count and the gradients summed, the gradient
+# differs from one process's by {glue:text}`global_count_gap:.1e`: float32 rounding. With each
+# process's own mean, averaged, it differs by {glue:text}`local_mean_gap:.1e`, a different
+# gradient: each of the second process's 4 tokens weighs three times as much as each of the
+# first's 12.
 #
 # The all-reduce itself is a few lines, through `accelerate`'s `reduce`. The library sums the
 # gradients itself, once per optimiser step after all the micro-batches, instead of wrapping the
@@ -185,7 +188,7 @@ show_source(distributed.sum_gradients)
 # gloo (PyTorch's communication backend for CPUs):
 #
 # ```bash
-# # PPO on tic-tac-toe, one process per GPU
+# # PPO on tic-tac-toe, on 2 processes (the config's num_processes)
 # accelerate launch --config_file configs/accelerate/ddp.yaml \
 #     -m tutorial_lib rl --algo ppo \
 #     --game tictactoe --preset full --out runs/ppo-ttt
@@ -246,7 +249,7 @@ show_source(distributed.sum_gradients)
 # single-process runs. In each algorithm's last row, the split run, above 1 means the processes
 # beat the best single process.
 
-# %%
+# %% tags=["hide-input"]
 scaling = pd.DataFrame(recorded_runs("rl_scaling_cpu.jsonl", preset))
 split = {}  # per algorithm: the split run's turns per second over the best single process's
 if scaling.empty:
@@ -316,6 +319,17 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 # The seeds of process r are s + r, s + r + N, .... Why not give process r the block of seeds
 # from s + r × `turns_per_iteration` onwards? Think of what a resumed run with the same N plays, and of
 # what one process plays with this rule.
+#
+# ```{admonition} An answer
+# :class: dropdown
+# Interleaved, the N processes together play seeds s, s + 1, s + 2, ...: the same games one process
+# plays, whatever N, so a run on two processes trains on the games a run on one process does. In
+# blocks, process r starts at s + r × `turns_per_iteration`: the processes together play other
+# games than one process would, so the games, and the result, depend on N. And the blocks must be
+# sized before play, while how many games an iteration uses depends on how long they last (the
+# loop moves the next iteration's s past the last seed any process used): a block too short runs
+# into the next process's games, one too long skips seeds.
+# ```
 #
 # ### Exercise 10.4: three processes on two cores
 #
