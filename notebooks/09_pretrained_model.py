@@ -29,9 +29,9 @@
 # - what SFT with LoRA buys over the tiny model on the same data, what an RL step costs on a CPU,
 #   and what REINFORCE did to SmolLM2 over recorded seeds.
 #
-# At the `ci` preset, the smallest counts, with which the book is built on a CPU, the chapter runs
-# SmolLM2 with counts cut to fit that build (the first cell prints them); `TUTORIAL_SCALE=small`
-# runs the `small` preset's counts.
+# This page was built at the `ci` preset, on a CPU: the chapter runs SmolLM2 with its counts cut to
+# fit that build (the first cell prints them). `TUTORIAL_SCALE=small` runs the `small` preset's
+# larger counts.
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
 # Colab only: install tutorial_lib, the offline SmolLM2 weights and Java (TextWorldExpress runs on
@@ -65,6 +65,7 @@ from IPython.display import display
 from peft.tuners.lora import LoraLayer
 
 from tutorial_lib.data.sft import train_sft
+from tutorial_lib.envs import GAME_TITLES
 from tutorial_lib.evaluation.evaluate import evaluate_policy
 from tutorial_lib.evaluation.stats import compare_rates, run_verdicts
 from tutorial_lib.exercises import check_lora_forward, check_lora_parameter_count
@@ -96,7 +97,7 @@ gtn_sft, gtn_rl = sft_settings("guess_the_number", real), rl_settings("guess_the
 print(textwrap.fill(
     f"its counts: SFT {gtn_sft.max_steps or gtn_sft.epochs} {'steps' if gtn_sft.max_steps else 'epochs'} of "
     f"{gtn_sft.batch_size} examples; evaluation games per game: "
-    + ", ".join(f"{game} {real.game(game).eval_episodes}" for game in ("tictactoe", "cookingworld", "guess_the_number", "math"))
+    + ", ".join(f"{GAME_TITLES[game]} {real.game(game).eval_episodes}" for game in ("tictactoe", "cookingworld", "guess_the_number", "math"))
     + f"; REINFORCE {gtn_rl.iterations} iteration(s) of at least {gtn_rl.turns_per_iteration} turns", 88))
 runs_dir = cache_root() / "runs" / f"pretrained-{real.name}"
 
@@ -162,7 +163,7 @@ metric_words = {"win_rate": "win rate", "mean_score": "mean score", "success_rat
 zero_shot, examples_of_output = {}, {}
 for game, options in zero_shot_options.items():
     games = real.game(game).eval_episodes
-    row = {("the test", "games"): games, ("the test", "metric"): metric_words[metric_of[game]]}
+    row = {("test", "games"): games, ("test", "metric"): metric_words[metric_of[game]]}
     for name, policy in [("random", RandomPolicy(0)), (real.model, base)]:
         metrics, records = timed_play(game, policy, games, **options)
         row[(name, "value")] = metrics[metric_of[game]]
@@ -170,9 +171,9 @@ for game, options in zero_shot_options.items():
         if name == real.model:
             examples_of_output[game] = records[0].turns[0].action
     zero_shot[game] = row
-zero_shot_table = pd.DataFrame(zero_shot).T  # two header rows: the policy, then what is measured
+zero_shot_table = pd.DataFrame(zero_shot).T.rename(index=GAME_TITLES)  # two header rows: the policy, then what is measured
 for game, text in examples_of_output.items():
-    print(f"{game:>17}: {text[:64]!r}")
+    print(f"{GAME_TITLES[game]:>15}: {text[:64]!r}")
 rates = [column for column in zero_shot_table.columns if column[1] in ("value", "invalid rate")]
 tidy(zero_shot_table).format("{:.3f}", subset=rates)
 
@@ -189,8 +190,9 @@ glue("random_gtn_invalid", zero_shot["guess_the_number"][("random", "invalid rat
 # model's GuessTheNumber actions, {glue:text}`zero_shot_invalid_cookingworld` of its CookingWorld
 # commands, {glue:text}`zero_shot_invalid_tictactoe` of its tic-tac-toe moves and
 # {glue:text}`zero_shot_invalid_math` of its math answers. A chat model writes fluent text, often
-# about the game; the game needs the exact format it parses (`<move>x(r,c)</move>`, a listed
-# command, `#### N`). The random policy's actions are all well formed, yet GuessTheNumber rejected
+# about the game; the game needs the exact format it parses (`<move>x(row,col)</move>`, a listed
+# command, `#### N`). Where the format is right and the value still low, as math can show, the
+# model has the format without the skill. The random policy's actions are all well formed, yet GuessTheNumber rejected
 # a share of {glue:text}`random_gtn_invalid:.3f` of them: it draws each guess from the whole range,
 # and a number it already guessed is invalid. In tic-tac-toe an unparseable move is replaced by a
 # random legal one (chapter 1), so the win rate there is mostly the fallback's. This is why SFT comes first even for
@@ -296,7 +298,8 @@ for name, values in losses.items():
 glue("first_loss_ratio", losses["tiny"][0] / losses["smol"][0])
 
 # %% [markdown]
-# The loss is on a log scale. SmolLM2 starts far lower: its first logged loss is
+# The loss is on a log scale. SmolLM2 starts far lower: its first logged loss (after the first few
+# steps) is
 # {glue:text}`smol_first_loss:.2f` nats per completion token against the tiny model's
 # {glue:text}`tiny_first_loss:.2f`, about {glue:text}`first_loss_ratio:.0f` times lower, because a
 # pretrained model already predicts most of a transcript's words. After the same steps it ends at
@@ -370,6 +373,8 @@ glue("rl_hours", tiny_turns / turns_per_second / 3600, display=False)
 peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kilobytes on Linux
 glue("peak_gb", peak_gb, display=False)
 glue("sft_step_ratio", (smol_record["seconds"] / steps) / (tiny_record.seconds / steps), display=False)
+print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny model {tiny_record.seconds:.1f} s; "
+      f"the most memory this process has held: {peak_gb:.1f} GB")
 
 # %% [markdown]
 # On this machine an iteration of {glue:text}`rl_turns:.0f` turns took {glue:text}`rl_seconds:.0f` s
@@ -400,7 +405,7 @@ glue("sft_step_ratio", (smol_record["seconds"] / steps) / (tiny_record.seconds /
 # games and judge it on other games, not used for the choice; the record holds no such test.
 # ```
 
-# %%
+# %% tags=["hide-input"]
 record = latest_runs(recorded_runs(PRETRAINED_RL_CPU_RECORD)) if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists() else []
 
 
@@ -481,6 +486,9 @@ glue("ttt_loss_after", " and ".join(f"{row['after_random_loss_rate']:.3f}" for r
 draws = {(row["before_minimax_draw_rate"], row["after_minimax_draw_rate"]) for row in ttt}
 glue("ttt_draw_words", f"stayed at {draws.pop()[0]:.3f}" if len(draws) == 1 and len({*next(iter(draws))}) == 1
      else "moved: " + "; ".join(f"{b:.3f} to {a:.3f}" for b, a in sorted(draws)), display=False)
+glue("ttt_games", ttt[0]["eval_episodes"], display=False)
+glue("ttt_noise", max(compare_rates("", row["before_random_loss_rate"], row["after_random_loss_rate"],
+                                    row["eval_episodes"], higher_is_better=False).noise for row in ttt), display=False)
 glue("ttt_worse", sum(compare_rates("", row["before_random_loss_rate"], row["after_random_loss_rate"],
                                     row["eval_episodes"], higher_is_better=False).verdict == "worse" for row in ttt),
      display=False)
@@ -499,7 +507,8 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # near guess. The KL penalty (chapter 6) holds the policy near its SFT start. The weights judged
 # after RL are those of the iteration that scored best on separate validation games, the start
 # included (this picks a checkpoint within one run; the choice among recipes above used the test
-# games). The temperature above 1 makes the sampler try moves its greedy answer never makes, which
+# games). So a run whose RL never beat its start on validation keeps its start and ends where it
+# began: a seed with the same success before and after did that, and a fall is then unlikely. The temperature above 1 makes the sampler try moves its greedy answer never makes, which
 # REINFORCE needs in order to reinforce them. The CPU is named because the same seed on another
 # CPU rounds differently and trains other weights, so the record keeps runs of each CPU apart.
 #
@@ -508,13 +517,12 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # {glue:text}`best_worse_words`; the mean went from {glue:text}`best_before:.3f` to
 # {glue:text}`best_after:.3f`. So {glue:text}`rl_conclusion`. The starts differ a lot by seed, and a
 # start that already wins most games has little room to rise. The record holds
-# {glue:text}`record_runs:d` GuessTheNumber runs in {glue:text}`record_lines:d` recipes; none rose in
-# more seeds, and {glue:text}`record_lines_worse:d` fell in at least one seed (the appendix shows
-# each).
+# {glue:text}`record_runs:d` GuessTheNumber runs in {glue:text}`record_lines:d` recipes, of which
+# {glue:text}`record_lines_worse:d` fell in at least one seed (the appendix shows each).
 #
 # Tic-tac-toe went the other way. The record also holds {glue:text}`ttt_runs:d` runs of REINFORCE
-# on SmolLM2 playing x against chapter 5's mixture of opponents, at two learning rates, each from
-# its SFT start:
+# on SmolLM2 playing x against chapter 5's mixture of opponents: one seed's SFT start, at two
+# learning rates, each judged on {glue:text}`ttt_games:d` greedy games against each opponent:
 
 # %%
 ttt = [row for row in record if row["task"] == "ttt-x"]  # the record's tic-tac-toe runs
@@ -527,7 +535,8 @@ pd.DataFrame({f"seed {row['seed']}, lr {row['learning_rate']:g}": {
 
 # %% [markdown]
 # Losses to the random opponent rose from {glue:text}`ttt_loss_before` to
-# {glue:text}`ttt_loss_after` (worse beyond noise in {glue:text}`ttt_worse:d` runs), and draws
+# {glue:text}`ttt_loss_after` (worse beyond two standard errors, about {glue:text}`ttt_noise:.3f`, in
+# {glue:text}`ttt_worse:d` runs), and draws
 # against minimax {glue:text}`ttt_draw_words`. {glue:text}`ttt_minimax_words` So RL made the
 # policy worse than its SFT start against random, the one opponent it was already beating.
 #
@@ -544,7 +553,7 @@ pd.DataFrame({f"seed {row['seed']}, lr {row['learning_rate']:g}": {
 #   {glue:text}`best_better:d` of {glue:text}`best_seeds:d` seeds and lowered it in
 #   {glue:text}`best_worse_words`: {glue:text}`rl_conclusion`. It was chosen on the test games it is
 #   judged on, so this is optimistic; a fair claim needs a recipe chosen on validation games.
-# - On tic-tac-toe RL made SmolLM2 worse: its losses to random rose from
+# - On tic-tac-toe, in the record's two runs from one seed, RL made SmolLM2 worse: its losses to random rose from
 #   {glue:text}`ttt_loss_before` to {glue:text}`ttt_loss_after`, with no draw gained against minimax.
 #
 # ## Exercises
