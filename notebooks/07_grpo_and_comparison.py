@@ -137,7 +137,16 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
 # makes the right answer more likely and the others less. The two groups whose answers all scored
 # alike get 0 for every answer.
 #
-# That is GRPO's failure mode. A group whose rewards all tie has zero spread, so zero advantage for
+# The loss is PPO's clipped surrogate (chapter 6) with these advantages: for answer $i$'s tokens
+# $t$, with $r_{i,t} = \pi_\theta(a_{i,t} \mid \cdot)\,/\,\pi_\text{old}(a_{i,t} \mid \cdot)$,
+#
+# $$ L = -\frac{1}{\sum_i |a_i|} \sum_i \sum_t \min\big(r_{i,t} A_i,\; \operatorname{clip}(r_{i,t}, 1-\epsilon, 1+\epsilon)\, A_i\big) + \beta\,\mathrm{KL}, $$
+#
+# averaged over every answer token of the batch (TRL's `dapo` loss). With one pass over each batch
+# the ratio is 1 at the only gradient step, nothing is clipped, and with $\beta = 0$ the gradient is
+# REINFORCE's, $-A_i \nabla \log \pi_\theta(a_{i,t})$, with the group's mean as the baseline.
+#
+# The tied groups are GRPO's failure mode. A group whose rewards all tie has zero spread, so zero advantage for
 # every answer, so no gradient: the problem was too hard, or too easy, for the policy *as it samples
 # now*. TRL logs the share of such groups as `frac_reward_zero_std`, the first number to read when
 # GRPO does not learn.
@@ -146,8 +155,9 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
 #
 # `tutorial_lib.rl.grpo` hands `GRPOTrainer` three things of ours: the prompts, built by the same
 # function the policies use (so the model trains on the token sequence it is evaluated on); the
-# reward, computed by playing each answer in the math game itself; and sampling settings that make
-# the sampler the policy. A reward call on four answers to one problem:
+# reward, computed by playing each answer in the math game itself; and sampling settings under
+# which the sampled answers come from exactly the policy being trained. A reward call on four
+# answers to one problem:
 
 # %%
 problem = math_prompt_dataset([0], env_options=options)[0]
@@ -159,8 +169,9 @@ pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem[
 # Only the right number after `####` scores 1, any other number after `####` scores 0.1, and an
 # answer with no `####` line scores 0.
 #
-# The three algorithms share chapter 6's training split of problems and sampling temperature (TRL,
-# like our PPO, scores at the temperature it samples at). What each runs with:
+# The three algorithms share chapter 6's training split of problems and sampling temperature. (TRL,
+# like our PPO, computes the log-probabilities it trains on from the same temperature-scaled
+# distribution that sampled the answer, so training stays on-policy.) What each runs with:
 
 # %%
 math_grpo = settings["GRPO (TRL)"]
@@ -178,7 +189,7 @@ pd.DataFrame({
                          "learning rate (constant)": reinforce_math.learning_rate,
                          "sampled-token budget": budget_words(reinforce_math.token_budget),
                          "answers per update": reinforce_math.turns_per_iteration,
-                         "baseline": "per state: mean return of the batch's answers to the same problem",
+                         "baseline": "per state (same problem)",
                          "passes over each batch": 1, "KL penalty β": 0.0},
     "PPO": {"training problems": training_split, "temperature": ppo_math.temperature,
             "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": budget_words(ppo_math.token_budget),
@@ -195,7 +206,12 @@ pd.DataFrame({
 # The rows that agree are the conditions held equal; the rows that differ (the baseline, the
 # answers per update, the passes over each batch) are what is compared. A *seed* here numbers a
 # generated math problem: all three train on the same seeds (the first row), and are tested on
-# others. Two of the equal conditions are new: each algorithm stops when it has sampled the shared
+# others. Two more things differ with the baseline, and a reader should weigh them: GRPO's batches
+# hold {glue:text}`grpo_batch_answers:d` answers against the others' {glue:text}`ppo_batch_answers:d`,
+# so the same token budget gives it several times as many optimiser steps at the same learning
+# rate; and with one pass over each batch and no KL penalty, its clipped probability ratio is always
+# 1, so its update is REINFORCE's with the group's mean as the baseline. Two of the equal
+# conditions are new: each algorithm stops when it has sampled the shared
 # token budget, and its learning rate stays constant until then. Chapter 6's math recipe instead
 # ran a fixed number of iterations with a learning rate that warms up and then decays, so this
 # chapter's PPO is a variant of chapter 6's, not the same run.
@@ -230,23 +246,20 @@ with pd.option_context("display.max_colwidth", None):
 # ## Three algorithms, one budget
 #
 # Each algorithm starts from chapter 4's math checkpoint and stops once it has *sampled* the same
-# number of answer tokens: the budget is what an RL run pays for. Each run is timed, and its peak
-# memory measured:
+# number of answer tokens: the budget is what an RL run pays for. Each run is timed:
 
 # %%
 result = compare_on_math(preset, runs_dir=runs_dir, progress=False)
 runs, final = result.histories, {"SFT (start)": result.start, **result.final}
 grpo_history = runs["GRPO (TRL)"]
-print(result.memory_measure)
-tidy(pd.DataFrame(result.costs).T, digits=1)
+# peak memory is left out: the three share one process, so memory taken once counts against the first
+tidy(pd.DataFrame(result.costs).T.drop(columns="peak memory (MiB)"), digits=1)
 
 # %% [markdown]
 # The sampled tokens agree (the budget, overshot by at most the last batch); the other columns say
 # what the same budget cost each algorithm on this machine. A batch is one update: GRPO's are
 # {glue:text}`grpo_batch_answers:d` answers, the others' {glue:text}`ppo_batch_answers:d`
-# answers, so GRPO makes more of them from the same tokens. The three run one after another in one
-# process, REINFORCE first, so memory allocated once for all three counts against whichever run
-# needs it first: at the tiny model's size the memory column does not rank them.
+# answers, so GRPO makes more of them from the same tokens.
 #
 # Greedy accuracy before and after, on 200 training problems and on 400 new ones (the held-out
 # test):
@@ -288,7 +301,9 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # {glue:text}`grpo_train_after:.3f` with GRPO ({glue:text}`grpo_train_verdict`); two standard
 # errors over 200 problems are about {glue:text}`ppo_train_noise:.3f`. On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
-# {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f`: they need arithmetic the
+# {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` ({glue:text}`reinforce_new_verdict`,
+# {glue:text}`ppo_new_verdict` and {glue:text}`grpo_new_verdict`; two standard errors over 400
+# problems about {glue:text}`ppo_new_noise:.3f`): they need arithmetic the
 # tiny model never learnt, which RL cannot supply. The last column is the share of answers to the
 # new problems that end in a number after `####`, the format the reward checks.
 #
@@ -302,10 +317,10 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # sampled tokens taught nothing. With the policy right on a share of about
 # {glue:text}`grpo_sampled_mean:.3f` of its sampled answers, most tied groups are likely problems
 # it gets wrong every time. PPO compares an answer with the critic's prediction. REINFORCE compares
-# it with the mean return of the batch's answers to the same problem, and for a problem answered
-# only once in the batch that is the batch's mean. Either way a wrong answer to a hard problem
-# still gets a negative advantage and moves the policy; GRPO learns only from problems whose
-# answers disagree.
+# it with the mean return of the batch's answers to the same problem: where all of them tie, the
+# advantage is zero, as in GRPO, but a problem answered only once in the batch is compared with the
+# batch's mean, so a wrong answer to it still gets a negative advantage and moves the policy. GRPO
+# learns only from problems whose answers disagree.
 #
 # Over the recorded runs of this comparison, from three SFT data orders, the training accuracy rose
 # beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
@@ -320,11 +335,13 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
+curve_ends = {}
 for name, history in runs.items():
     tokens = pd.Series([r["action_tokens"] for r in history]).cumsum()
     # smoothed over a tenth of each run: GRPO logs more (smaller) batches than the others (the cost table)
     accuracy = pd.Series([r["accuracy"] for r in history]).rolling(max(3, len(history) // 10), min_periods=1).mean()
     axes[0].plot(tokens / 1000, accuracy, label=name)
+    curve_ends[name] = accuracy.iloc[-1]
     seconds = pd.Series([r.get("seconds", r.get("sample_seconds", 0) + r.get("train_seconds", 0)) for r in history])
     axes[1].plot(seconds.cumsum(), accuracy, label=name)
 axes[0].set(title="sampled accuracy vs tokens sampled", xlabel="thousands of answer tokens", ylabel="accuracy")
@@ -332,11 +349,18 @@ axes[1].set(title="sampled accuracy vs wall time", xlabel="seconds")
 axes[0].legend(fontsize=9)
 fig.tight_layout()
 
+# %% tags=["remove-input"]
+for name, key in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO (TRL)", "grpo")):
+    glue(f"curve_end_{key}", float(curve_ends[name]), display=False)
+glue("ppo_epochs", int(ppo_math.ppo_epochs), display=False)
+
 # %% [markdown]
 # **Sample efficiency** is the left plot: a line that rises sooner learnt more from the same tokens.
-# The right plot also counts what each algorithm does per token: PPO runs an extra forward pass
-# over each batch before updating and several epochs per batch; GRPO and REINFORCE one update per
-# batch. Both plots are sampled accuracy on training problems, at the training temperature; the
+# In this run the smoothed curves ended at {glue:text}`curve_end_reinforce:.3f` (REINFORCE),
+# {glue:text}`curve_end_ppo:.3f` (PPO) and {glue:text}`curve_end_grpo:.3f` (GRPO). The right plot
+# also counts what each algorithm does per token: PPO runs an extra forward pass over each batch
+# before updating and {glue:text}`ppo_epochs:d` passes over each batch; GRPO and REINFORCE one
+# update per batch. Both plots are sampled accuracy on training problems, at the training temperature; the
 # greedy table above is the test. GRPO's own diagnostics follow. Its mean return (left panel: the
 # mean reward of a step's answers) sits above its sampled accuracy, about
 # {glue:text}`grpo_return_mean:.3f` against {glue:text}`grpo_sampled_mean:.3f` on average, because
@@ -398,9 +422,10 @@ glue("ttt_prompts", ttt_settings.prompts_per_step, display=False)
 glue("ttt_generations", ttt_settings.num_generations, display=False)
 
 # %% [markdown]
-# GRPO trains on {glue:text}`ttt_positions:,d` such positions, taken from
+# GRPO draws its positions from a pool of {glue:text}`ttt_positions:,d` such positions, taken from
 # {glue:text}`ttt_games:,d` random games: {glue:text}`ttt_steps:d` steps, each of
-# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers. The evaluation
+# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers, so a run need not
+# visit every position of the pool. The evaluation
 # before and after is chapters 5 and 6's, 200 greedy games against each opponent. It follows
 # chapter 1's harness, not the training rule: an illegal move there is replaced by a random legal
 # one, and counted in the invalid rate.
@@ -507,10 +532,10 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 #
 # ## Summary
 #
-# - REINFORCE (with a baseline per state) is the simplest; PPO adds a critic and several epochs per
-#   batch; GRPO replaces the critic with groups, and loses every group whose answers all score
-#   alike. On math with the tiny model that loss is large: the tied share above is the share of
-#   GRPO's samples that taught nothing.
+# - REINFORCE (with a baseline per state) is the simplest; PPO adds a critic and several passes
+#   over each batch; GRPO replaces the critic with groups, and loses every group whose answers all
+#   score alike. On math with the tiny model that loss is large: in this run
+#   {glue:text}`grpo_zero_std:.3f` of GRPO's groups tied and taught nothing.
 # - RL can only reweight answers the policy already samples. The new math problems need arithmetic
 #   the tiny model lacks, so no algorithm is expected to move them. Where the start has the skill and
 #   lacks the consistency, as in tic-tac-toe, RL can move the harder test.
