@@ -108,23 +108,29 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
 #
 # $$ |\hat p_2 - \hat p_1| \;>\; 2\sqrt{\frac{\hat p_1(1-\hat p_1)}{n_1} + \frac{\hat p_2(1-\hat p_2)}{n_2}}. $$
 #
-# By hand, for rates of .78 and .39 over 100 games each: $2\sqrt{.78 \cdot .22/100 + .39 \cdot
-# .61/100} = 2\sqrt{.00409} \approx .128$. A drop of .39 is three times that; a drop of .10 would
+# By hand, for rates of .80 and .40 over 100 games each: $2\sqrt{.80 \cdot .20/100 + .40 \cdot
+# .60/100} = 2\sqrt{.0040} \approx .126$. A drop of .40 is three times that; a drop of .10 would
 # not be told from luck of the games. One edge case: a rate of exactly 0 or 1 would have no spread
 # at all, so it counts as half a game from the edge ($0.5/n$ instead of 0). The library's
 # `rate_noise` computes the bar and `compare_rates` applies it (exercise 8.1 asks you to write the
 # first):
 
 # %%
-print(f"two standard errors, .78 against .39 over 100 games each: {rate_noise(0.78, 0.39, 100):.3f}")
+print(f"two standard errors, .80 against .40 over 100 games each: {rate_noise(0.8, 0.4, 100):.3f}")
 print(f"two standard errors, .50 against .50 over {n} games each: {rate_noise(0.5, 0.5, n):.3f}")
+glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 
 # %% [markdown]
+# So with {glue:text}`n:d` games a condition, this chapter can see a change of about
+# {glue:text}`bar_half:.2f` or more between two rates near one half; a smaller one needs more games
+# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it).
+#
 # A language-model policy writes its action one token at a time; *decoding* turns the model's
 # probabilities for the next token into text.
 # **Greedy** decoding takes the most probable token every time, so a prompt always gives the same
 # action. **Sampled** decoding draws each token from the probabilities; at *temperature 1*, with no
-# top-k or top-p cut, the sampler is exactly the stochastic policy that a policy-gradient method
+# top-k or top-p cut (cuts some samplers make: only the k most probable tokens, or the most probable
+# ones up to a total probability p), the sampler is exactly the stochastic policy that a policy-gradient method
 # trains. Two functions play every game below: greedy evaluation with chapter 1's harness, and
 # training-time collection with chapter 5's `collect` at temperature 1.
 
@@ -149,10 +155,10 @@ def table(runs):
     return pd.DataFrame({name: summarize(records) for name, records in runs.items()}).T[METRICS]
 
 
-def shown(frame):
+def metrics_table(frame):
     """A table of METRICS for the page: WORDS as column labels, steps with one decimal, rates with three."""
     frame = frame.rename(columns=WORDS)
-    return tidy(frame, decimals={c: 1 for c in ("mean steps", "gold path, mean length") if c in frame})
+    return tidy(frame, decimals={c: d for c, d in (("mean steps", 1), ("gold path, mean length", 2)) if c in frame})
 
 
 # %% tags=["remove-input"]
@@ -184,7 +190,13 @@ def both(first, second):
 #
 # From the top-left corner to the bottom-right one there are two paths, through either of the
 # other corners; each path makes the two changes in another order, and the table below plays all
-# four corners.
+# four corners. With $S$ the success of a corner, each change is the mean of its two paths' steps,
+#
+# $$ \Delta_\text{decoding} = \tfrac12\big[(S_\text{greedy, train} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{sampled, test})\big], $$
+# $$ \Delta_\text{games} = \tfrac12\big[(S_\text{sampled, test} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{greedy, train})\big], $$
+#
+# and the two add up to $S_\text{greedy, test} - S_\text{sampled, train}$, evaluation minus the
+# training-time curve (the library's `gap_decomposition` computes them).
 
 # %%
 policy = sft_policy("cookingworld", preset, seed=0)  # seed: sampled runs are reproducible
@@ -203,7 +215,7 @@ runs = {
 }
 results = table(runs)
 S = results["success_rate"]  # success, by condition: the rates the chapter compares
-shown(results)
+metrics_table(results)
 
 # %% tags=["remove-input"]
 training_time, evaluation = S["sampled, training games"], S["greedy, test games"]
@@ -305,7 +317,7 @@ F, L = folds["success_rate"], folds["gold path, mean length"]
 memorisation = compare_rates("unseen", F.iloc[0], F.iloc[1], n)  # training games -> unseen train-fold games
 fold_shift = compare_rates("fold", F.iloc[1], F.iloc[2], n)  # unseen train-fold games -> test games
 whole_gap = compare_rates("both", F.iloc[0], F.iloc[2], n)  # training games -> test games
-shown(folds)
+metrics_table(folds)
 
 # %% tags=["remove-input"]
 for name, value in [("seen", F.iloc[0]), ("unseen", F.iloc[1]), ("test", F.iloc[2]),
@@ -333,7 +345,7 @@ else:
 reading += (" Plan length does not explain any difference: the sets' gold paths are of about the same mean length."
             if lengths_alike else " The sets' gold paths differ in mean length by "
             f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, and a likely reason for a "
-            "difference in success, since a shorter plan fits the step limit more often.")
+            "difference in success, since a shorter plan leaves more steps for detours.")
 glue("folds_reading", reading, display=False)
 
 # %% [markdown]
@@ -351,7 +363,8 @@ glue("folds_reading", reading, display=False)
 # {glue:text}`whole_words` noise ({glue:text}`whole_noise:.3f`); from unseen train-fold games to
 # test games it {glue:text}`fold_words` noise ({glue:text}`fold_noise:.3f`). The gold paths average
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
-# steps. {glue:text}`folds_reading`
+# steps. {glue:text}`folds_reading` These verdicts judge success; the shares cut at the step limit
+# and of invalid actions, in the same table, are read the same way against their own noise.
 #
 # Memorisation calls for more varied games of the same kind, fold shift for data covering what the
 # test fold varies; either way, report the held-out fold's number.
@@ -423,7 +436,8 @@ glue("decoding_reading",
 # episodes ending in a loop changed by {glue:text}`training_loops:+.3f` and
 # {glue:text}`test_loops:+.3f` ({glue:text}`loops_sizes`). {glue:text}`decoding_reading`
 #
-# The two numbers describe two different policies. The fix is
+# Sampled success on training games and greedy success on test games measure two different
+# policies (the sampler and its most probable action) on two sets of games. The fix is
 # to **compare like with like**: label training-time returns as sampled returns on training games,
 # and track greedy success on held-out games every few iterations during training.
 #
@@ -466,7 +480,7 @@ prompt_table = table(prompt_runs)
 layout_changes = {name: compare_rates("success", prompt_table.loc["as in the data", "success_rate"],
                                       prompt_table.loc[name, "success_rate"], m)
                   for name in list(layouts)[1:]}
-shown(prompt_table)
+metrics_table(prompt_table)
 
 # %% tags=["remove-input"]
 actions = {name: sum(r.length for r in records) for name, records in prompt_runs.items()}
@@ -492,8 +506,10 @@ glue("invalid_sizes", both(*invalid_changes))
 # {glue:text}`tutorial_success:+.3f` ({glue:text}`tutorial_success_size`
 # {glue:text}`tutorial_success_noise:.3f`). The invalid-action rate, over every action played,
 # changed by {glue:text}`window_invalid:+.3f` and {glue:text}`tutorial_invalid:+.3f`
-# ({glue:text}`invalid_sizes`): a rise means the
-# model no longer writes commands the game accepts once the prompt is not the one it learnt.
+# ({glue:text}`invalid_sizes`, with a bar that counts each action as an independent draw; actions
+# within one game are not independent, so that bar is too narrow and the verdict a rough one): a
+# rise means the model no longer writes commands the game accepts once the prompt is not the one
+# it learnt.
 #
 # The fix is structural: data, training and evaluation build prompts with one function and one spec
 # (`tutorial_lib.lm.prompts`), and a *parity check* replays a few training games along their gold
@@ -756,7 +772,7 @@ effects = pd.DataFrame([
 ])
 tidy(effects.drop(columns="words").set_index(["section", "comparison"]))
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(2, 2, figsize=(9, 6.4), sharey=True)
 panels = {
     "a. which games (greedy)": {"training\ngames": F.iloc[0], "unseen\ntrain fold": F.iloc[1],
@@ -766,7 +782,7 @@ panels = {
     "c. prompt layout (test games)": {"data's\nlayout": prompt_table["success_rate"].iloc[0],
                                       "+ window\nof 2": prompt_table["success_rate"].iloc[1],
                                       "tutorial\nstyle": prompt_table["success_rate"].iloc[2]},
-    "e. step limit (expert: tutorial's world; SFT: this preset's)": {f"expert,\n{long_limit} steps": limits_table.iloc[0, 0],
+    "e. step limit": {f"expert,\n{long_limit} steps": limits_table.iloc[0, 0],
                                    f"expert,\n{short_limit} steps": limits_table.iloc[1, 0],
                                    f"SFT,\n{long_limit} steps": limits_table.iloc[0, 1],
                                    f"SFT,\n{short_limit} steps": limits_table.iloc[1, 1]},
@@ -819,7 +835,8 @@ glue("limit_answer",
      "of a lag.", display=False)
 
 # %% [markdown]
-# Each panel is one section; each bar one condition. A whisker is two standard errors of that
+# Each panel is one section; each bar one condition (in panel e the expert plays the tutorial's
+# world, the SFT policy this preset's). A whisker is two standard errors of that
 # bar's own rate, not of a difference; the table judges the differences. Of the chapter's
 # {glue:text}`effect_count:d` comparisons, {glue:text}`real_count:d` exceed two standard errors in
 # this run: {glue:text}`real_effects`.
