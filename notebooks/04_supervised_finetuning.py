@@ -42,6 +42,7 @@ if "google.colab" in sys.modules:
 
 # %%
 import math
+import statistics
 from collections import Counter
 from dataclasses import replace
 
@@ -71,7 +72,8 @@ print(describe(preset))
 
 # %% [markdown]
 # The line above names the *preset*, the set of sizes every chapter runs at: `ci`, which built
-# this page, trains a tiny 2-layer model from scratch on a laptop CPU in minutes; `small` and
+# this page, trains a tiny 2-layer model from scratch on a laptop CPU, all four games in about
+# half an hour; `small` and
 # `full` train pretrained models ({doc}`/book/setup`).
 #
 # ## The loss
@@ -128,8 +130,8 @@ def sft_loss(logits, labels):
 # %% [markdown]
 # The library computes the same loss another way. Its trainer runs the model's output layer (one
 # logit per vocabulary token) only at the scored positions, since the prompt's logits are
-# discarded anyway (`completion_logits`); at ~100 prompt tokens to ~5 completion tokens, that
-# skips most of the output layer's work. On the same batch of 8 examples, padded to one
+# discarded anyway (`completion_logits`); with prompts several times longer than
+# their completions, that skips most of the output layer's work. On the same batch of 8 examples, padded to one
 # length, the two must agree:
 
 # %%
@@ -198,13 +200,15 @@ print(f"sft_loss of the perfect predictor: {float(sft_loss(perfect, batch['label
 # run:
 
 # %%
-pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games}).T[
+recipe = pd.DataFrame({GAME_TITLES[game]: sft_settings(game, preset).__dict__ for game in preset.games}).T[
     ["epochs", "merge_duplicates", "learning_rate", "lr_scheduler", "batch_size", "micro_batches",
-     "gradient_accumulation_steps", "optim"]
-]
+     "gradient_accumulation_steps", "optim"]]
+same = [column for column in recipe if recipe[column].astype(str).nunique() == 1]
+print("the same for every game:", ", ".join(f"{column} {recipe[column].iloc[0]}" for column in same))
+recipe.drop(columns=same)
 
 # %% [markdown]
-# Read the columns where the rows differ. `merge_duplicates` trains each distinct example once,
+# The table keeps the settings where the games differ. `merge_duplicates` trains each distinct example once,
 # its loss weighted by how often it occurs (GuessTheNumber's few distinct examples, below).
 # `micro_batches` cuts each batch into pieces of similar length and adds up their gradients
 # (CookingWorld's long prompts); the optimiser step is the same. `epochs` counts passes over each
@@ -214,7 +218,8 @@ pd.DataFrame({game: sft_settings(game, preset).__dict__ for game in preset.games
 # ## LoRA: what trains when the model is large
 #
 # Full fine-tuning keeps, for every weight, a gradient and Adam's two moments: three more copies
-# of the model, most of a GPU for a pretrained model. LoRA {cite}`hu2021lora` freezes each chosen linear layer's
+# of the model (for a model of 0.5 billion parameters in float32, 2 GB of weights become 8 GB
+# before a single activation is stored). LoRA {cite}`hu2021lora` freezes each chosen linear layer's
 # pretrained weight $W$ and learns a low-rank change beside it:
 #
 # $$ h = W x + \frac{\alpha}{r} B A x, \qquad A \in \mathbb{R}^{r \times d_\text{in}},\; B \in \mathbb{R}^{d_\text{out} \times r}. $$
@@ -270,8 +275,8 @@ del lora_policy
 
 # %% [markdown]
 # The merged model computes $(W + \frac{\alpha}{r}BA)x$ where the adapters compute
-# $Wx + \frac{\alpha}{r}BAx$: the same numbers added in another order, so a difference near
-# $10^{-6}$ is float32 rounding; a wrong merge would show in the first digits.
+# $Wx + \frac{\alpha}{r}BAx$: the same numbers added in another order, so a difference below
+# $10^{-5}$ is float32 rounding; a wrong merge would show in the first digits.
 #
 # At {glue:text}`tiny_parameters:,d` parameters (the model without its adapters), rank-16 adapters are a large share of the tiny model and
 # full fine-tuning is cheap, so the `ci` preset trains every weight; a pretrained model, at any
@@ -286,6 +291,10 @@ del lora_policy
 
 # %%
 results, curves, timings = {}, {}, {}
+METRIC_WORDS = {"win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses", "invalid_rate": "invalid actions",
+                "success_rate": "success", "truncated_rate": "cut at the step limit", "mean_steps": "mean steps",
+                "mean_turns": "mean turns", "accuracy": "accuracy", "format_accuracy": "well-formed answers",
+                "episodes": "games"}
 headline = {  # the metrics each game's tables show
     "tictactoe": ["win_rate", "draw_rate", "loss_rate", "invalid_rate"],
     "cookingworld": ["success_rate", "truncated_rate", "mean_steps", "invalid_rate"],
@@ -313,7 +322,9 @@ def finetune(game, stage=(1, 1)):
     timings[game] = {"examples": result.examples, "rows per epoch": result.distinct_examples,
                      "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
-    return tidy(pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T[headline[game]])
+    table = pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T[headline[game]]
+    table = table.rename(columns=METRIC_WORDS)
+    return tidy(table, decimals={c: 1 for c in ("mean steps", "mean turns") if c in table})
 
 
 # %% [markdown]
@@ -342,7 +353,7 @@ finetune("tictactoe", stage=(2, 2))
 # **Math** (level 1, one operation): the generator's worked answers, evaluated on the test split:
 # problems drawn from another random stream than the training ones. The reward is 1 for the right
 # number, 0.1 for a well-formed answer (`#### <number>`) with a wrong number, 0 otherwise;
-# `format_accuracy` is the share of well-formed answers.
+# "well-formed answers" is the share of answers in that format.
 
 # %%
 finetune("math")
@@ -387,7 +398,7 @@ plt.tight_layout()
 plt.show()
 
 # %%
-tidy(pd.DataFrame(timings).T)
+tidy(pd.DataFrame(timings).T.rename(index=GAME_TITLES).rename(columns={"trained tokens": "completion tokens per epoch"}))
 
 # %% tags=["remove-input"]
 final_losses = {game: losses[-1][1] for game, losses in curves.items()}
@@ -396,9 +407,10 @@ for game, loss in final_losses.items():
 
 # %% [markdown]
 # Each panel is one game's training loss, on a log scale: the loss written out above, averaged
-# over the logged steps. Look for where a curve flattens: past that point more steps buy little on
-# the training data. In this run the last logged losses were
-# {glue:text}`final_loss_guess_the_number:.3f` (GuessTheNumber), {glue:text}`final_loss_tictactoe:.3f`
+# over the logged steps. A curve that flattens at the end says more steps would buy little on the
+# training data; a plateau in the middle can be followed by a second fall, which is why a tiny
+# model's recipe keeps its learning rate up to the end. In this run the last logged losses were
+# {glue:text}`final_loss_guess_the_number:.1e` (GuessTheNumber), {glue:text}`final_loss_tictactoe:.3f`
 # (tic-tac-toe), {glue:text}`final_loss_math:.3f` (math) and {glue:text}`final_loss_cookingworld:.3f`
 # (CookingWorld) nats per completion token. A curve that jumps up and comes back fitted a few
 # batches worse. The table gives each run's size and cost: examples, the distinct rows an epoch
@@ -417,7 +429,7 @@ for game, (before, after) in results.items():
     for key in headline[game]:
         rate = not key.startswith("mean_")  # a mean of turns or steps has no rate noise
         verdict = compare_summaries(key, before, after, key).verdict if rate else "a mean: no verdict"
-        rows.append({"game": game, "metric": key, "before SFT": before[key], "after SFT": after[key],
+        rows.append({"game": GAME_TITLES[game], "metric": METRIC_WORDS[key], "before SFT": before[key], "after SFT": after[key],
                      "change": {"noise": "within noise"}.get(verdict, verdict)})
 tidy(pd.DataFrame(rows).set_index(["game", "metric"]))
 
@@ -428,11 +440,14 @@ for game, (before, after) in results.items():
         glue(f"{game}_{key}_after", after[key], display=False)
 
 # %% [markdown]
-# Read each game's `invalid_rate` first. In this run it went from
+# Read each game's invalid actions first. In this run it went from
 # {glue:text}`tictactoe_invalid_rate_before:.3f` to {glue:text}`tictactoe_invalid_rate_after:.3f`
 # in tic-tac-toe and from {glue:text}`guess_the_number_invalid_rate_before:.3f` to
 # {glue:text}`guess_the_number_invalid_rate_after:.3f` in GuessTheNumber. Before SFT the other
-# rows are mostly what a game gives a player that never acts validly.
+# rows are mostly what a game gives a player that never acts validly, and each game treats an
+# invalid action its own way: tic-tac-toe's evaluation plays a random legal move in its place (so
+# the untrained policy still wins some games against a random opponent), GuessTheNumber ends the
+# game at once, and CookingWorld answers "not understood" and plays on until the step limit.
 #
 # Then the task itself. GuessTheNumber's success went from
 # {glue:text}`guess_the_number_success_rate_before:.3f` to
@@ -442,14 +457,14 @@ for game, (before, after) in results.items():
 # accuracy on new problems went from {glue:text}`math_accuracy_before:.3f` to
 # {glue:text}`math_accuracy_after:.3f`, and CookingWorld's success on its held-out test games from
 # {glue:text}`cookingworld_success_rate_before:.3f` to {glue:text}`cookingworld_success_rate_after:.3f`.
-# Where `invalid_rate` is near 0 but the headline stays low, the policy learnt the format and not
+# Where invalid actions are near 0 but the headline stays low, the policy learnt the format and not
 # the task; the sections below look at what each policy learnt.
 
 # %% [markdown]
 # ## Tic-tac-toe against stronger opponents
 #
 # How does the tuned model play against each opponent? 200 games against random and minimax,
-# playing x and o alternately, and a smaller match against MCTS (1000 simulations per move):
+# playing x and o alternately, and a smaller match against MCTS (the preset's simulations per move):
 
 # %%
 ttt = load_policy(str(sft_dir("tictactoe", preset)))
@@ -457,7 +472,9 @@ matchups = {}
 for opponent, games in [("random", 200), ("mcts", preset.mcts_games), ("minimax", 200)]:
     options = {"opponent": opponent, "mcts_simulations": preset.mcts_simulations}
     matchups[opponent] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=games, **options)
-tidy(pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]])
+print(f"MCTS plays {preset.mcts_simulations} simulations per move")
+matchup_table = pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]]
+tidy(matchup_table.rename(columns=METRIC_WORDS))
 
 # %% tags=["hide-input"]
 for opponent, key in [("random", "loss_rate"), ("mcts", "loss_rate"), ("minimax", "draw_rate")]:
@@ -509,7 +526,8 @@ seen = sorted({prompt for prompt, _ in labels})
 answers = [answer for i in range(0, len(seen), 256) for answer in ttt.generate(
     [render_chat(ttt.tokenizer, [{"role": "user", "content": p}]) for p in seen[i:i + 256]],
     max_new_tokens=MAX_NEW_TOKENS["tictactoe"])]
-print("one answer:", answers[5])
+print("one answer (eight lines of three squares, each followed by the square that completes it or -; then the move):")
+print(answers[5])
 lengths = {"with the worked lines": [len(ttt.tokenizer(c, add_special_tokens=False).input_ids) for _, c in labels],
            "the move line alone, tags included": [
                len(ttt.tokenizer(c.splitlines()[-1], add_special_tokens=False).input_ids) for _, c in labels]}
@@ -523,6 +541,8 @@ tidy(tactic_rates)
 for key, name in (("win taken", "win"), ("threat blocked", "block")):
     glue(f"tactic_{name}_seen", tactic_rates.loc["SFT policy on its training prompts", key])
     glue(f"tactic_{name}_played", tactic_rates.loc["SFT policy, 200 games vs random", key])
+glue("tokens_with_lines", statistics.fmean(lengths["with the worked lines"]))
+glue("tokens_move_only", statistics.fmean(lengths["the move line alone, tags included"]))
 
 # %% [markdown]
 # Compare the policy's rows with its labels'. The labels block less than always only where MCTS
@@ -530,9 +550,11 @@ for key, name in (("win taken", "win"), ("threat blocked", "block")):
 # {glue:text}`tactic_win_seen:.2f` of its training prompts that offered one and in
 # {glue:text}`tactic_win_played:.2f` of such positions in its own games; it blocked a threat in
 # {glue:text}`tactic_block_seen:.2f` and {glue:text}`tactic_block_played:.2f` of them. A rate lower
-# in its own games than on the training prompts is what it has not generalised (its games hold few
-# such positions, so a few move that row). What it still misses is what chapter 5's RL works on.
-# The price of the lines is length: every move carries them (the two token counts printed above).
+# in its own games than on the training prompts is what it has not generalised. What it still
+# misses is what chapter 5's RL works on. (The label row counts every training example; the
+# policy's row counts each distinct prompt once, so its counts are smaller.) The price of the lines
+# is length: in this run a move's completion took {glue:text}`tokens_with_lines:.1f` tokens with
+# the worked lines, against {glue:text}`tokens_move_only:.1f` for the move line alone.
 #
 # ## Math: training problems and new problems
 #
@@ -543,7 +565,7 @@ for key, name in (("win taken", "win"), ("threat blocked", "block")):
 math_policy = load_policy(str(sft_dir("math", preset)))
 math_sft = math_accuracy(math_policy, preset.game("math").env_options)
 single = [k for k in range(101) if len(math_policy.tokenizer(str(k), add_special_tokens=False).input_ids) == 1]
-tidy(pd.Series(math_sft).to_frame("SFT").T)
+tidy(pd.Series(math_sft).to_frame("SFT").T.rename(columns={"format_accuracy": "well-formed answers (new problems)"}))
 
 # %% tags=["hide-input"]
 glue("math_training_accuracy", math_sft["accuracy (training problems)"])
@@ -573,8 +595,10 @@ for fold in ["train", "test"]:
             rows[(fold, name)] = results["cookingworld"][-1]
             continue
         rows[(fold, name)] = evaluate_policy("cookingworld", policy, preset=preset, episodes=n, fold=fold)
+print(f"{n} games per fold and player")
 table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
-tidy(table)
+table = table.rename(columns={**METRIC_WORDS, "mean_score": "mean score"})
+tidy(table, decimals={"mean steps": 1})
 
 # %% tags=["hide-input"]
 folds = compare_summaries("success", rows[("train", "SFT")], rows[("test", "SFT")], "success_rate")
@@ -629,7 +653,7 @@ glue("cw_train_invalid", rows[("train", "SFT")]["invalid_rate"])
 #
 # ## Summary
 # - The SFT loss is the cross-entropy of the completion tokens, each predicted from the tokens
-#   before it: a mask and a shift, five lines, checked equal to the library's.
+#   before it: a mask and a shift, four lines, checked equal to the library's.
 # - SFT teaches the answer format first; the headline metrics say whether it taught the task.
 # - Writing out the board's lines before the move (a scratchpad computed by a program) let a 2-layer
 #   model complete and block lines, which it did not learn from the move alone.

@@ -432,7 +432,7 @@ def test_heldout_cells_count_the_level_and_the_collapses(monkeypatch, tmp_path):
     frame, reached, collapsed = report.heldout_cells("ttt-reinforce")
     assert (len(frame), reached, collapsed) == (4, 2, 1)
     assert list(frame["reached 0.85"]) == ["yes", "yes", "no", "no"]
-    assert frame.loc["start 2", "losses vs the start"] == "worse beyond noise"
+    assert frame.loc["start 2", "losses vs the start"] == "worse"
 
 
 def test_the_heldout_record_holds_both_chapters_recipes():

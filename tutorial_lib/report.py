@@ -197,11 +197,12 @@ def heldout_cells(recipe: str, level: float = 0.85):
     rows = [row for row in recorded_runs(TICTACTOE_HELDOUT_RECORD) if row["recipe"] == recipe]
     frame = pd.DataFrame({
         "start": [row["start"] for row in rows],
+        "draws vs minimax before": [row["before_minimax_draw_rate"] for row in rows],
         "draws vs minimax after": [row["after_minimax_draw_rate"] for row in rows],
         "losses to random after": ["not recorded" if row["after_random_loss_rate"] is None
                                    else f"{row['after_random_loss_rate']:.3f}" for row in rows],
-        "losses vs the start": [{"noise": "within noise", "worse": "worse beyond noise",
-                                 "better": "better beyond noise"}[row["random_losses_verdict"]] for row in rows],
+        "losses vs the start": [{"noise": "within noise", "worse": "worse",
+                                 "better": "better"}[row["random_losses_verdict"]] for row in rows],
         f"reached {level:g}": ["yes" if row["after_minimax_draw_rate"] >= level else "no" for row in rows],
     }).set_index("start")
     reached = int(sum(row["after_minimax_draw_rate"] >= level for row in rows))
