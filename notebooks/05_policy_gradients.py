@@ -106,7 +106,7 @@ speed = speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_s
 tidy(speed.rename(index=lambda key: key.replace("_", " ").replace("episodes", "games")), digits=1, by="row")
 
 # %% [markdown]
-# Both columns played the same seeds (their sampled actions differ). In this run, 32 games side by side collected
+# Both columns played the same seeds (with a policy this confident, often the same games). In this run, 32 games side by side collected
 # {glue:text}`batch_speedup:.1f` times the turns per second of one game at a time: batching is what
 # makes RL affordable on a CPU.
 #
@@ -123,7 +123,7 @@ ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_sett
 turn = ttt_batch.turns[1]
 print("prompt tokens:", len(turn.prompt_ids), "| action tokens:", len(turn.action_ids))
 print("last tokens:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids[-10:]))
-print("their sampler log-probs:", [round(x, 3) for x in turn.logprobs[-10:]])
+print("their sampler log-probs:", [f"{x:.3f}" for x in turn.logprobs[-10:]])
 print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", turn.truncated)
 
 # %% [markdown]
@@ -344,7 +344,7 @@ def reinforce_loss(model, rollout, turns, pad_token_id, gamma=0.9):
 # on the same batch, with gradients. Advantages, loss and gradient must agree:
 
 # %%
-# a pretrained model's backward pass over 64 turns needs more memory than a laptop has: 16 turns
+# a pretrained model's backward pass over a whole batch needs more memory than a laptop has: 16 turns
 turns = ttt_batch.turns[: len(ttt_batch.turns) if preset.model == "tiny" else 16]
 params = [p for p in ttt_sft.model.parameters() if p.requires_grad]
 mine, my_advantages = reinforce_loss(ttt_sft.model, ttt_batch, turns, ttt_sft.tokenizer.pad_token_id)
@@ -373,15 +373,17 @@ print("advantages, loss and gradients agree")
 # %%
 gtn_settings = rl_settings("guess_the_number", preset)
 pd.Series({"iterations": gtn_settings.iterations, "turns per iteration": gtn_settings.turns_per_iteration,
-           "games side by side": gtn_settings.num_envs, "learning rate (Adam)": gtn_settings.learning_rate,
-           "γ": gtn_settings.gamma, "advantages": gtn_settings.normalise,
+           "games side by side": gtn_settings.num_envs, "learning rate (AdamW)": gtn_settings.learning_rate,
+           "γ": gtn_settings.gamma,
+           "baseline": {"rebn_state": "per state", "rebn": "ReBN", "none": "none"}[gtn_settings.normalise],
            "sampling temperature": gtn_settings.temperature}, name="GuessTheNumber REINFORCE").to_frame()
 
 # %% [markdown]
 # ## GuessTheNumber
 #
-# Chapter 4's policy starts near the ceiling here (its greedy success is the table's first row), so
-# this run shows what RL does to a policy with little room; tic-tac-toe, next, has more. The SFT
+# Chapter 4's policy starts at or near the ceiling here (greedy success
+# {glue:text}`gtn_start_success:.3f` in this run), so this run shows what RL does to a policy with
+# little room; tic-tac-toe, next, has more. The SFT
 # policy on 200 evaluation games of the range RL trains on, then the run, then the same games:
 
 # %%
@@ -392,8 +394,11 @@ gtn_run = train(Reinforce, gtn, "guess_the_number", rl_settings("guess_the_numbe
                           out_dir=runs_dir / "reinforce-gtn", progress=False)
 after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
                                              env_options=gtn_options)}
+glue("gtn_start_success", before["guess_the_number"]["success_rate"], display=False)
+RESULT_WORDS = {"success_rate": "greedy success", "mean_turns": "turns per game", "invalid_rate": "invalid actions",
+                "mean_return": "mean return (undiscounted)", "win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses"}
 tidy(pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
-    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]])
+    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].rename(columns=RESULT_WORDS))
 
 # %% [markdown]
 # Every training curve in the book shows one point per batch (faint) and a running mean over
@@ -434,8 +439,11 @@ glue("gtn_dip_entropy", gtn_run.curve("entropy")[dip])
 # compares the two). In this run REINFORCE {glue:text}`gtn_result`. A policy
 # near the ceiling leaves greedy play little room. The sampled curves move more: sampled success
 # was lowest, {glue:text}`gtn_dip:.2f`, at iteration {glue:text}`gtn_dip_iteration`, where the
-# entropy was {glue:text}`gtn_dip_entropy:.4f` nats. A sampled guess that strays costs turns; those
-# turns get negative advantages, and the next updates push the stray guesses back down.
+# entropy was {glue:text}`gtn_dip_entropy:.4f` nats. This run does not show what caused the dip. One
+# candidate is Adam's step (above): with advantages near zero, even a tiny gradient of one sign
+# moves the weights by the full learning rate, which can make the policy sample guesses it had
+# dropped; the games those guesses lose get negative advantages, and the next updates push them
+# back down.
 #
 # What limits it: REINFORCE can only reinforce what it samples. The mean entropy of the
 # sampled action tokens over the run was {glue:text}`gtn_entropy:.4f` nats, and
@@ -476,7 +484,7 @@ pd.concat({
         ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]],
     "vs minimax": pd.DataFrame({"SFT": before_minimax, "SFT + REINFORCE": after_minimax}).loc[
         ["draw_rate", "loss_rate", "invalid_rate"]],
-}).pipe(tidy)
+}).rename(index=RESULT_WORDS).pipe(tidy)
 
 # %% tags=["hide-input"]
 VERDICTS = {"noise": "within the noise of 200 games", "better": "a change beyond noise",
@@ -526,7 +534,9 @@ fig = learning_curves({"the recipe": ttt_run.history}, ["mean_return", "invalid_
 #
 # - **the sampled return falls** and stays down;
 # - **the invalid rate rises**: the policy writes moves the game rejects, which forfeit;
-# - **the entropy rises**: learnt moves are lost;
+# - **the entropy rises**: learnt moves are lost (this is a collapse of performance, not the
+#   *entropy collapse* of a policy turning deterministic, which GuessTheNumber's policy above
+#   shows without harm);
 # - **the gradient norm rises**: large advantages fall on tokens of low probability.
 #
 # The surest way to see a collapse is to cause one: below, this chapter's tic-tac-toe recipe with
@@ -563,15 +573,15 @@ def collapse_signals(history, window=10):
         at_best, at_end = sum(values[best:best + window]) / window, sum(values[-window:]) / window
         rows[key] = {"best window": at_best, "last window": at_end, "in a collapse it": collapse}
     frame = pd.DataFrame(rows).T
-    frame.attrs["window"] = window
+    frame.attrs["window"], frame.attrs["iterations"] = window, len(history)
     return frame
 
 
 signals = {"the recipe": collapse_signals(ttt_run.history), "3 × the rate": collapse_signals(hot_run.history)}
-table = pd.concat({**{f"{name} (windows of {frame.attrs['window']})": frame[["best window", "last window"]]
-                      for name, frame in signals.items()},
+table = pd.concat({**{f"{name}, {frame.attrs['iterations']} iterations (windows of {frame.attrs['window']})":
+                         frame[["best window", "last window"]] for name, frame in signals.items()},
                    "": signals["the recipe"][["in a collapse it"]]}, axis=1)
-table = table.rename(index={"mean_return": "sampled return", "invalid_rate": "invalid rate",
+table = table.rename(index={"mean_return": "sampled return", "invalid_rate": "share of invalid actions",
                             "grad_norm": "gradient norm"})
 table.style.format("{:.4f}", subset=table.columns[:4])
 
@@ -697,7 +707,8 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 # - One REINFORCE step is returns, a baseline, and an importance-weighted loss over the action
 #   tokens: a screenful.
 # - The reward must say what you want: during training an illegal move forfeits the game.
-# - A baseline that ignores the state pushed a confident tabular policy off its best opening; on
+# - A baseline that ignores the state made a confident tabular policy leave its best opening
+#   several times more often; on
 #   the language model the recorded runs show the two baselines within noise.
 # - RL needs room and exploration: a nearly deterministic policy gives REINFORCE almost nothing to
 #   compare; tic-tac-toe's missed blocks against minimax are what RL can fix.

@@ -92,6 +92,7 @@ METRIC_TITLES = {
     "success_rate": "share of games won",
     "loss_rate": "share of games lost",
     "invalid_rate": "share of invalid actions",
+    "grad_norm": "gradient norm",
     "optimal_rate": "share of optimal moves",
     "entropy": "entropy of the action tokens (nats)",
     "turns_per_episode": "turns per game",
