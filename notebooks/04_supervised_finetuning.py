@@ -338,7 +338,7 @@ def finetune(game, stage=(1, 1)):
 finetune("guess_the_number")
 
 # %% [markdown]
-# **Tic-tac-toe**: MCTS self-play and MCTS against a random player, every position under the
+# **Tic-tac-toe**: MCTS (Monte Carlo tree search, chapter 3) in self-play and against a random player, every position under the
 # board's 8 symmetries, each completion with the board's lines worked out before the move
 # (chapter 3); evaluated against the random opponent, playing x and o alternately. It trains in
 # two parts; this page shows the cell of the last.
@@ -574,8 +574,8 @@ glue("math_single_tokens", len(single))
 
 # %% [markdown]
 # In this run the policy answered {glue:text}`math_training_accuracy:.3f` of the problems it was
-# trained on and {glue:text}`math_new_accuracy:.3f` of new ones. Where the first is well above
-# the second, the model learnt part of its answers by heart. The tiny tokenizer has most small
+# trained on and {glue:text}`math_new_accuracy:.3f` of new ones. A difference is what the model
+# learnt by heart: answers to problems it saw, not the arithmetic behind them. The tiny tokenizer has most small
 # numbers as single tokens ({glue:text}`math_single_tokens` of the numbers 0-100), so "17 + 25" is
 # a lookup in a table of facts, and the training problems cover only part of that table.
 #

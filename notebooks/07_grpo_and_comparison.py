@@ -144,7 +144,8 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
 #
 # averaged over every answer token of the batch (TRL's `dapo` loss). With one pass over each batch
 # the ratio is 1 at the only gradient step, nothing is clipped, and with $\beta = 0$ the gradient is
-# REINFORCE's, $-A_i \nabla \log \pi_\theta(a_{i,t})$, with the group's mean as the baseline.
+# REINFORCE's, $-A_i \nabla \log \pi_\theta(a_{i,t})$, with the group's mean as the baseline and
+# its standard deviation as the scale.
 #
 # The tied groups are GRPO's failure mode. A group whose rewards all tie has zero spread, so zero advantage for
 # every answer, so no gradient: the problem was too hard, or too easy, for the policy *as it samples
@@ -210,7 +211,8 @@ pd.DataFrame({
 # hold {glue:text}`grpo_batch_answers:d` answers against the others' {glue:text}`ppo_batch_answers:d`,
 # so the same token budget gives it several times as many optimiser steps at the same learning
 # rate; and with one pass over each batch and no KL penalty, its clipped probability ratio is always
-# 1, so its update is REINFORCE's with the group's mean as the baseline. Two of the equal
+# 1, so its update is REINFORCE's with the group's mean as the baseline (and the group's standard
+# deviation as the scale). Two of the equal
 # conditions are new: each algorithm stops when it has sampled the shared
 # token budget, and its learning rate stays constant until then. Chapter 6's math recipe instead
 # ran a fixed number of iterations with a learning rate that warms up and then decays, so this
@@ -301,9 +303,8 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # {glue:text}`grpo_train_after:.3f` with GRPO ({glue:text}`grpo_train_verdict`); two standard
 # errors over 200 problems are about {glue:text}`ppo_train_noise:.3f`. On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
-# {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` ({glue:text}`reinforce_new_verdict`,
-# {glue:text}`ppo_new_verdict` and {glue:text}`grpo_new_verdict`; two standard errors over 400
-# problems about {glue:text}`ppo_new_noise:.3f`): they need arithmetic the
+# {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` (two standard errors over
+# 400 problems are about {glue:text}`ppo_new_noise:.3f`): they need arithmetic the
 # tiny model never learnt, which RL cannot supply. The last column is the share of answers to the
 # new problems that end in a number after `####`, the format the reward checks.
 #
@@ -326,8 +327,8 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
 # for PPO and {glue:text}`grpo_record_rose` for GRPO. (These recorded runs are kept in the
 # repository's `benchmarks/results/` and tabled by seed in
-# {ref}`the appendix <appendix-ch7>`. Their REINFORCE used ReBN, return batch normalisation, GEM's
-# variant of the baseline: every answer's return minus the batch's mean, divided by the batch's
+# {ref}`the appendix <appendix-ch7>`. Their REINFORCE used ReBN, return batch normalisation, the
+# baseline of GEM, a library of text games with RL recipes: every answer's return minus the batch's mean, divided by the batch's
 # standard deviation. This run's REINFORCE uses the per-state baseline instead.)
 #
 # The learning curves: sampled accuracy (a running mean over a tenth of each run) against the
@@ -386,6 +387,10 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # - **A fall in the mean return that lasts**: the updates are moving the policy away from answers it got
 #   right; a dip that recovers within a few steps is a run of hard problems.
 #
+# In this run the tied share was {glue:text}`grpo_zero_std_first:.2f` in the first half and
+# {glue:text}`grpo_zero_std_second:.2f` in the second, and the mean return averaged
+# {glue:text}`grpo_return_mean:.3f`: the first sign, a high tied share, is the one this run shows.
+#
 # ## Where GRPO fits: one move, checked on the spot
 #
 # GRPO needs an answer whose reward can be computed at once, and a start that samples good answers
@@ -424,8 +429,8 @@ glue("ttt_generations", ttt_settings.num_generations, display=False)
 # %% [markdown]
 # GRPO draws its positions from a pool of {glue:text}`ttt_positions:,d` such positions, taken from
 # {glue:text}`ttt_games:,d` random games: {glue:text}`ttt_steps:d` steps, each of
-# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers, so a run need not
-# visit every position of the pool. The evaluation
+# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers, so a run visits
+# at most {glue:text}`ttt_steps:d` × {glue:text}`ttt_prompts:d` positions of the pool. The evaluation
 # before and after is chapters 5 and 6's, 200 greedy games against each opponent. It follows
 # chapter 1's harness, not the training rule: an illegal move there is replaced by a random legal
 # one, and counted in the invalid rate.

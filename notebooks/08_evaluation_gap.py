@@ -16,13 +16,16 @@
 # %% [markdown]
 # # 8. Training returns against evaluation: five differences, measured
 #
-# The TextWorld tutorial this book supersedes trained falcon-rw-1b on CookingWorld
+# The TextWorld tutorial this book supersedes (the notebooks it grew from) trained falcon-rw-1b, a
+# language model of a billion parameters, on CookingWorld
 # {cite}`cote2018textworld,jansen2022textworldexpress`, plotted the returns of its training
 # episodes beside an evaluation on test games, and asked why evaluation does so much worse. A
 # return logged during training and an evaluation differ in five ways: which games are played, how
 # the action is decoded, how the prompt is laid out, how the action is tokenised, and when an
-# episode is cut. This chapter takes chapter 4's CookingWorld policy, changes one of the five at a
-# time, and measures what each costs against the noise of its games.
+# episode is cut. (A sixth, which this chapter leaves out: a training curve averages over the
+# changing policies of a run, while an evaluation plays the final weights.) This chapter takes
+# chapter 4's CookingWorld policy, changes one of the five at a time, and measures what each costs
+# against the noise of its games.
 #
 # **You will learn**
 # - to tell a real difference between two success rates from noise, with two standard errors;
@@ -341,7 +344,8 @@ elif whole_gap.verdict == "worse":
     reading = ("The test games went worse than the training games beyond noise, and the unseen train-fold games "
                "did not: that is fold shift, what the test fold asks that the training fold did not show.")
 else:
-    reading = "No set of new games went worse than the training games beyond noise: this run shows no memorisation."
+    reading = ("No set of new games went worse than the training games beyond noise in success: by that measure "
+               "this run shows no memorisation.")
 reading += (" Plan length does not explain any difference: the sets' gold paths are of about the same mean length."
             if lengths_alike else " The sets' gold paths differ in mean length by "
             f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, and a likely reason for a "

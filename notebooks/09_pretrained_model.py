@@ -373,7 +373,7 @@ glue("rl_hours", tiny_turns / turns_per_second / 3600, display=False)
 peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kilobytes on Linux
 glue("peak_gb", peak_gb, display=False)
 glue("sft_step_ratio", (smol_record["seconds"] / steps) / (tiny_record.seconds / steps), display=False)
-print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny model {tiny_record.seconds:.1f} s; "
+print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny model {tiny_record.seconds:.2f} s; "
       f"the most memory this process has held: {peak_gb:.1f} GB")
 
 # %% [markdown]

@@ -47,6 +47,7 @@
 # | kernels `avx2` | the variable set to `avx2`: the AVX2 kernels, which round like a CPU without AVX-512 |
 # | kernels `scalar` | the variable set to `default`, torch's name for its unvectorised kernels |
 # | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic; "perturbed (seed 1)" names the seed of $\varepsilon$. The point: RL from such a start can end far from RL from the start itself, as the held-out starts below show |
+# | seed | in the tables, a run's SFT data order and RL seed, which the record's scripts set equal |
 # | tuning runs | the runs looked at while a recipe was chosen |
 # | held-out starts | starts nobody tuned on, run once the recipe was fixed: the fair test of a recipe |
 
@@ -183,7 +184,7 @@ def grid(rows, episodes: int = 200) -> None:
     distinct = distinct_runs(rows)
     if len(rows) > len(distinct):
         repeats = len(rows) - len(distinct)
-        say(f"{repeats} of the {len(rows)} runs repeated another run bit for bit (on this CPU their settings round alike "
+        say(f"{repeats} of the {len(rows)} runs repeated another run bit for bit (their settings round alike "
             f"on this CPU); {'it counts' if repeats == 1 else 'they count'} once in the summary.")
     summary({name + (" (lower is better)" if not better else ""):
              verdict_row(distinct, f"before_{key}", f"after_{key}", episodes, better)
@@ -239,14 +240,14 @@ from tutorial_lib.report import glue, grid_holds, grid_paths, heldout_cells, say
 # %% [markdown]
 # > **Chapter 4's claim:** SFT teaches each game's answer format and much of its play, and the
 # > recipe's choices (one token a move, the worked lines, recovery data, counterfactual recipes)
-# > each helped. **The record:** single runs for most choices; each shows a direction, and only the
-# > worked lines and the data order were run over several seeds.
+# > each helped. **The record:** most rows rest on one run and show a direction, not a settled
+# > size; the rows with more runs say so in their last column.
 #
 # Each change to chapter 4's SFT recipe was measured one at a time, everything else fixed, by the
 # commands in `benchmarks/results/sft_recipe.md`. Its summary table, read from the file, gives each
 # change, what it was judged on, the result before and after it, and how many training runs the
-# row rests on. Each row compares two recipes of the same day, so a row's "before" is not the row
-# above's "after": the recipe moved on between them. These are recorded runs on a 2-core CPU, not the chapter's run; a row of one run
+# row rests on. Each row compares a change with the recipe as it stood when the change was tried,
+# so a row's "before" need not equal the row above's "after". These are recorded runs on a 2-core CPU, not the chapter's run; a row of one run
 # shows a direction, not a settled size.
 
 # %% tags=["remove-input"]
@@ -347,6 +348,9 @@ display(tictactoe_opponents("ttt-reinforce", preset))
 # %% tags=["remove-input"]
 LEVEL = 0.85  # the draws against minimax the recipe was chosen to reach in every tuning run
 ttt_settings = rl_settings("tictactoe", preset)
+glue("ttt_half", ttt_settings.iterations // 2)
+glue("ttt_recipe_words", f"{ttt_settings.iterations} iterations of {ttt_settings.turns_per_iteration} turns at learning "
+     f"rate {ttt_settings.learning_rate:g}, held, then lowered linearly over the last {ttt_settings.decay_iterations}")
 ttt_grid = tictactoe_recipe_runs("ttt-reinforce", ttt_settings, preset)
 if ttt_grid:
     say(f"The record holds {holds(ttt_grid)}.")
@@ -355,7 +359,8 @@ else:
     print("no recorded run of this recipe at this preset")
 
 # %% [markdown]
-# **How the recipe was chosen.** A change one noise width above its start is a verdict another CPU
+# **How the recipe was chosen.** The recipe is {glue:text}`ttt_recipe_words`. A change one noise
+# width (two standard errors) above its start is a verdict another CPU
 # can flip, so the recipe was chosen for a level far from every start: draws of at least .85
 # against minimax in every tuning run, with losses to random rising beyond noise in none. The
 # figures show the runs evaluated every 30 iterations, at a constant rate (left) and with the
@@ -387,6 +392,7 @@ else:
         display(captioned(tidy(frame), "Runs made both ways from the same start"))
 
 # %% [markdown]
+# (Iteration {glue:text}`ttt_half` is half the run: where the earlier recipe of that length stopped.)
 # The gain arrives at different times in different runs, so a run of half the length ends
 # wherever it happened to be. At a constant rate the policy keeps moving, down as well as up,
 # and where the run stops decides part of its verdict. Lowering the rate at the end limits how far
@@ -414,9 +420,11 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 # early stopping) is measured on tuning runs only; a larger set of held-out starts, fixed in advance
 # (`benchmarks/results/heldout_protocol.md`), judges the guarded recipe.
 #
-# **A guard, on tuning starts.** Validation (`validate_every=10`, 100 held-out greedy games against
-# the training opponents each time, the start included) keeps the weights that scored best instead
-# of the last ones; training itself is unchanged. Each perturbed tuning start below ran the recipe
+# **A guard, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
+# against the training opponents every 10 iterations, the start included) keeps the weights that
+# scored best instead of the last ones; training itself is unchanged. These starts are this
+# machine's checkpoint perturbed with seeds from the tuning range; the held-out table's starts with
+# the same seed numbers came from other builds on another CPU, so they are other starts. Each perturbed tuning start below ran the recipe
 # twice, without the guard and with it (`tictactoe_rl_guards.jsonl`), and was judged on the same
 # 200 games against each opponent:
 
@@ -564,10 +572,11 @@ if ppo_earlier_grid:
 # <!-- section: Chapter 7: GRPO and the comparison -->
 
 # %% [markdown]
-# > **Chapter 7's claim:** under one budget of sampled tokens, GRPO on math loses the groups whose
-# > answers all tie, and the three algorithms move training accuracy, not accuracy on new problems.
-# > **The record:** three seeds of the comparison, below; what held in all three is listed after
-# > the tables.
+# > **Chapter 7's claim:** under one budget of sampled tokens the three algorithms move training
+# > accuracy on math by different amounts, GRPO loses every group whose answers tie, and none moves
+# > accuracy on new problems. **The record:** three seeds, below; what held in all three is listed
+# > after the tables (the algorithm that rose in every seed, and the one that rose in none). The
+# > share of tied groups is measured in the chapter's run only; the record does not keep it.
 #
 # Chapter 7 compares REINFORCE, PPO and GRPO on math from chapter 4's checkpoint under one budget
 # of sampled tokens, and trains GRPO on single tic-tac-toe moves. `benchmarks/math_rl_seeds.py`
@@ -670,8 +679,8 @@ if grpo_ttt_seeds:
 # <!-- section: Chapter 8: the evaluation gap -->
 #
 # > **Chapter 8's claim:** each difference between a training-time return and an evaluation can be
-# > measured, against the noise of its games. **The record:** none needed; the chapter measures
-# > all it reports while it runs.
+# > measured, against the noise of its games. **The record:** none; the chapter measures all it
+# > reports while it runs, from one training run, so its sizes are one policy's.
 #
 # The *evaluation gap* is the difference between success in training-time episodes (sampled, on
 # training games) and in evaluation (greedy, on test games). The {ref}`chapter 4 section
@@ -772,7 +781,7 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 #
 # | change | why the bytes change |
 # |---|---|
-# | the thread count | two threads add a matrix product's partial sums in another order, and float32 addition is not associative (on an Intel Xeon five training steps differed between one thread and two; on the book's AMD EPYC they did not) |
+# | the thread count | two threads add a matrix product's partial sums in another order, and float32 addition is not associative (on an Intel Xeon five training steps differed between one thread and two; on the book's AMD EPYC they did not, but over a whole RL run they can: chapter 5's runs with one and two threads end apart) |
 # | the CPU | each CPU family runs torch's vectorised kernels with its own instructions (AVX2, AVX-512, AMX), which round differently |
 # | the kernel set | a cheap way to see "another CPU" on your own, though only a lesser one: `avx2` on a CPU without AVX-512 is what torch runs anyway, while `scalar` rounds differently on any CPU |
 #
