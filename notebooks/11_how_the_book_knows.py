@@ -642,7 +642,9 @@ if len(grpo_math_seeds):
 # order. Each entry is one run's draws against minimax, start → end, over 200 greedy games. The
 # recipes had neither the same budget (chapters 5 and 6 sample turns from whole games, GRPO answers
 # single positions) nor the same opponents, so the table shows where each recipe went, not which
-# algorithm is better:
+# algorithm is better. Each column comes from its own record, whose SFT checkpoints were trained
+# on other days, CPUs or kernel sets, so one data order can start at different draws: compare each
+# entry's end with its own start.
 
 # %% tags=["remove-input"]
 grpo_ttt_seeds = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
@@ -720,6 +722,9 @@ def short_float(text: str) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+task_words = {"gtn": "GuessTheNumber", "ttt": "tic-tac-toe"}
+
+
 def smollm2_lines(rows, task):
     """One row per recipe of the SmolLM2 record on ``task`` (``gtn`` or ``ttt``): its seeds, mean
     before and after, and the runs' verdicts."""
@@ -744,11 +749,18 @@ def smollm2_lines(rows, task):
                       "better": verdicts.count("better"), "within noise": verdicts.count("noise"),
                       "worse": verdicts.count("worse")})
     frame = pd.DataFrame(table)
+    # a column that is the same in every row says nothing a sentence cannot: said once, then dropped
+    constant = [c for c in ("temperature", "games", "iterations", "added") if c in frame and frame[c].nunique() == 1]
+    for column in constant:
+        value = frame[column].iloc[0]
+        say(f"In every {task_words[task]} row, {'what the recipe adds' if column == 'added' else column}: "
+            f"{'nothing' if value == '-' else value}.")
+    frame = frame.drop(columns=constant)
     if task == "gtn":
         eligible = frame[(frame.seeds.str.count(",") >= 2) & (frame.worse == 0)]
         shown = eligible.assign(n=eligible.seeds.str.count(",")).sort_values(["better", "n"]).index[-1]
         frame.insert(0, "chapter 9", ["shown" if i == shown else "" for i in frame.index])
-        return frame.sort_values(["SFT ranges", "learning rate", "added", "iterations"])
+        return frame.sort_values([c for c in ("SFT ranges", "learning rate", "added", "iterations") if c in frame])
     return frame
 
 
