@@ -359,9 +359,9 @@ glue("ppo_epochs", int(ppo_math.ppo_epochs), display=False)
 # **Sample efficiency** is the left plot: a line that rises sooner learnt more from the same tokens.
 # In this run the smoothed curves ended at {glue:text}`curve_end_reinforce:.3f` (REINFORCE),
 # {glue:text}`curve_end_ppo:.3f` (PPO) and {glue:text}`curve_end_grpo:.3f` (GRPO). The right plot
-# also counts what each algorithm does per token: PPO runs an extra forward pass over each batch
-# before updating and {glue:text}`ppo_epochs:d` passes over each batch; GRPO and REINFORCE one
-# update per batch. Both plots are sampled accuracy on training problems, at the training temperature; the
+# also counts what each algorithm does per token: PPO makes a forward pass for its old
+# log-probabilities, then {glue:text}`ppo_epochs:d` update passes over each batch; GRPO and
+# REINFORCE make one update pass. Both plots are sampled accuracy on training problems, at the training temperature; the
 # greedy table above is the test. GRPO's own diagnostics follow. Its mean return (left panel: the
 # mean reward of a step's answers) sits above its sampled accuracy, about
 # {glue:text}`grpo_return_mean:.3f` against {glue:text}`grpo_sampled_mean:.3f` on average, because
@@ -387,8 +387,8 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # - **A fall in the mean return that lasts**: the updates are moving the policy away from answers it got
 #   right; a dip that recovers within a few steps is a run of hard problems.
 #
-# In this run the tied share was {glue:text}`grpo_zero_std_first:.2f` in the first half and
-# {glue:text}`grpo_zero_std_second:.2f` in the second, and the mean return averaged
+# In this run the tied share was {glue:text}`grpo_zero_std_first:.3f` in the first half and
+# {glue:text}`grpo_zero_std_second:.3f` in the second, and the mean return averaged
 # {glue:text}`grpo_return_mean:.3f`: the first sign, a high tied share, is the one this run shows.
 #
 # ## Where GRPO fits: one move, checked on the spot
@@ -427,10 +427,10 @@ glue("ttt_prompts", ttt_settings.prompts_per_step, display=False)
 glue("ttt_generations", ttt_settings.num_generations, display=False)
 
 # %% [markdown]
-# GRPO draws its positions from a pool of {glue:text}`ttt_positions:,d` such positions, taken from
-# {glue:text}`ttt_games:,d` random games: {glue:text}`ttt_steps:d` steps, each of
-# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers, so a run visits
-# at most {glue:text}`ttt_steps:d` × {glue:text}`ttt_prompts:d` positions of the pool. The evaluation
+# The positions come from {glue:text}`ttt_games:,d` random games: a pool of
+# {glue:text}`ttt_positions:,d`. Training runs {glue:text}`ttt_steps:d` steps of
+# {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers, so it sees at most
+# {glue:text}`ttt_steps:d` × {glue:text}`ttt_prompts:d` positions of the pool. The evaluation
 # before and after is chapters 5 and 6's, 200 greedy games against each opponent. It follows
 # chapter 1's harness, not the training rule: an illegal move there is replaced by a random legal
 # one, and counted in the invalid rate.

@@ -193,7 +193,8 @@ def both(first, second):
 #
 # From the top-left corner to the bottom-right one there are two paths, through either of the
 # other corners; each path makes the two changes in another order, and the table below plays all
-# four corners. With $S$ the success of a corner, each change is the mean of its two paths' steps,
+# four corners. With $S$ the success of a corner, each change is the mean of the change measured along
+# each of the two paths,
 #
 # $$ \Delta_\text{decoding} = \tfrac12\big[(S_\text{greedy, train} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{sampled, test})\big], $$
 # $$ \Delta_\text{games} = \tfrac12\big[(S_\text{sampled, test} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{greedy, train})\big], $$
@@ -348,8 +349,8 @@ else:
                "this run shows no memorisation.")
 reading += (" Plan length does not explain any difference: the sets' gold paths are of about the same mean length."
             if lengths_alike else " The sets' gold paths differ in mean length by "
-            f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, and a likely reason for a "
-            "difference in success, since a shorter plan leaves more steps for detours.")
+            f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, which could move "
+            "success, since a shorter plan leaves more steps for detours.")
 glue("folds_reading", reading, display=False)
 
 # %% [markdown]
@@ -918,5 +919,5 @@ prediction = None  # your prediction: "up", "down" or "same"
 check_prediction(prediction, S["greedy, test games"], success_with_limit(8), n, name="greedy success")
 
 # %% tags=["hide-input", "hide-output"]
-prediction = "down"  # few gold paths of this world fit in 8 steps, and a game cannot be won past its gold path
+prediction = "down"  # few gold paths of this world fit in 8 steps, and a game cannot be won in fewer steps than its gold path
 check_prediction(prediction, S["greedy, test games"], success_with_limit(8), n, name="greedy success")

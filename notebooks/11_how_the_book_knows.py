@@ -260,7 +260,7 @@ sft_changes = table_under("sft_recipe.md", "Summary: what changed the results").
 display(sft_changes.style.hide(axis="index").set_properties(**{"text-align": "left", "white-space": "normal"}))
 
 # %% [markdown]
-# Four lessons of that record carry over to other models and games:
+# Four lessons of that record may carry over to other models and games:
 #
 # | lesson | the rows behind it |
 # |---|---|
@@ -399,8 +399,8 @@ else:
 # the last iterations move a run, either way: it can stop a late fall, or cut a late climb short.
 #
 # **Held-out starts.** The recipe was then run from starts nobody tuned on: chapter 4's tic-tac-toe
-# checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed under seeds outside the
-# grid's, then chapter 5's RL run with one thread (`tictactoe_rl_heldout.jsonl`). For the second
+# checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed under seeds the grid had
+# not used (11-14; the second build's seeds were not kept), then chapter 5's RL run with one thread (`tictactoe_rl_heldout.jsonl`). For the second
 # build's starts the record kept the verdict on losses to random but not their value: "not recorded".
 
 # %% tags=["remove-input"]
@@ -418,13 +418,14 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 # to zero at iteration 91, where the decay begins, so the lowered rate kept it there. Which
 # guard holds such runs (validation checkpoints, a KL penalty to the SFT policy, a smaller rate,
 # early stopping) is measured on tuning runs only; a larger set of held-out starts, fixed in advance
-# (`benchmarks/results/heldout_protocol.md`), judges the guarded recipe.
+# (`benchmarks/results/heldout_protocol.md`), will judge the guarded recipe.
 #
 # **A guard, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
 # against the training opponents every 10 iterations, the start included) keeps the weights that
-# scored best instead of the last ones; training itself is unchanged. These starts are this
-# machine's checkpoint perturbed with seeds from the tuning range; the held-out table's starts with
-# the same seed numbers came from other builds on another CPU, so they are other starts. Each perturbed tuning start below ran the recipe
+# scored best instead of the last ones; training itself is unchanged. What sets these starts apart
+# from the held-out ones above is the checkpoint, not the seed: these perturb this machine's
+# build, the held-out ones another build on another CPU. Since the protocol was written, perturbation
+# seeds 1-99 count as tuning seeds and only 9001-9018 as verdict seeds. Each perturbed tuning start below ran the recipe
 # twice, without the guard and with it (`tictactoe_rl_guards.jsonl`), and was judged on the same
 # 200 games against each opponent:
 
@@ -505,6 +506,8 @@ else:
 # %% tags=["remove-input"]
 PPO_LEVEL = 0.85  # draws against minimax the recipe was chosen to reach in every tuning run
 ppo_ttt = rl_settings("tictactoe", preset, "ppo")
+glue("ppo_recipe_words", f"{ppo_ttt.iterations} iterations of {ppo_ttt.turns_per_iteration} turns at a "
+     f"{ppo_ttt.lr_schedule.replace('_', ' ')} learning rate of {ppo_ttt.learning_rate:g}")
 ppo_grid = tictactoe_recipe_runs("ttt-ppo", ppo_ttt, preset)
 if ppo_grid:
     say(f"The record holds {holds(ppo_grid)}.")
@@ -551,7 +554,8 @@ display(tictactoe_opponents("ttt-ppo", preset, iterations=PPO_EARLIER_ITERATIONS
 # The mixture was the one opponent whose draws rose in every start tried, so it stayed. With
 # several optimiser steps per batch at chapter 5's rate, a few unlucky batches could push the
 # policy off moves it knew and raise its losses to random. The suspect was the step size, so the
-# learning rate came down and the run grew longer. The earlier recipe's runs, for comparison:
+# learning rate came down and the run grew longer: the recipe is now {glue:text}`ppo_recipe_words`.
+# The earlier recipe's runs, for comparison:
 
 # %% tags=["remove-input"]
 ppo_earlier = replace(ppo_ttt, learning_rate=rl_settings("tictactoe", preset).learning_rate,
@@ -575,7 +579,7 @@ if ppo_earlier_grid:
 # > **Chapter 7's claim:** under one budget of sampled tokens the three algorithms move training
 # > accuracy on math by different amounts, GRPO loses every group whose answers tie, and none moves
 # > accuracy on new problems. **The record:** three seeds, below; what held in all three is listed
-# > after the tables (the algorithm that rose in every seed, and the one that rose in none). The
+# > after the tables (what rose beyond noise in every seed). The
 # > share of tied groups is measured in the chapter's run only; the record does not keep it.
 #
 # Chapter 7 compares REINFORCE, PPO and GRPO on math from chapter 4's checkpoint under one budget
