@@ -304,8 +304,9 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # errors over 200 problems are about {glue:text}`ppo_train_noise:.3f`. On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
 # {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` (two standard errors over
-# 400 problems are about {glue:text}`ppo_new_noise:.3f`): they need arithmetic the
-# tiny model never learnt, which RL cannot supply. The last column is the share of answers to the
+# 400 problems are about {glue:text}`ppo_new_noise:.3f`). The likely reason, untested here: they
+# need arithmetic the tiny model never learnt, which RL cannot supply, so a rise on the training
+# problems alone is the policy fitting those problems, not learning to add. The last column is the share of answers to the
 # new problems that end in a number after `####`, the format the reward checks.
 #
 # **What GRPO did.** Its sampled accuracy averaged {glue:text}`grpo_sampled_before:.3f` over the

@@ -240,7 +240,7 @@ from tutorial_lib.report import glue, grid_holds, grid_paths, heldout_cells, say
 # %% [markdown]
 # > **Chapter 4's claim:** SFT teaches each game's answer format and much of its play, and the
 # > recipe's choices (one token a move, the worked lines, recovery data, counterfactual recipes)
-# > each helped. **The record:** most rows rest on one run and show a direction, not a settled
+# > each helped; micro-batching, kept for its speed, cost success in the runs that tried it. **The record:** most rows rest on one run and show a direction, not a settled
 # > size; the rows with more runs say so in their last column.
 #
 # Each change to chapter 4's SFT recipe was measured one at a time, everything else fixed, by the
