@@ -55,7 +55,7 @@ from tutorial_lib.evaluation.evaluate import steps_per_second, summarize
 from tutorial_lib.exercises import check_prediction
 from tutorial_lib.lm.policies import ExpertPolicy, RandomPolicy
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy, wrapped
+from tutorial_lib.report import glue, metrics_table, tidy, wrapped
 
 preset = get_preset()
 print(describe(preset))
@@ -204,14 +204,12 @@ for label, (game, options) in settings.items():
     for name, policy in [("random", RandomPolicy(seed=0)), ("expert", ExpertPolicy())]:
         episodes[label, name] = run_episodes(game, policy, range(N), env_options=options, batch_size=1)
         results[label, name] = summarize(episodes[label, name])
-columns = {"success_rate": "success", "mean_return": "mean return", "mean_steps": "mean steps",
-           "invalid_rate": "invalid actions", "truncated_rate": "cut at the step limit"}
-table = pd.DataFrame(results).T[list(columns)].rename(columns=columns)
+table = pd.DataFrame(results).T[["success_rate", "mean_return", "mean_steps", "invalid_rate", "truncated_rate"]]
 print(f"{N} episodes per row; CookingWorld: test-fold games of two worlds")
 print(f"  tutorial: {describe_world(world)}")
 if "CookingWorld training" in settings:
     print(f"  training: {describe_world(training_world)}")
-tidy(table, decimals={"mean steps": 1})
+metrics_table(table)
 
 # %%
 # long names on two lines ("guess / easy"): six full names side by side overlap

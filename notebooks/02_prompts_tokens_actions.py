@@ -73,7 +73,7 @@ from tutorial_lib.lm.tokenization import (
     left_padded_batch,
 )
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy, wrapped
+from tutorial_lib.report import glue, metrics_table, tidy, wrapped
 
 preset = get_preset()
 print(describe(preset))
@@ -376,10 +376,8 @@ for game, options in [("tictactoe", {}), ("guess_the_number", {}), ("math", {"so
     print(wrapped(f"{game} ({episodes} episodes): first output ({len(text)} characters) {shown[:100]!r}"))
 print("CookingWorld world:", describe_world(world))
 untrained_table = pd.DataFrame(untrained).T[["success_rate", "invalid_rate", "mean_return", "mean_steps"]]
-untrained_table = untrained_table.rename(index=GAME_TITLES, columns={
-    "success_rate": "success (tic-tac-toe: wins)", "invalid_rate": "invalid actions", "mean_return": "mean return",
-    "mean_steps": "mean steps"})
-tidy(untrained_table, decimals={"mean steps": 1}).format("{:.3f}", subset=list(untrained_table.columns[:3]))
+untrained_table = untrained_table.rename(index=GAME_TITLES)
+metrics_table(untrained_table, success_rate="success (tic-tac-toe: wins)")
 
 # %% tags=["remove-input"]
 lowest_invalid = min(summary["invalid_rate"] for summary in untrained.values())

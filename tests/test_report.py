@@ -474,3 +474,16 @@ def test_guard_cells_pair_each_start_with_and_without_validation(monkeypatch, tm
     assert frame.loc["perturbed (seed 12)", ("validation kept", "iteration")] == 40
     assert counts == {"no guard": 1, "validation": 2, "no guard, worse losses": 1, "validation, worse losses": 0,
                       "time ratio": 1.1}
+
+
+def test_metrics_table_says_metrics_in_words_and_means_with_one_decimal():
+    import re
+
+    import pandas as pd
+
+    frame = pd.DataFrame({"success_rate": [0.5], "mean_steps": [11.4375], "invalid_rate": [0.0]})
+    html_table = report.metrics_table(frame, success_rate="greedy success").to_html()
+    assert re.findall(r">([^<>]+)</th>", html_table)[-4:-1] == ["greedy success", "mean steps", "invalid actions"]
+    assert re.findall(r">([^<>]+)</td>", html_table) == ["0.500", "11.4", "0.000"]
+    by_row = report.metrics_table(frame.T, by="row").to_html()
+    assert re.findall(r">([^<>]+)</td>", by_row) == ["0.500", "11.4", "0.000"]

@@ -188,6 +188,25 @@ def grid_holds(rows: Sequence[dict]) -> str:
             + (f"; {perturbed} of them from a perturbed start" if perturbed else ""))
 
 
+#: the words a page gives the metrics of :func:`~tutorial_lib.evaluation.evaluate.summarize` (a
+#: table's labels), so that every chapter names a metric the same way
+METRIC_WORDS = {"success_rate": "success", "win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses",
+                "invalid_rate": "invalid actions", "truncated_rate": "cut at the step limit",
+                "mean_return": "mean return", "mean_score": "mean score", "mean_steps": "mean steps",
+                "mean_turns": "turns per game", "accuracy": "accuracy", "format_accuracy": "well-formed answers",
+                "episodes": "games"}
+
+
+def metrics_table(frame, by: str = "column", **words: str):
+    """:func:`tidy` for a table of metrics: their labels in words (:data:`METRIC_WORDS`, then
+    ``words`` for this table: ``success_rate="greedy success"``), and a mean of steps or turns with
+    one decimal. ``by="row"`` when the metrics are the rows."""
+    names = {**METRIC_WORDS, **words}
+    frame = frame.rename(index=names) if by == "row" else frame.rename(columns=names)
+    labels = set(frame.index if by == "row" else frame.columns)
+    return tidy(frame, by=by, decimals={names[key]: 1 for key in ("mean_steps", "mean_turns") if names[key] in labels})
+
+
 def heldout_cells(recipe: str, level: float = 0.85):
     """The held-out cells of a tic-tac-toe recipe (``ttt-reinforce``, ``ttt-ppo``) as a table, with
     how many reached ``level`` draws against minimax and how many fell below their start's draws
