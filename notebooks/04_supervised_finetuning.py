@@ -65,15 +65,15 @@ from tutorial_lib.lm.prompts import render_chat
 from tutorial_lib.lm.tokenization import IGNORE_INDEX, collate_examples, encode_prompt_completion
 from tutorial_lib.pipeline import expert_data, lora_for, sft_dir, sft_settings
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy
+from tutorial_lib.report import METRIC_WORDS, glue, metrics_table, tidy
 
 preset = get_preset()
 print(describe(preset))
 
 # %% [markdown]
 # The line above names the *preset*, the set of sizes every chapter runs at: `ci`, which built
-# this page, trains a tiny 2-layer model from scratch on a laptop CPU, all four games in about
-# half an hour; `small` and
+# this page, trains a tiny 2-layer model from scratch on a laptop CPU, all four games in
+# tens of minutes; `small` and
 # `full` train pretrained models ({doc}`/book/setup`).
 #
 # ## The loss
@@ -291,10 +291,6 @@ del lora_policy
 
 # %%
 results, curves, timings = {}, {}, {}
-METRIC_WORDS = {"win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses", "invalid_rate": "invalid actions",
-                "success_rate": "success", "truncated_rate": "cut at the step limit", "mean_steps": "mean steps",
-                "mean_turns": "mean turns", "accuracy": "accuracy", "format_accuracy": "well-formed answers",
-                "episodes": "games"}
 headline = {  # the metrics each game's tables show
     "tictactoe": ["win_rate", "draw_rate", "loss_rate", "invalid_rate"],
     "cookingworld": ["success_rate", "truncated_rate", "mean_steps", "invalid_rate"],
@@ -322,9 +318,7 @@ def finetune(game, stage=(1, 1)):
     timings[game] = {"examples": result.examples, "rows per epoch": result.distinct_examples,
                      "trained tokens": result.trained_tokens,
                      "padding": f"{result.padding_fraction:.0%}", "SFT seconds": round(result.seconds)}
-    table = pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T[headline[game]]
-    table = table.rename(columns=METRIC_WORDS)
-    return tidy(table, decimals={c: 1 for c in ("mean steps", "mean turns") if c in table})
+    return metrics_table(pd.DataFrame(dict(zip(["before SFT", "after SFT"], results[game]))).T[headline[game]])
 
 
 # %% [markdown]
@@ -474,7 +468,7 @@ for opponent, games in [("random", 200), ("mcts", preset.mcts_games), ("minimax"
     matchups[opponent] = evaluate_policy("tictactoe", ttt, preset=preset, episodes=games, **options)
 print(f"MCTS plays {preset.mcts_simulations} simulations per move")
 matchup_table = pd.DataFrame(matchups).T[["episodes", "win_rate", "draw_rate", "loss_rate", "invalid_rate"]]
-tidy(matchup_table.rename(columns=METRIC_WORDS))
+metrics_table(matchup_table)
 
 # %% tags=["hide-input"]
 for opponent, key in [("random", "loss_rate"), ("mcts", "loss_rate"), ("minimax", "draw_rate")]:
@@ -596,9 +590,7 @@ for fold in ["train", "test"]:
             continue
         rows[(fold, name)] = evaluate_policy("cookingworld", policy, preset=preset, episodes=n, fold=fold)
 print(f"{n} games per fold and player")
-table = pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]]
-table = table.rename(columns={**METRIC_WORDS, "mean_score": "mean score"})
-tidy(table, decimals={"mean steps": 1})
+metrics_table(pd.DataFrame(rows).T[["success_rate", "mean_score", "mean_steps", "invalid_rate"]])
 
 # %% tags=["hide-input"]
 folds = compare_summaries("success", rows[("train", "SFT")], rows[("test", "SFT")], "success_rate")

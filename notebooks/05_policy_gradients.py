@@ -67,7 +67,7 @@ from tutorial_lib.evaluation.stats import compare_rates, compare_summaries
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset, rl_settings
-from tutorial_lib.report import glue, heldout_cells, tidy
+from tutorial_lib.report import METRIC_WORDS, glue, heldout_cells, metrics_table, tidy
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
 from tutorial_lib.rl.reinforce import Reinforce, policy_gradient_loss, turn_advantages
 from tutorial_lib.rl.rl_loop import train
@@ -147,9 +147,8 @@ print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].s
 # A turn's *return* is its reward plus the discounted rewards after it,
 # $G_t = r_t + \gamma G_{t+1}$. GuessTheNumber pays +1 for the right guess, so with γ = 0.9 a
 # guess that wins two turns later is worth 0.81, one that wins next turn 0.9: the discount
-# rewards winning *sooner*. REINFORCE then subtracts a baseline (one that does not depend on the
-# action adds no bias and makes the gradient far less noisy; a batch mean that includes the turn's
-# own return adds a little) and divides by a scale. GEM's ReBN (*return batch normalisation*) does both
+# rewards winning *sooner*. REINFORCE then subtracts a baseline (it makes the gradient far less
+# noisy) and divides by a scale. GEM's ReBN (*return batch normalisation*) does both
 # over the whole batch of turns: $A = (G - \text{mean}) / \text{std}$. Three episodes by hand:
 
 # %%
@@ -287,8 +286,8 @@ for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state",
 # The library's baseline per state (`rebn_by_state`, the default) takes the state to be the
 # prompt; a state seen once in the batch falls back to the batch mean, and the centred returns are
 # divided by their root mean square. A baseline that depends only on the state keeps the gradient
-# unbiased {cite}`sutton2018reinforcement`; this one is nearly such a baseline, since a state's mean
-# includes the turn's own return (leaving that turn out of its mean would make it exact).
+# unbiased {cite}`sutton2018reinforcement`; this one nearly does, since a state's mean includes the
+# turn's own return.
 #
 # ## The update
 #
@@ -396,10 +395,9 @@ gtn_run = train(Reinforce, gtn, "guess_the_number", rl_settings("guess_the_numbe
 after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
                                              env_options=gtn_options)}
 glue("gtn_start_success", before["guess_the_number"]["success_rate"], display=False)
-RESULT_WORDS = {"success_rate": "greedy success", "mean_turns": "turns per game", "invalid_rate": "invalid actions",
-                "mean_return": "mean return (undiscounted)", "win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses"}
-tidy(pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
-    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]].rename(columns=RESULT_WORDS))
+metrics_table(pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
+    ["success_rate", "mean_turns", "invalid_rate", "mean_return"]],
+              success_rate="greedy success", mean_return="mean return (undiscounted)")
 
 # %% [markdown]
 # Every training curve in the book shows one point per batch (faint) and a running mean over
@@ -440,11 +438,9 @@ glue("gtn_dip_entropy", gtn_run.curve("entropy")[dip])
 # compares the two). In this run REINFORCE {glue:text}`gtn_result`. A policy
 # near the ceiling leaves greedy play little room. The sampled curves move more: sampled success
 # was lowest, {glue:text}`gtn_dip:.2f`, at iteration {glue:text}`gtn_dip_iteration`, where the
-# entropy was {glue:text}`gtn_dip_entropy:.4f` nats. This run does not show what caused the dip. One
-# candidate is Adam's step (above): with advantages near zero, even a tiny gradient of one sign
-# moves the weights by the full learning rate, which can make the policy sample guesses it had
-# dropped; the games those guesses lose get negative advantages, and the next updates push them
-# back down.
+# entropy was {glue:text}`gtn_dip_entropy:.4f` nats. This run does not show what caused the dip;
+# one candidate is Adam's full-size step on a tiny gradient (above), which can make the policy
+# sample guesses it had dropped until their lost games push them back down.
 #
 # What limits it: REINFORCE can only reinforce what it samples. The mean entropy of the
 # sampled action tokens over the run was {glue:text}`gtn_entropy:.4f` nats, and
@@ -485,7 +481,7 @@ pd.concat({
         ["win_rate", "draw_rate", "loss_rate", "invalid_rate"]],
     "vs minimax": pd.DataFrame({"SFT": before_minimax, "SFT + REINFORCE": after_minimax}).loc[
         ["draw_rate", "loss_rate", "invalid_rate"]],
-}).rename(index=RESULT_WORDS).pipe(tidy)
+}).rename(index=METRIC_WORDS).pipe(tidy)
 
 # %% tags=["hide-input"]
 VERDICTS = {"noise": "within the noise of 200 games", "better": "a change beyond noise",
@@ -535,9 +531,7 @@ fig = learning_curves({"the recipe": ttt_run.history}, ["mean_return", "invalid_
 #
 # - **the sampled return falls** and stays down;
 # - **the invalid rate rises**: the policy writes moves the game rejects, which forfeit;
-# - **the entropy rises**: learnt moves are lost (this is a collapse of performance, not the
-#   *entropy collapse* of a policy turning deterministic, which GuessTheNumber's policy above
-#   shows without harm);
+# - **the entropy rises**: learnt moves are lost (a collapse of performance, not of entropy);
 # - **the gradient norm rises**: large advantages fall on tokens of low probability.
 #
 # The surest way to see a collapse is to cause one: below, this chapter's tic-tac-toe recipe with
@@ -699,8 +693,7 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 # {glue:text}`ablation_state_return:+.3f`, {glue:text}`ablation_rebn_return:+.3f` and
 # {glue:text}`ablation_raw_return:+.3f`. Ten iterations sit in the early part of a run, where the
 # full run's return also dips (the figure above), so the three are compared before any has gained.
-# One run each does not rank the three: another draw of the
-# sampled games would move each. Over many seeds the recorded runs (appendix) found the two baselines within noise
+# One run each does not rank the three. Over many seeds the recorded runs (appendix) found the two baselines within noise
 # of each other. One reason: only {glue:text}`recurring_share:.0f`% of the turns in the batch
 # collected at the start of the chapter share their prompt with another turn, and the baseline per
 # state treats the rest as ReBN does.

@@ -207,30 +207,22 @@ pd.DataFrame({
 # The rows that agree are the conditions held equal; the rows that differ (the baseline, the
 # answers per update, the passes over each batch) are what is compared. A *seed* here numbers a
 # generated math problem: all three train on the same seeds (the first row), and are tested on
-# others. Two more things differ with the baseline, and a reader should weigh them: GRPO's batches
+# others. One more thing differs with the baseline, and a reader should weigh it: GRPO's batches
 # hold {glue:text}`grpo_batch_answers:d` answers against the others' {glue:text}`ppo_batch_answers:d`,
 # so the same token budget gives it several times as many optimiser steps at the same learning
-# rate; and with one pass over each batch and no KL penalty, its clipped probability ratio is always
-# 1, so its update is REINFORCE's with the group's mean as the baseline (and the group's standard
-# deviation as the scale). Two of the equal
+# rate (and several times the per-step overhead in wall time). Two of the equal
 # conditions are new: each algorithm stops when it has sampled the shared
 # token budget, and its learning rate stays constant until then. Chapter 6's math recipe instead
 # ran a fixed number of iterations with a learning rate that warms up and then decays, so this
 # chapter's PPO is a variant of chapter 6's, not the same run.
 #
-# The REINFORCE baseline is chapter 5's default, the *per-state* baseline: each answer's return
-# minus the mean return of the batch's answers to the same problem (then divided by the batch's
-# standard deviation). A problem the batch saw only once has no siblings, so its baseline falls
-# back to the batch's mean. "Passes over each batch" is
+# The REINFORCE baseline is chapter 5's *per-state* baseline: each answer's return minus the mean
+# return of the batch's answers to the same problem. "Passes over each batch" is
 # how many gradient epochs an algorithm runs on one batch of samples. The *KL penalty β* weighs a
 # penalty on how far the policy moves from the frozen SFT model; 0 means none.
 #
-# Every GRPO setting, for reference (collapsed). Two names are TRL's own: `loss_type` says how the
-# per-token losses of a batch are averaged (`dapo`: over all the answer tokens of the batch, so a
-# long answer is not weighted down), and `scale_rewards` is the division by the group's standard
-# deviation (`group`, as above; `none` skips it). The note column marks the two settings that do
-# not act in this comparison (`steps`, `first_seed`), the budget all three share, and what the two
-# unset settings do:
+# Every GRPO setting, for reference (collapsed); `scale_rewards` is the division by the group's
+# standard deviation, and the note column marks the settings that do not act here:
 
 # %% tags=["hide-output"]
 notes = {"steps": "an upper bound: the token budget ends the run first (the cost table's batches)",
@@ -304,7 +296,8 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # errors over 200 problems are about {glue:text}`ppo_train_noise:.3f`. On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
 # {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` (two standard errors over
-# 400 problems are about {glue:text}`ppo_new_noise:.3f`). The likely reason, untested here: they
+# 400 problems are about {glue:text}`ppo_new_noise:.3f`). Why new problems barely move, untested
+# here: they
 # need arithmetic the tiny model never learnt, which RL cannot supply, so a rise on the training
 # problems alone is the policy fitting those problems, not learning to add. The last column is the share of answers to the
 # new problems that end in a number after `####`, the format the reward checks.
@@ -326,11 +319,8 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 #
 # Over the recorded runs of this comparison, from three SFT data orders, the training accuracy rose
 # beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
-# for PPO and {glue:text}`grpo_record_rose` for GRPO. (These recorded runs are kept in the
-# repository's `benchmarks/results/` and tabled by seed in
-# {ref}`the appendix <appendix-ch7>`. Their REINFORCE used ReBN, return batch normalisation, the
-# baseline of GEM, a library of text games with RL recipes: every answer's return minus the batch's mean, divided by the batch's
-# standard deviation. This run's REINFORCE uses the per-state baseline instead.)
+# for PPO and {glue:text}`grpo_record_rose` for GRPO ({ref}`the appendix <appendix-ch7>` tables
+# them by seed; their REINFORCE used ReBN, the batch-mean baseline, not this run's per-state one).
 #
 # The learning curves: sampled accuracy (a running mean over a tenth of each run) against the
 # tokens sampled so far, and against wall time:
@@ -383,8 +373,8 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #   problems of the right difficulty (a curriculum).
 # - **Entropy falling fast**: the policy has sharpened onto some answers and samples less variety,
 #   which also makes groups agree.
-# - **Entropy rising**: probability is being spread over other wrong answers, the failure chapter 6
-#   avoids by sampling at T < 1. Lower the learning rate first.
+# - **Entropy rising**: probability is being spread over other wrong answers. Lower the learning
+#   rate first.
 # - **A fall in the mean return that lasts**: the updates are moving the policy away from answers it got
 #   right; a dip that recovers within a few steps is a run of hard problems.
 #
@@ -520,17 +510,11 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 # ## Multi-turn games and TRL's `environment_factory`
 #
 # TRL 1.16 can roll out multi-turn episodes itself (`GRPOTrainer(environment_factory=...)`,
-# experimental). It did not fit this book's games:
-#
-# - the environment's methods become *tools*: the model must emit tool calls in its chat template's
-#   format, and the trainer refuses a template that cannot render them (the tiny model's cannot);
-# - an episode continues only while the model makes tool calls, and the game's replies are appended
-#   to one growing conversation, where every policy in this book reads a fresh prompt per turn with
-#   a history window (chapter 2);
-# - one reward per rollout, so no per-turn rewards or discounting.
-#
-# Training through it would train the model on a different prompt layout and action format from
-# the one it is evaluated with: the kind of mismatch chapter 8 measures. The details, with the TRL
+# experimental). It did not fit this book's games: the game's methods become *tools* the model must call in its chat template's format (the tiny
+# model's template cannot), the game's replies grow one conversation where this book's policies
+# read a fresh prompt per turn (chapter 2), and a rollout gets one reward, not one per turn.
+# Training through it would train another prompt layout than the one evaluated: the mismatch
+# chapter 8 measures. The details, with the TRL
 # source lines, are in
 # [a note in the book's repository](https://github.com/text-rl-book/llm-policies-for-text-rl/blob/main/benchmarks/results/grpo_trl_multiturn.md).
 # Multi-turn games are trained

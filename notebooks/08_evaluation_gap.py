@@ -81,7 +81,7 @@ from tutorial_lib.lm.prompts import prompt_spec, render_chat
 from tutorial_lib.lm.tokenization import boundary_mismatch
 from tutorial_lib.pipeline import expert_data, sft_policy
 from tutorial_lib.presets import describe, get_preset
-from tutorial_lib.report import glue, tidy, wrapped
+from tutorial_lib.report import glue, metrics_table, tidy, wrapped
 from tutorial_lib.rl.rollout import collect, turn_logprobs
 
 preset = get_preset()
@@ -95,9 +95,8 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
       f"The TextWorld tutorial's world: {describe_world(TUTORIAL_WORLD)}.")
 
 # %% [markdown]
-# At the `ci` preset (the smallest counts, with which the book is built on a CPU) the world is
-# smaller than the tutorial's (fewer rooms, one ingredient), so the tiny model learns it in
-# minutes; the `full` preset plays the tutorial's world.
+# At the `ci` preset the world is smaller than the tutorial's (fewer rooms, one ingredient); the
+# `full` preset plays the tutorial's.
 #
 # ## When is a difference real?
 #
@@ -106,8 +105,7 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
 # $\sqrt{\hat p(1-\hat p)/n}$: rerun the same policy on another $n$ games and the rate moves by about
 # that much. The difference of two independent rates has the variance of both added, and the book
 # calls a change real when it is larger than two standard errors of the difference (a comparison
-# within that bar is a result too: this difference did not move success in this run beyond what
-# another draw of the games could, and several below end that way):
+# within that bar is a result too, and several below end that way):
 #
 # $$ |\hat p_2 - \hat p_1| \;>\; 2\sqrt{\frac{\hat p_1(1-\hat p_1)}{n_1} + \frac{\hat p_2(1-\hat p_2)}{n_2}}. $$
 #
@@ -139,8 +137,6 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 
 # %%
 METRICS = ["success_rate", "mean_score", "mean_steps", "invalid_rate", "truncated_rate"]
-WORDS = {"success_rate": "success", "mean_score": "mean score", "mean_steps": "mean steps",
-         "invalid_rate": "invalid actions (share)", "truncated_rate": "cut at the step limit (share)"}
 
 
 def greedy(policy, seeds, fold, **options):
@@ -154,14 +150,8 @@ def sampled(policy, seeds, fold, **options):
 
 
 def table(runs):
-    """One row per run: the metrics under their field names (shown with WORDS as column labels)."""
+    """One row per run: the metrics under their field names (``metrics_table`` shows them in words)."""
     return pd.DataFrame({name: summarize(records) for name, records in runs.items()}).T[METRICS]
-
-
-def metrics_table(frame):
-    """A table of METRICS for the page: WORDS as column labels, steps with one decimal, rates with three."""
-    frame = frame.rename(columns=WORDS)
-    return tidy(frame, decimals={c: d for c, d in (("mean steps", 1), ("gold path, mean length", 2)) if c in frame})
 
 
 # %% tags=["remove-input"]
@@ -182,7 +172,7 @@ def both(first, second):
 # Chapter 4's policy was fine-tuned (SFT) on the *gold paths* (the expert's winning action
 # sequences) of train-fold games, with chapter 3's recovery data and counterfactual recipes.
 # TextWorld-Express splits its games into disjoint sets, *folds*: train, dev and test. The
-# *training games* below are the first of the data's games. The tutorial's two curves are two
+# *training games* below are the first {glue:text}`n:d` games of the SFT data. The tutorial's two curves are two
 # corners of a 2x2 table: training-time returns are sampled episodes on training games, evaluation
 # is greedy episodes on test games.
 #
@@ -242,17 +232,13 @@ glue("gap_reading", {"worse": "Evaluation is lower beyond two standard errors, s
 # {glue:text}`gap_noise:.3f`. {glue:text}`gap_reading` The sections below measure the five
 # differences one at a time, since two may cancel.
 #
-# Two differences sit inside this table, the games and the decoding. Going from the first row to
-# the last passes through one of the middle rows, so each change can be made first or second.
-# In this chapter a change is success after it minus success before it (negative: it lowered
-# success). Take decoding: made first, on the training
+# A change is success after it minus success before it. Take decoding: made first, on the training
 # games, it changed success by {glue:text}`decoding_first:+.3f` (sampled
 # {glue:text}`decoding_first_from:.3f`, greedy {glue:text}`decoding_first_to:.3f`); made second,
-# after the change of games, on the test games, by {glue:text}`decoding_second:+.3f`. The first
-# row of the table below gives the mean of the two, {glue:text}`decoding_first_mean:+.3f`, and the
-# same for the games; the two columns add up to evaluation minus training-time success. Two more
-# draws of the sampler, with other seeds, show how far the changes move (greedy play does not
-# change with the seed). Each row is one draw:
+# on the test games, by {glue:text}`decoding_second:+.3f`. The first row of the table below gives
+# their mean, {glue:text}`decoding_first_mean:+.3f`, and the same for the games. Two more draws of
+# the sampler, with other seeds, show how far the changes move (greedy play does not change with
+# the seed). Each row is one draw:
 
 # %% tags=["remove-input"]
 glue("decoding_first", S["greedy, training games"] - S["sampled, training games"])
@@ -321,7 +307,7 @@ F, L = folds["success_rate"], folds["gold path, mean length"]
 memorisation = compare_rates("unseen", F.iloc[0], F.iloc[1], n)  # training games -> unseen train-fold games
 fold_shift = compare_rates("fold", F.iloc[1], F.iloc[2], n)  # unseen train-fold games -> test games
 whole_gap = compare_rates("both", F.iloc[0], F.iloc[2], n)  # training games -> test games
-metrics_table(folds)
+metrics_table(folds).format("{:.2f}", subset=["gold path, mean length"])
 
 # %% tags=["remove-input"]
 for name, value in [("seen", F.iloc[0]), ("unseen", F.iloc[1]), ("test", F.iloc[2]),
@@ -368,8 +354,7 @@ glue("folds_reading", reading, display=False)
 # {glue:text}`whole_words` noise ({glue:text}`whole_noise:.3f`); from unseen train-fold games to
 # test games it {glue:text}`fold_words` noise ({glue:text}`fold_noise:.3f`). The gold paths average
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
-# steps. {glue:text}`folds_reading` These verdicts judge success; the shares cut at the step limit
-# and of invalid actions, in the same table, are read the same way against their own noise.
+# steps. {glue:text}`folds_reading`
 #
 # Memorisation calls for more varied games of the same kind, fold shift for data covering what the
 # test fold varies; either way, report the held-out fold's number.
@@ -422,8 +407,8 @@ glue("loops_sizes", both(*loop_changes.values()))
 verdicts = {change.verdict for change in decoding_changes.values()}
 more_loops = [games for games, change in loop_changes.items() if change.verdict == "worse"]  # greedy loops more
 loop_words = (f" But greedy ended more episodes in a loop on the {' and the '.join(more_loops)}, beyond noise, "
-              "as the stuck-greedy hypothesis predicts: the loops support it, and success alone at this many "
-              "games does not decide it." if more_loops else "")
+              "as the stuck-greedy hypothesis predicts: greedy changes how episodes fail, and success alone "
+              "at this many games does not say whether it costs any." if more_loops else "")
 glue("decoding_reading",
      "Greedy was ahead beyond noise on at least one set of games: the stuck-greedy hypothesis does not hold here, "
      "and sampling's cost is the likelier reading." if "better" in verdicts and "worse" not in verdicts else
@@ -441,9 +426,7 @@ glue("decoding_reading",
 # episodes ending in a loop changed by {glue:text}`training_loops:+.3f` and
 # {glue:text}`test_loops:+.3f` ({glue:text}`loops_sizes`). {glue:text}`decoding_reading`
 #
-# Sampled success on training games and greedy success on test games measure two different
-# policies (the sampler and its most probable action) on two sets of games. The fix is
-# to **compare like with like**: label training-time returns as sampled returns on training games,
+# The fix is to **compare like with like**: label training-time returns as sampled returns on training games,
 # and track greedy success on held-out games every few iterations during training.
 #
 # ## c. A prompt built differently from the data's
@@ -488,21 +471,16 @@ layout_changes = {name: compare_rates("success", prompt_table.loc["as in the dat
 metrics_table(prompt_table)
 
 # %% tags=["remove-input"]
-actions = {name: sum(r.length for r in records) for name, records in prompt_runs.items()}
-invalid_changes = []
 for key, name in [("window", "data layout + window of 2"),
                   ("tutorial", "tutorial style (window of 3, no past actions, no recipe)")]:
     success_change = layout_changes[name]
-    invalid_change = compare_rates("invalid", prompt_table.loc["as in the data", "invalid_rate"],
-                                   prompt_table.loc[name, "invalid_rate"], actions["as in the data"], actions[name])
-    invalid_changes.append(invalid_change)
     glue(f"{key}_success", success_change.difference, display=False)
     glue(f"{key}_success_size", beyond(success_change), display=False)
     glue(f"{key}_success_noise", success_change.noise, display=False)
-    glue(f"{key}_invalid", invalid_change.difference, display=False)
-    glue(f"{key}_invalid_size", beyond(invalid_change), display=False)
+    # the actions of one game are not independent draws: the change is shown without a verdict
+    glue(f"{key}_invalid", prompt_table.loc[name, "invalid_rate"] - prompt_table.loc["as in the data", "invalid_rate"],
+         display=False)
 glue("m", m, display=False)
-glue("invalid_sizes", both(*invalid_changes))
 
 # %% [markdown]
 # Against the data's layout, over {glue:text}`m:d` test games, the window of two changed success by
@@ -510,11 +488,9 @@ glue("invalid_sizes", both(*invalid_changes))
 # {glue:text}`window_success_noise:.3f`) and the tutorial's layout by
 # {glue:text}`tutorial_success:+.3f` ({glue:text}`tutorial_success_size`
 # {glue:text}`tutorial_success_noise:.3f`). The invalid-action rate, over every action played,
-# changed by {glue:text}`window_invalid:+.3f` and {glue:text}`tutorial_invalid:+.3f`
-# ({glue:text}`invalid_sizes`, with a bar that counts each action as an independent draw; actions
-# within one game are not independent, so that bar is too narrow and the verdict a rough one): a
-# rise means the model no longer writes commands the game accepts once the prompt is not the one
-# it learnt.
+# changed by {glue:text}`window_invalid:+.3f` and {glue:text}`tutorial_invalid:+.3f` (no verdict:
+# the actions of one game are not independent draws). A rise means the model no longer writes
+# commands the game accepts once the prompt is not the one it learnt.
 #
 # The fix is structural: data, training and evaluation build prompts with one function and one spec
 # (`tutorial_lib.lm.prompts`), and a *parity check* replays a few training games along their gold
@@ -544,11 +520,10 @@ tidy(pd.DataFrame({"share of the data's prompts rebuilt token for token": parity
 #
 # An RL trainer needs each action's log-probability under the current weights, and chapter 5
 # computes it on the token ids the sampler drew. A simpler-looking trainer keeps only the action
-# *text* and tokenises it again (*re-tokenisation*). Can the two differ? The tokenizer is a BPE
-# (byte-pair encoding) tokenizer: it encodes text by applying learnt merges in a fixed order, so a
-# string has one canonical spelling in tokens, but the model, writing one token at a time, can
-# write another spelling of the same text. An action cut at the 16-token limit also differs,
-# since re-encoding appends an end-of-turn token the sampler never drew. The cell sorts every turn
+# *text* and tokenises it again (*re-tokenisation*). Can the two differ? A string has one
+# canonical spelling in tokens, but the model, writing one token at a time, can write another
+# spelling of the same text; and an action cut at the 16-token limit gains, re-encoded, an
+# end-of-turn token the sampler never drew. The cell sorts every turn
 # of this chapter's runs by why its text, tokenised again, gives other ids, if it does:
 
 # %%
@@ -631,9 +606,8 @@ token_table.style.format({column: "{:,.0f}" if column == "turns" else "{:.3f}" i
 
 # %% [markdown]
 # Compare the two `mean |log ratio|` columns. On the sampled ids the trainer recovers the sampler's
-# log-probabilities up to float rounding; on text tokenised again it scores, for a differing turn,
-# a token sequence the sampler never drew. The importance ratio then no longer measures a change of
-# weights: near 0 the turn all but drops out of the gradient, far above 1 it outweighs the batch.
+# log-probabilities up to float rounding; on text tokenised again it scores a token sequence the
+# sampler never drew, and the importance ratio no longer measures a change of weights.
 # The fix is the library's: every turn keeps the sampler's `action_ids` and `logprobs` (`Sample`,
 # chapter 5), and the trainer scores exactly those.
 #
@@ -666,11 +640,8 @@ glue("boundary_free", boundary["template-free, ends in '> '"], display=False)
 # %% [markdown]
 # Tokenised together, a share of {glue:text}`boundary_free:.3f` of the examples with the
 # template-free prompt and {glue:text}`boundary_template:.3f` with the chat template get other
-# completion tokens than generation writes. The first table shows the mechanism: tokenised
-# together, the space before the action merges into its first token (`Ġtake`, " take"); tokenised
-# apart, as generation sees it, the prompt ends in its own lone space token `Ġ` and the action
-# starts with `take`. The
-# library tokenises the prompt alone and appends the completion's ids (`encode_prompt_completion`),
+# completion tokens than generation writes: the space before the action merges into its first
+# token (`Ġtake` instead of `Ġ`, `take`). The library tokenises the prompt alone and appends the completion's ids (`encode_prompt_completion`),
 # so SFT trains on the sequence that generation produces.
 #
 # ## e. The step limit
@@ -850,17 +821,13 @@ glue("limit_answer",
 # This run does not explain it:
 #
 # - {glue:text}`gap_answer`
-# - The games and the decoding, the two differences built into the tutorial's two curves, moved
-#   success here by {glue:text}`games_change:+.3f` and {glue:text}`decoding_change:+.3f`
-#   ({glue:text}`terms_sizes`). That prices them for this
-#   policy in this world, not for the tutorial's model in its world, which this run does not play.
+# - The games and the decoding moved success here by {glue:text}`games_change:+.3f` and
+#   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`): prices for this policy in this
+#   world, not for the tutorial's model in its own.
 # - {glue:text}`limit_answer`
 # - A prompt laid out unlike the data's lowers whichever curve reads it (section c). It would
 #   explain a lag only if the tutorial's evaluation built its prompts unlike its training, which
 #   this run does not test.
-#
-# What the chapter gives instead is the method: measure each difference on the model and world in
-# question, against the noise of its games.
 #
 # What to take away:
 #

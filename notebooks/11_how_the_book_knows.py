@@ -16,11 +16,10 @@
 # %% [markdown]
 # # Appendix: How the book knows
 #
-# Each chapter teaches with the one run its code makes when the book is built, and one run is one draw; another seed, thread count or CPU could end elsewhere. Each chapter says one
-# sentence about **the record** and links here; each section below opens with that chapter's claim
-# and says how far the record supports it. The record is the runs of each chapter's recipe over
-# many seeds and starts, made by the scripts in `benchmarks/` and kept in `benchmarks/results/`;
-# every table below is read from those files.
+# Each chapter teaches with the one run it makes when the book is built, and one run is one draw.
+# **The record** is the runs of each chapter's recipe over many seeds and starts, kept in
+# `benchmarks/results/`; every table below is read from it, and each section opens with its
+# chapter's claim and how far the record supports it.
 #
 # | section | what it holds |
 # |---|---|
@@ -30,7 +29,7 @@
 # | {ref}`appendix-ch7` | REINFORCE, PPO and GRPO over seeds, on math and on tic-tac-toe |
 # | {ref}`appendix-ch8` | the records that bear on the evaluation gap |
 # | {ref}`appendix-ch9` | SmolLM2 with REINFORCE over seeds, recipe by recipe |
-# | {ref}`numerics-threads-timings` | why a thread count or a CPU changes a result; a busy machine; build times |
+# | {ref}`numerics-threads-timings` | why a thread count or a CPU changes a result; build times |
 #
 # **Why seeds are not enough.** CPUs round float32 arithmetic differently, and a thread count
 # changes the order of a sum; over a few hundred optimiser steps such differences grow into another
@@ -40,13 +39,13 @@
 #
 # | word | meaning |
 # |---|---|
-# | run (recorded run) | one training run kept in the record: a fresh process that trains its own SFT checkpoint, then the RL recipe, then plays 200 greedy games against each opponent |
+# | run | one training run kept in the record: its own SFT checkpoint, the RL recipe, then 200 greedy games against each opponent |
 # | better, worse, within noise | a run's change from start to end is *better* if it exceeds two standard errors of the difference, $2\sqrt{p_1(1-p_1)/n + p_2(1-p_2)/n}$ for rates $p_1$ before and $p_2$ after over $n$ games or problems, in the good direction; *worse* if it does so in the other; *within noise* otherwise |
 # | kernel set | which of torch's CPU kernels run, chosen with the environment variable `ATEN_CPU_CAPABILITY` |
 # | kernels `auto` | the variable unset: torch picks the fastest kernels the CPU has |
 # | kernels `avx2` | the variable set to `avx2`: the AVX2 kernels, which round like a CPU without AVX-512 |
 # | kernels `scalar` | the variable set to `default`, torch's name for its unvectorised kernels |
-# | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic; "perturbed (seed 1)" names the seed of $\varepsilon$. The point: RL from such a start can end far from RL from the start itself, as the held-out starts below show |
+# | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic; "perturbed (seed 1)" names the seed of $\varepsilon$. RL from such starts can end far apart |
 # | seed | in the tables, a run's SFT data order and RL seed, which the record's scripts set equal |
 # | tuning runs | the runs looked at while a recipe was chosen |
 # | held-out starts | starts nobody tuned on, run once the recipe was fixed: the fair test of a recipe |
@@ -243,12 +242,9 @@ from tutorial_lib.report import glue, grid_holds, grid_paths, heldout_cells, say
 # > each helped; micro-batching, kept for its speed, cost success in the runs that tried it. **The record:** most rows rest on one run and show a direction, not a settled
 # > size; the rows with more runs say so in their last column.
 #
-# Each change to chapter 4's SFT recipe was measured one at a time, everything else fixed, by the
-# commands in `benchmarks/results/sft_recipe.md`. Its summary table, read from the file, gives each
-# change, what it was judged on, the result before and after it, and how many training runs the
-# row rests on. Each row compares a change with the recipe as it stood when the change was tried,
-# so a row's "before" need not equal the row above's "after". These are recorded runs on a 2-core CPU, not the chapter's run; a row of one run
-# shows a direction, not a settled size.
+# Each change to chapter 4's SFT recipe, measured one at a time (`sft_recipe.md`), against the
+# recipe as it stood when the change was tried: a row's "before" need not equal the row above's
+# "after".
 
 # %% tags=["remove-input"]
 def as_written(text: str) -> str:
@@ -262,22 +258,16 @@ display(sft_changes.style.hide(axis="index").set_properties(**{"text-align": "le
 # %% [markdown]
 # Four lessons of that record may carry over to other models and games:
 #
-# | lesson | the rows behind it |
-# |---|---|
-# | make the right answer easy to copy and easy to find: a model trained from scratch has no copying skill to fall back on | moves as one token each, and the board last in the prompt, each cut invalid moves several-fold; where the answer takes more computation than one token allows, the completion carries the steps (the worked lines) |
-# | a tiny model's skills can arrive late and suddenly | legal moves appeared late, and decaying the rate to zero ended training before they did (one run, which also changed Adam's β2); the `ci` recipes keep the rate constant |
-# | demonstrations without mistakes say nothing about what to do after one | without recovery data a CookingWorld policy that wrote one invalid command went on writing them; chapter 3's injected mistakes cut them (one run) |
-# | when a shortcut explains the labels, a small model takes it | counterfactual recipes made the recipe the only predictor; with them and the extra copies of the next row, test success rose from .15-.18 to .77, more than the data-order row's spread (each row one run) |
+# - make the right answer easy to copy: one token a move and the board last cut invalid moves
+#   several-fold; where the answer needs more computation than one token, the completion carries
+#   the steps (the worked lines);
+# - a tiny model's skills can arrive late, so the `ci` recipes keep the learning rate constant;
+# - demonstrations without mistakes teach nothing about what to do after one (recovery data);
+# - when a shortcut explains the labels, a small model takes it (counterfactual recipes).
 #
 # The caution that goes with every row: the same CookingWorld examples in other orders moved test
 # success more than most single changes did (the data-order row), so a smaller difference needs
-# several seeds to settle. That is also why batching by length stays off: much faster, but every
-# grouped run ended below the random-order runs.
-#
-# **The worked lines.** Trained on the move alone, the same model completed or blocked a line in
-# about half of the positions that called for it, even on its training prompts. More MCTS games,
-# other board layouts, other schedules or tactical positions shown three times as often did not
-# fix it.
+# several seeds to settle.
 #
 # Back to {doc}`/notebooks/04_supervised_finetuning`.
 
@@ -289,19 +279,15 @@ display(sft_changes.style.hide(axis="index").set_properties(**{"text-align": "le
 
 # %% [markdown]
 # > **Chapter 5's claim:** REINFORCE with a baseline per state raises tic-tac-toe draws against
-# > minimax to .85 or more from chapter 4's start. **The record:** every tuning run reached it; of
-# > the held-out starts, run once the recipe was fixed, {glue:text}`reinforce_heldout_reached` of
-# > {glue:text}`reinforce_heldout_cells` did, and one collapsed. The larger held-out test, fixed in
+# > minimax to .85 or more from chapter 4's start. **The record:** every run of the tuning grid
+# > reached it, and {glue:text}`guard_level_without` of the {glue:text}`guard_starts` later tuning
+# > starts of the guard table (without the guard); of the held-out starts, run once the recipe was
+# > fixed, {glue:text}`reinforce_heldout_reached` of {glue:text}`reinforce_heldout_cells` did, and
+# > one collapsed. The larger held-out test, fixed in
 # > advance, is not yet run: the claim over seeds is partly supported.
 #
-# Chapter 5 trains REINFORCE with a baseline per state (the book's default), on GuessTheNumber and
-# on tic-tac-toe. Its recorded runs come from `benchmarks/rl_numerics_grid.py`; the account is
-# `benchmarks/results/rl_numerics_grid.md`.
-#
-# **GuessTheNumber, the two baselines.** The same recipe once with ReBN (the batch-mean baseline of
-# GEM, a library of text games with RL recipes) and once with the baseline per
-# state, from the same SFT checkpoint each time. The summary first, then each run's greedy
-# success:
+# **GuessTheNumber, the two baselines.** The same recipe with ReBN (the batch-mean baseline) and
+# with the baseline per state, from the same SFT checkpoint each time (`rl_numerics_grid.py`):
 
 # %% tags=["remove-input"]
 from tutorial_lib.presets import rl_settings
@@ -324,10 +310,8 @@ else:
     print("no recorded GuessTheNumber run at this preset")
 
 # %% [markdown]
-# These runs cannot separate the two baselines: a start that already wins every game leaves no room,
-# and where there was room the two ended within noise of each other. The push
-# of ReBN off a confident policy's best opening is shown in chapter 5 only on a tabular toy, with
-# one seed.
+# These runs cannot separate the two baselines: a start that already wins every game leaves no
+# room, and where there was room the two ended within noise of each other.
 #
 # **Tic-tac-toe, the training opponent.** Three training opponents were run with the chapter's
 # earlier, shorter recipe (60 iterations at a constant rate) from the same SFT checkpoints
@@ -342,8 +326,8 @@ display(tictactoe_opponents("ttt-reinforce", preset))
 # already wins, and against minimax alone it never sees a won game. A row with few runs says little.
 #
 # **Tic-tac-toe, the chapter's recipe over the tuning runs.** Every recorded run with exactly the
-# settings chapter 5 trains with, over SFT data orders and RL seeds, thread counts, kernel sets and
-# perturbed starts. The summary first (each run judged against its own start), then each run:
+# settings chapter 5 trains with, over SFT data orders and RL seeds, thread counts, perturbed
+# starts and, where recorded, kernel sets. The summary first (each run judged against its own start), then each run:
 
 # %% tags=["remove-input"]
 LEVEL = 0.85  # the draws against minimax the recipe was chosen to reach in every tuning run
@@ -392,11 +376,10 @@ else:
         display(captioned(tidy(frame), "Runs made both ways from the same start"))
 
 # %% [markdown]
-# (Iteration {glue:text}`ttt_half` is half the run: where the earlier recipe of that length stopped.)
-# The gain arrives at different times in different runs, so a run of half the length ends
-# wherever it happened to be. At a constant rate the policy keeps moving, down as well as up,
-# and where the run stops decides part of its verdict. Lowering the rate at the end limits how far
-# the last iterations move a run, either way: it can stop a late fall, or cut a late climb short.
+# (Iteration {glue:text}`ttt_half` is half the run.) The gain arrives at different times in
+# different runs; at a constant rate the policy keeps moving, down as well as up, so where the run
+# stops decides part of its verdict. Lowering the rate at the end limits how far the last
+# iterations move a run, either way.
 #
 # **Held-out starts.** The recipe was then run from starts nobody tuned on: chapter 4's tic-tac-toe
 # checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed under seeds the grid had
@@ -411,21 +394,16 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 
 # %% [markdown]
 # {glue:text}`reinforce_heldout_reached` of {glue:text}`reinforce_heldout_cells` held-out starts
-# reached the level. The start perturbed with seed 12 collapsed (its `metrics.csv`): the sampled
-# return climbed to about .3 by iteration 40, then fell below zero while the invalid rate, the
-# entropy and the gradient norm rose, and the decay of the last 30 iterations froze it there. The
-# start perturbed with seed 13 failed later and less: its return fell from about .35 at iteration 81
-# to zero at iteration 91, where the decay begins, so the lowered rate kept it there. Which
-# guard holds such runs (validation checkpoints, a KL penalty to the SFT policy, a smaller rate,
-# early stopping) is measured on tuning runs only; a larger set of held-out starts, fixed in advance
-# (`benchmarks/results/heldout_protocol.md`), will judge the guarded recipe.
+# reached the level. Seed 12's start collapsed: its sampled return climbed to about .3 by iteration
+# 40, then fell below zero while the invalid rate, the entropy and the gradient norm rose. Guards
+# are measured on tuning starts only; a larger set of held-out starts, fixed in advance
+# (`heldout_protocol.md`), will judge the guarded recipe.
 #
 # **A guard, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
 # against the training opponents every 10 iterations, the start included) keeps the weights that
-# scored best instead of the last ones; training itself is unchanged. What sets these starts apart
-# from the held-out ones above is the checkpoint, not the seed: these perturb this machine's
-# build, the held-out ones another build on another CPU. Since the protocol was written, perturbation
-# seeds 1-99 count as tuning seeds and only 9001-9018 as verdict seeds. Each perturbed tuning start below ran the recipe
+# scored best instead of the last ones; training itself is unchanged. These starts perturb this
+# machine's build, the held-out ones above another build on another CPU: the checkpoint, not the
+# seed, tells them apart. Each start below ran the recipe
 # twice, without the guard and with it (`tictactoe_rl_guards.jsonl`), and was judged on the same
 # 200 games against each opponent:
 
@@ -582,16 +560,10 @@ if ppo_earlier_grid:
 # > after the tables (what rose beyond noise in every seed). The
 # > share of tied groups is measured in the chapter's run only; the record does not keep it.
 #
-# Chapter 7 compares REINFORCE, PPO and GRPO on math from chapter 4's checkpoint under one budget
-# of sampled tokens, and trains GRPO on single tic-tac-toe moves. `benchmarks/math_rl_seeds.py`
-# repeats the math comparison from three SFT data orders, each with its own RL seed, and records
-# greedy accuracy on 200 training problems and 400 new ones. Its PPO is chapter 7's variant (a token
-# budget and a constant learning rate), not chapter 6's recipe, so its ends differ from chapter
-# 6's section above. REINFORCE's runs predate the baseline per state and used ReBN. Seed 0 is the chapter's recipe and seed, but its start can differ from
-# the built chapter's by a few problems: the record kept its own SFT checkpoint, while every build
-# trains chapter 4's again, with the current library on the build's CPU ({ref}`numerics-threads-timings`
-# says why a CPU matters). Each column is one seed: the first row its start, the rows below each
-# algorithm's end from it, so compare within a column:
+# `benchmarks/math_rl_seeds.py` repeats the math comparison from three SFT data orders, with
+# greedy accuracy on 200 training problems and 400 new ones. Its PPO is chapter 7's variant (a
+# token budget, a constant learning rate), and its REINFORCE used ReBN. Each column is one seed:
+# the first row its start, the rows below each algorithm's end from it:
 
 # %% tags=["remove-input"]
 from tutorial_lib.evaluation.evaluate import MATH_NEW_PROBLEMS, MATH_TRAINING_PROBLEMS
@@ -688,12 +660,9 @@ if grpo_ttt_seeds:
 # > measured, against the noise of its games. **The record:** none; the chapter measures all it
 # > reports while it runs, from one training run, so its sizes are one policy's.
 #
-# The *evaluation gap* is the difference between success in training-time episodes (sampled, on
-# training games) and in evaluation (greedy, on test games). The {ref}`chapter 4 section
-# <appendix-ch4>` holds single runs of two data changes that could narrow the gap (twice the games
-# for half the epochs; episodes rewritten with permuted verbs), and shows that the order of the
-# examples alone moves test success as much: neither remedy is settled. The chapter's time at the
-# `small` preset is in `benchmarks/results/small_preset_chapters_cpu.md`.
+# The {ref}`chapter 4 section <appendix-ch4>` holds single runs of two data changes tried on test
+# success: more games lowered it, episodes rewritten with permuted verbs raised it; the order of
+# the examples alone moves it as much, so neither is settled.
 #
 # Back to {doc}`/notebooks/08_evaluation_gap`.
 
@@ -707,14 +676,11 @@ if grpo_ttt_seeds:
 # > not all, and made it worse at tic-tac-toe. **The record:** the tables below; the recipe shown
 # > was chosen on the same test games it is judged on, so its count is optimistic.
 #
-# `benchmarks/pretrained_rl.py` trains SmolLM2-135M-Instruct with LoRA, SFT then REINFORCE, on a
-# CPU, one line per run in `benchmarks/results/pretrained_rl_cpu.jsonl`, judged by greedy play on 200 test games before and after RL. One
-# row per recipe: the SFT start (the GuessTheNumber ranges its data drew from), the learning rate,
-# the sampling temperature, the games an iteration, what the recipe adds, the iterations, the CPU
-# (the same seed trains another start on another CPU) and the seeds run.
-#
-# Chapter 9 shows the GuessTheNumber recipe with the most seeds better and none worse, among those
-# with at least three seeds, more seeds breaking a tie; the `chapter 9` column marks it.
+# `benchmarks/pretrained_rl.py` trains SmolLM2 with LoRA, SFT then REINFORCE, on a CPU, judged by
+# greedy play on 200 test games before and after RL. One row per recipe; "games" are per iteration,
+# and the same seed trains another start on another CPU. The `chapter 9` column marks the recipe
+# the chapter shows: of those with three seeds or more and none worse, the one with most better,
+# more seeds breaking a tie.
 
 # %% tags=["remove-input"]
 from tutorial_lib.records import PRETRAINED_RL_CPU_RECORD, cpu_label, latest_runs, pretrained_rl_recipe
@@ -805,56 +771,21 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 # changes it during a run: torch's own count (one thread per core), or `TUTORIAL_THREADS=<n>`.
 # Every chapter's first line prints it.
 #
-# ### A busy machine: threads that spin
+# ### A busy machine
 #
 # PyTorch's CPU threads wait for each other at the end of every parallel operation, and by default
-# they *spin* (keep their core busy checking) before they sleep. When another program holds one of
-# the cores, the thread that should finish the work has lost its core, and its siblings spin.
-# `benchmarks/threads.py` measured one training step of the tiny model (batch 16 x 160 tokens,
-# forward, backward, AdamW) on the book's 2-core machine, beside a neighbour process with 0, 1 or 2
-# busy threads.
-# `OMP_WAIT_POLICY=PASSIVE` makes waiting threads sleep at once; `GOMP_SPINCOUNT` shortens the
-# spin. Each entry is a step's time as a multiple of the fastest idle setting, in two runs (the
-# shorter spin was tried in the second run only):
-
-# %% tags=["remove-input"]
-spinning = table_under("threads_cpu.md", "Torch threads on a busy 2-core machine")
-spinning = spinning.replace("", "not run").rename(columns={"neighbour threads": "neighbour's busy threads",
-                                                           "wait": "wait policy"})
-display(spinning.set_index("neighbour's busy threads").rename(columns=lambda column: column.replace(": x ", ": × ")))
-
-
-def step_times(neighbours: str, threads: str) -> str:
-    """Both runs' multiples for torch's default wait policy, as a range: ``"2.80-3.76"``."""
-    row = spinning[(spinning["neighbour's busy threads"] == neighbours) & (spinning["wait policy"] == "default")
-                   & (spinning["torch threads"] == threads)].iloc[0]
-    values = sorted(float(row[column]) for column in ("run 1: x idle best", "run 2: x idle best"))
-    return f"{values[0]:.2f}-{values[1]:.2f}"
-
-
-glue("spin_one_thread_alone", step_times("0", "1"))
-glue("spin_two_threads_busy", step_times("1", "2"))
-glue("spin_one_thread_busy", step_times("1", "1"))
-
-# %% [markdown]
-# Alone, two threads are the fastest (the default and a shorter spin, within a few percent of each
-# other), and one thread takes {glue:text}`spin_one_thread_alone` times as long. Beside one busy
-# thread, the default two threads take {glue:text}`spin_two_threads_busy` times the idle best, worse
-# than one thread ({glue:text}`spin_one_thread_busy`). So on a busy machine `TUTORIAL_THREADS=1` is
-# both the reproducible choice and the faster one under torch's default wait policy (with two
-# busy neighbours, two threads with `OMP_WAIT_POLICY=PASSIVE` were faster still). `TUTORIAL_THREADS=adapt` trades reproducibility
-# for speed: the long loops give torch the cores other processes leave free
-# (`runtime.cpu_threads.fit_threads`).
+# they *spin* before they sleep; when another program holds one of the two cores, the spinning
+# costs more than the second thread gains. Measured by `benchmarks/threads.py`
+# (`benchmarks/results/threads_cpu.md`), one thread was the faster choice beside a busy neighbour
+# under torch's default wait policy, so on a busy machine `TUTORIAL_THREADS=1` is both the
+# reproducible choice and the faster one. `TUTORIAL_THREADS=adapt` trades reproducibility for
+# speed (`runtime.cpu_threads.fit_threads`).
 #
 # ### How the book is built, and how long it takes
 #
-# `make book` executes the chapters itself, two at a time (`BOOK_JOBS=1 make book` for one), each
-# kernel with `cores // 2` torch threads: one on the 2-core build machine, which is why the built
-# chapters print `threads=1`. Chapters 5 to 8 start once chapter 4 has written their checkpoints.
-# Long training runs in parts, one notebook cell each, within the build's time limit for a cell
-# (`execute.timeout` in `_config.yml`).
-# Each chapter's seconds in the latest recorded build from a fresh clone
-# (`benchmarks/results/book_times_cpu.md`; every `make book` writes such a table):
+# `make book` executes the chapters two at a time, each with `cores // 2` torch threads (one on
+# the 2-core build machine); chapters 5 to 8 start once chapter 4 has written their checkpoints.
+# Each chapter's seconds in the latest recorded build from a fresh clone (`book_times_cpu.md`):
 
 # %% tags=["remove-input"]
 heading, latest = [(h, t) for h, t in markdown_tables("book_times_cpu.md") if h.startswith("Fresh clone of")][-1]
