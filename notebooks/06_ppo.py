@@ -85,11 +85,12 @@ from tutorial_lib.report import count_phrase, grid_paths, level_counts
 before, after = {}, {}  # greedy results of every workload, before and after PPO
 
 
-def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
-    """Chapter 4's policy for ``game`` evaluated under each of ``evaluations`` (name -> game options),
-    trained with the preset's PPO, evaluated again. A long run goes in parts, ``stage=(i, n)``, one
-    cell each: the first part evaluates before training, the last after, and each part resumes from
-    the previous one's checkpoint."""
+def ppo_before_and_after(game, evaluations, columns, stage=(1, 1), episodes=None):
+    """Chapter 4's policy for ``game`` evaluated under each of ``evaluations`` (name -> game options)
+    on ``episodes`` greedy games (the preset's number if ``None``), trained with the preset's PPO,
+    evaluated again. A long run goes in parts, ``stage=(i, n)``, one cell each: the first part
+    evaluates before training, the last after, and each part resumes from the previous one's
+    checkpoint."""
     policy = sft_policy(game, preset)
     settings = rl_settings(game, preset, "ppo")
     if stage[0] == 1:
@@ -98,7 +99,7 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
               f"GAE λ = {settings.gae_lambda:g}, {settings.ppo_epochs} epochs of minibatches of "
               f"{settings.minibatch_turns} turns, KL penalty β = {settings.kl_coef:g}")
         for name, options in evaluations.items():
-            before[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
+            before[name] = evaluate_policy(game, policy, preset=preset, env_options=options, episodes=episodes)
     run = train(PPO, policy, game, settings, out_dir=runs_dir / f"ppo-{game}", progress=False, stage=stage)
     last = run.history[-1]
     print(f"part {stage[0]} of {stage[1]}: {last['step']} of {settings.iterations} iterations done; "
@@ -106,7 +107,7 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1)):
     if not run.finished:  # a part that is not the last: its checkpoint is the next part's start
         return run, None
     for name, options in evaluations.items():
-        after[name] = evaluate_policy(game, policy, preset=preset, env_options=options)
+        after[name] = evaluate_policy(game, policy, preset=preset, env_options=options, episodes=episodes)
     table = pd.DataFrame({(name, when): results[name] for name in evaluations
                           for when, results in (("SFT", before), ("SFT + PPO", after))}).T[columns]
     return run, tidy(table)
@@ -447,20 +448,25 @@ fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_varian
 # that finishing sooner is worth a little more. Rewards are the game's score increments (they sum to
 # 1 for a finished recipe), and an episode cut by the step limit is bootstrapped as above. Unlike
 # math, the run keeps a frozen copy of the SFT policy and subtracts from each turn's reward β times $\log\pi_\text{old} - \log\pi_\text{SFT}$ summed over the
-# turn's action tokens: a penalty on drifting from what the policy imitated. Before and after, on
-# the training games' fold and on held-out test games (the run goes in two parts, one cell each):
+# turn's action tokens: a penalty on drifting from what the policy imitated. Before and after,
+# {glue:text}`cw_games:d` greedy games of the training fold and as many held-out test games (the
+# run goes in two parts, one cell each):
 
 # %%
 cw_evaluations = {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")}
+# at ci this run checks the machinery (below), so fewer games than the preset's 100 a fold; a
+# greedy CookingWorld game costs more than the whole run's update on it
+CW_GAMES = 50 if preset.name == "ci" else None
 cw_columns = ["success_rate", "mean_score", "mean_steps", "invalid_rate"]
-cw_run, _ = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns, stage=(1, 2))
+cw_run, _ = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns, stage=(1, 2), episodes=CW_GAMES)
 
 # %%
-cw_run, table = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns, stage=(2, 2))
+cw_run, table = ppo_before_and_after("cookingworld", cw_evaluations, cw_columns, stage=(2, 2), episodes=CW_GAMES)
 table
 
 # %% tags=["hide-input"]
 glue("cw_episodes", float(statistics.fmean(row["episodes"] for row in cw_run.history)), display=False)
+glue("cw_games", int(before["cookingworld test"]["episodes"]), display=False)
 for fold in ("train", "test"):
     glue_change(f"cw_{fold}", compare_summaries("success", before[f"cookingworld {fold}"],
                                                 after[f"cookingworld {fold}"], "success_rate"))

@@ -218,3 +218,22 @@ def test_counterfactual_recipes_rewrite_whole_episodes_consistently():
         "Directions:\nchop the pork chop\nroast the pork chop\nValid actions: cook pork chop in oven | slice pork chop")
     with pytest.raises(ValueError, match="permutation"):
         rewrite_recipe(text, {"slice": "dice"}, IDENTITY_COOK)
+
+
+def test_selfplay_records_are_played_once_and_read_back_as_played(tmp_path, monkeypatch):
+    """Chapters 3 and 4 ask for the same MCTS games: the second call reads what the first played,
+    and the examples built from the records read back are the examples of the records played."""
+    from tutorial_lib import pipeline
+
+    monkeypatch.setenv("TUTORIAL_CACHE", str(tmp_path))
+    config = SelfPlayConfig(episodes=3, simulations=20, seed=5)
+    played = pipeline.selfplay_records(config)
+    calls = []
+    monkeypatch.setattr(pipeline, "mcts_selfplay", lambda *a, **k: calls.append(a) or [])
+    again = pipeline.selfplay_records(config)
+    assert calls == [], "the cached games were played again"
+    assert again == played
+    assert tictactoe_examples(augment_with_symmetries(again)) == tictactoe_examples(augment_with_symmetries(played))
+    other = pipeline.selfplay_records(SelfPlayConfig(episodes=3, simulations=20, seed=6))
+    assert calls, "another config must be played, not read from the first one's file"
+    assert other == []

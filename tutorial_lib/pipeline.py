@@ -58,11 +58,24 @@ def selfplay_configs(preset: Preset) -> list[SelfPlayConfig]:
     return configs
 
 
+def selfplay_records(config: SelfPlayConfig, *, progress: bool = False) -> list[dict[str, Any]]:
+    """The records of :func:`~tutorial_lib.data.expert_data.mcts_selfplay` for ``config``, from the
+    cache or played now and cached. Chapter 3 shows the games chapter 4 trains on, and a build runs
+    both: the games are played once (seeded, so either chapter would play the same ones). Each
+    record keeps the seconds its move took when it was played."""
+    path = cache_root() / "selfplay" / f"{_key(asdict(config))}.jsonl"
+    if path.exists():
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    records = mcts_selfplay(config, progress=progress)
+    durable.write_text(path, "".join(json.dumps(record) + "\n" for record in records))  # whole, or not at all
+    return records
+
+
 def make_expert_data(game: str, preset: Preset, *, progress: bool = False) -> list[dict[str, Any]]:
     """Expert examples for ``game`` at ``preset``'s scale (CookingWorld: train fold only)."""
     settings = preset.game(game)
     if game == "tictactoe":
-        records = [r for config in selfplay_configs(preset) for r in mcts_selfplay(config, progress=progress)]
+        records = [r for config in selfplay_configs(preset) for r in selfplay_records(config, progress=progress)]
         # every position under the 8 symmetries of the board (chapter 3)
         return tictactoe_examples(augment_with_symmetries(records), worked_lines=settings.worked_lines)
     options = dict(settings.env_options)
