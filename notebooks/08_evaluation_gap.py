@@ -69,8 +69,8 @@ from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.evaluation.generalisation_gap import (
     averaged_over_orders,
+    averaged_term_noise,
     gap_decomposition,
-    gap_terms,
     gold_lengths,
 )
 from tutorial_lib.evaluation.parity import log_ratios, prompt_parity, ratio_row, retokenised, why_different
@@ -124,7 +124,10 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 # %% [markdown]
 # So with {glue:text}`n:d` games a condition, this chapter can see a change of about
 # {glue:text}`bar_half:.2f` or more between two rates near one half; a smaller one needs more games
-# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it).
+# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it). Where both rates are played on
+# the same games (the same seeds before and after a change), they are not independent, and a
+# paired test would give a narrower bar; the book keeps the unpaired one, which errs on the side of
+# "within noise".
 #
 # A language-model policy writes its action one token at a time; *decoding* turns the model's
 # probabilities for the next token into text.
@@ -190,7 +193,11 @@ def both(first, second):
 # $$ \Delta_\text{games} = \tfrac12\big[(S_\text{sampled, test} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{greedy, train})\big], $$
 #
 # and the two add up to $S_\text{greedy, test} - S_\text{sampled, train}$, evaluation minus the
-# training-time curve (the library's `gap_decomposition` computes them).
+# training-time curve (the library's `gap_decomposition` computes them). Each row of the tables
+# counts success (the meal cooked and eaten), the mean score (the share of the recipe's points
+# earned, 1 for a win), the share of actions the game rejected (*invalid actions*: each costs a
+# turn, and a policy that learnt to recover from them, as chapter 3's recovery data teaches, may
+# still write many), and the share of episodes cut at the step limit.
 
 # %%
 policy = sft_policy("cookingworld", preset, seed=0)  # seed: sampled runs are reproducible
@@ -260,10 +267,9 @@ policy.seed = first_seed
 # gap_decomposition gives each change's cost (before minus after); negated, each is a change (after minus before)
 per_draw = -pd.DataFrame({draw: averaged_over_orders(gap_decomposition(*rates, *greedy_rates))
                           for draw, rates in sampled_rates.items()}).T.rename_axis("sampling draw")
-# two standard errors of each term: the rates it compares, n games each, averaged over draws and orders
-term_noise = averaged_over_orders({term: statistics.fmean(rate_noise(*gap_terms(*rates, *greedy_rates)[term], n)
-                                                          for rates in sampled_rates.values())
-                                   for term in gap_terms(*sampled_rates[0], *greedy_rates)})
+# two standard errors of a term as averaged here, over both orders and the draws (the same for both
+# terms: each is half a sum over the four corners, n games each)
+term_noise = dict.fromkeys(("games", "decoding"), averaged_term_noise(list(sampled_rates.values()), greedy_rates, n))
 tidy(per_draw.rename(columns={"games": "change of success: games", "decoding": "change of success: decoding"}))
 
 # %% tags=["remove-input"]
@@ -271,11 +277,8 @@ for change in ("games", "decoding"):
     costs = per_draw[change]
     glue(f"{change}_change", costs.mean(), display=False)
     glue(f"{change}_noise", term_noise[change], display=False)
-    one_sign = all(c > 0 for c in costs) or all(c < 0 for c in costs)
-    glue(f"{change}_size", ("beyond" if abs(costs.mean()) > term_noise[change] and one_sign else "within"),
-         display=False)
-sizes = ["beyond" if abs(per_draw[c].mean()) > term_noise[c] and (all(per_draw[c] > 0) or all(per_draw[c] < 0))
-         else "within" for c in ("games", "decoding")]
+    glue(f"{change}_size", "beyond" if abs(costs.mean()) > term_noise[change] else "within", display=False)
+sizes = ["beyond" if abs(per_draw[c].mean()) > term_noise[c] else "within" for c in ("games", "decoding")]
 glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the first {sizes[0]} noise, the second "
      f"{sizes[1]} it", display=False)
 
@@ -284,8 +287,9 @@ glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the 
 # average ({glue:text}`games_size` its two standard errors of {glue:text}`games_noise:.3f`), the
 # change of decoding by {glue:text}`decoding_change:+.3f` ({glue:text}`decoding_size`
 # {glue:text}`decoding_noise:.3f`).
-# A term counts as beyond noise here only if it has one sign in every draw and its mean exceeds
-# its bar. Sections a and b take the two terms apart.
+# The bar is a term's own: each term is half a sum over the four corners, averaged over the draws,
+# so it is narrower than the bar of one difference of two rates
+# (`generalisation_gap.averaged_term_noise` derives it). Sections a and b take the two terms apart.
 #
 # ## a. Which games: seen, unseen of the same fold, held out
 #
@@ -332,7 +336,7 @@ elif whole_gap.verdict == "worse":
                "did not: that is fold shift, what the test fold asks that the training fold did not show.")
 else:
     reading = ("No set of new games went worse than the training games beyond noise in success: by that measure "
-               "this run shows no memorisation.")
+               "this run shows no memorisation larger than its two standard errors.")
 reading += (" Plan length does not explain any difference: the sets' gold paths are of about the same mean length."
             if lengths_alike else " The sets' gold paths differ in mean length by "
             f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, which could move "
@@ -343,9 +347,7 @@ glue("folds_reading", reading, display=False)
 # Each pair of sets is meant to differ in one thing. Training games against unseen train-fold games
 # differ in whether the policy saw the game: a drop there, shared by the test games, is
 # **memorisation** of particular games. Unseen train-fold games against test games differ in the
-# fold: a drop there is **fold shift**. But two sets of {glue:text}`n:d` games can also
-# differ by chance in what they ask, so a drop that only one set of new games shows is not a
-# finding about the policy's memory.
+# fold: a drop there is **fold shift**.
 #
 # In this run the policy won {glue:text}`seen:.3f` of its training games, {glue:text}`unseen:.3f`
 # of the unseen train-fold games and {glue:text}`test:.3f` of the test games. From training games
@@ -356,8 +358,7 @@ glue("folds_reading", reading, display=False)
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
 # steps. {glue:text}`folds_reading`
 #
-# Memorisation calls for more varied games of the same kind, fold shift for data covering what the
-# test fold varies; either way, report the held-out fold's number.
+# Whichever the cause, the number to report is success on the held-out fold.
 #
 # ## b. Sampled against greedy
 #
@@ -435,8 +436,8 @@ glue("decoding_reading",
 # window of past observations (chapter 2). Suppose an evaluation script builds its own prompt, as
 # the TextWorld tutorial did, with a window of recent observations and neither past actions nor
 # recipe; or keeps our layout and adds a window of two recent turns. `PromptSpec` describes a
-# layout, and `LanguagePolicy(prompt_spec=...)` plays with it. The fifth prompt of a test game's
-# gold path under the tutorial's layout, and each layout's length:
+# layout, and `LanguagePolicy(prompt_spec=...)` plays with it. A whole prompt from early in a test
+# game's gold path, under the tutorial's layout, then the same prompt's length in each layout:
 
 # %%
 tutorial_style = replace(prompt_spec("cookingworld"), history_window=3, action_history=0, remember_prefix=None)
@@ -449,8 +450,7 @@ layouts = {
 gold_game = run_episodes("cookingworld", ExpertPolicy(), [0], env_options={**world, "fold": "test"})[0]
 prompts = {name: layout.prompt_for("cookingworld", gold_game.task, gold_game.turns[:5])
            for name, layout in layouts.items()}
-shown_prompt = prompts["tutorial style (window of 3, no past actions, no recipe)"][:700]
-print(wrapped(shown_prompt, 88), "...\n")
+print(wrapped(prompts["tutorial style (window of 3, no past actions, no recipe)"], 88), "\n")
 for name, text in prompts.items():
     print(f"{name}: {len(tokenizer(text)['input_ids'])} tokens")
 
@@ -489,8 +489,10 @@ glue("m", m, display=False)
 # {glue:text}`tutorial_success:+.3f` ({glue:text}`tutorial_success_size`
 # {glue:text}`tutorial_success_noise:.3f`). The invalid-action rate, over every action played,
 # changed by {glue:text}`window_invalid:+.3f` and {glue:text}`tutorial_invalid:+.3f` (no verdict:
-# the actions of one game are not independent draws). A rise means the model no longer writes
-# commands the game accepts once the prompt is not the one it learnt.
+# the actions of one game are not independent draws). A rise is one way a prompt the model never
+# learnt shows; a layout can also fail without one, by repeating accepted commands until the step
+# limit (the table's share cut at the limit). The tutorial's layout changes three things at once
+# (a window, no past actions, no recipe), so its change cannot be put on any one of them.
 #
 # The fix is structural: data, training and evaluation build prompts with one function and one spec
 # (`tutorial_lib.lm.prompts`), and a *parity check* replays a few training games along their gold
@@ -556,7 +558,7 @@ glue("differ_rejected",
      "" if not differing else
      f"The game rejected {'all' if rejected == len(differing) else rejected} of the {len(differing)} differing turns: "
      "in this run a re-spelled action is a malformed command (the turns printed below), which a trainer "
-     "still scores and pushes down." if rejected else
+     "still scores, under ids the sampler never drew." if rejected else
      f"The game accepted all {len(differing)} differing turns.")
 glue("token_stand_in",
      f"The row 'tokens differ' holds this run's {differ_count['sampled (T=1)']} differing sampled turns."
@@ -574,7 +576,7 @@ glue("token_stand_in",
 # tokenised again, are printed above the table. In the tokenizer's spelling of a token, `Ġ` stands
 # for a space and `Ċ` for a newline, so `Ġwest` is " west":
 
-# %%
+# %% tags=["hide-input"]
 sampled_turns = [s for s, _ in turn_samples["sampled (T=1)"]]
 differ = [s for s in sampled_turns if s.action_ids != retokenised(s, tokenizer)]
 agree = [s for s in sampled_turns if s.action_ids == retokenised(s, tokenizer)][:200]
@@ -717,13 +719,15 @@ glue("long_limit", long_limit, display=False)
 # %% [markdown]
 # ## Summary: which differences are real in this run
 #
-# Every success-rate comparison of the chapter, each judged against two standard errors of its
-# own games (section d counts turns and examples rather than games, so it is not in the table):
+# One success-rate comparison for each change of sections a, b, c and e, each judged against two
+# standard errors of its own games, counted in the games column (section d counts turns and
+# examples rather than games, so it is not in the table):
 
 # %% tags=["hide-input"]
-def effect(section, comparison, words, change):
-    """One row of the summary: ``comparison`` labels the table, ``words`` says it in a sentence."""
-    return {"section": section, "comparison": comparison, "words": words, "success before": change.before,
+def effect(section, comparison, words, change, games=n):
+    """One row of the summary: ``comparison`` labels the table, ``words`` says it in a sentence,
+    ``games`` is how many games each of its two rates counts."""
+    return {"section": section, "comparison": comparison, "words": words, "games": games, "success before": change.before,
             "success after": change.after, "change": change.difference, "two standard errors": change.noise,
             "verdict": {"noise": "within noise", "better": "higher, beyond noise",
                         "worse": "lower, beyond noise"}[change.verdict]}
@@ -742,7 +746,7 @@ effects = pd.DataFrame([
     effect("b. decoding", "sampled → greedy, test games", "greedy decoding on the test games",
            decoding_changes["test games"]),
     *[effect("c. prompt layout", f"the data's layout → {name.split(' (')[0].replace('data layout + ', '')}",
-             layout_words[name], change) for name, change in layout_changes.items()],
+             layout_words[name], change, games=m) for name, change in layout_changes.items()],
     *[effect("e. step limit", f"{who}: {long_limit} → {short_limit} steps",
              f"a {short_limit}-step limit for {limit_words[who]}", change) for who, change in limit_changes.items()],
 ])
@@ -811,9 +815,8 @@ glue("limit_answer",
      "of a lag.", display=False)
 
 # %% [markdown]
-# Each panel is one section; each bar one condition (in panel e the expert plays the tutorial's
-# world, the SFT policy this preset's). A whisker is two standard errors of that
-# bar's own rate, not of a difference; the table judges the differences. Of the chapter's
+# Each panel is one section, each bar one condition; a whisker is two standard errors of that
+# bar's own rate, not of a difference. Of the chapter's
 # {glue:text}`effect_count:d` comparisons, {glue:text}`real_count:d` exceed two standard errors in
 # this run: {glue:text}`real_effects`.
 #
@@ -825,9 +828,9 @@ glue("limit_answer",
 #   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`): prices for this policy in this
 #   world, not for the tutorial's model in its own.
 # - {glue:text}`limit_answer`
-# - A prompt laid out unlike the data's lowers whichever curve reads it (section c). It would
-#   explain a lag only if the tutorial's evaluation built its prompts unlike its training, which
-#   this run does not test.
+# - A prompt laid out unlike the data's can lower whichever curve reads it (the summary table says
+#   which layouts did so beyond noise here); this run does not test whether the tutorial's
+#   evaluation built its prompts unlike its training.
 #
 # What to take away:
 #

@@ -455,7 +455,8 @@ plt.show()
 
 # %% [markdown]
 # Each row is a seed: the dot is greedy success before RL, the arrow's head after, its colour the
-# verdict. The faint bar around the head spans two standard errors of the change either side: where
+# verdict. A seed sets the order of the SFT data as well as RL's sampling, so each row starts from
+# its own SFT checkpoint: that is why the starts differ. The faint bar around the head spans two standard errors of the change either side: where
 # the dot lies inside it, the change is within noise.
 
 # %% tags=["remove-input"]

@@ -23,7 +23,7 @@
 # process's number is its *rank*) and connects them. This chapter shows what changes in the book's
 # own REINFORCE and PPO loops for that, and what must not change: the update N processes take must
 # be the update one process would take on all of their turns. The terms new here (all-reduce, DDP,
-# micro-batch, rank, TRL) are also in the {doc}`glossary </book/glossary>`.
+# micro-batch, rank) are also in the {doc}`glossary </book/glossary>`.
 #
 # **You will learn**
 # - what each process does in one iteration, and which numbers must be computed over the *global*
@@ -51,13 +51,14 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from tutorial_lib.presets import describe, get_preset
+from tutorial_lib.pipeline import sft_policy
+from tutorial_lib.presets import describe, get_preset, rl_settings
 from tutorial_lib.records import recorded_runs
 from tutorial_lib.report import glue, say, show_source, tidy
 from tutorial_lib.rl.advantages import rebn
-from tutorial_lib.rl.reinforce import Reinforce
-from tutorial_lib.rl.rl_loop import Run
-from tutorial_lib.rl.whole_batch import whole_batch
+from tutorial_lib.rl.reinforce import turn_advantages
+from tutorial_lib.rl.rollout import collect
+from tutorial_lib.rl.whole_batch import own_rows, whole_batch
 from tutorial_lib.runtime import distributed
 
 preset = get_preset()
@@ -73,7 +74,7 @@ print(f"{describe(preset)}  processes={distributed.num_processes()}")
 # |---|---|---|
 # | start | builds the same model, value head and optimiser from the run's seed | nothing: they start equal |
 # | collect | plays its share of `turns_per_iteration` from its own seeds (with s the iteration's first seed, process r plays seeds s + r, s + r + N, ...) | - |
-# | statistics | - | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns: return batch normalisation, chapter 5's baseline, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
+# | statistics | - | gathers every process's episodes: advantages are computed over all of them (ReBN's mean and scale of the returns: return batch normalisation, chapter 5's batch-mean baseline, PPO's whitening of the advantages to mean 0 and standard deviation 1), and the logged metrics are the whole batch's |
 # | loss | scores its own turns; divides their loss by the **global** number of action tokens | the token count is summed |
 # | gradient | backward over its micro-batches (pieces of its turns small enough for memory, whose gradients add up) | gradients summed over the processes (an *all-reduce*: every process ends with the sum) |
 # | optimiser step | clips the gradient norm and steps: the same gradient in every process, so the same weights | a non-finite loss in one process skips the step in all |
@@ -86,12 +87,34 @@ print(f"{describe(preset)}  processes={distributed.num_processes()}")
 # order of all the iteration's turns and sends it to the others; each process computes the part of
 # each minibatch it holds. A minibatch is then the same set of turns it would be in one process.
 #
-# The collection step, as {class}`~tutorial_lib.rl.rl_loop.Run` does it. In one process
-# `distributed.launched()` is false, and every helper of `tutorial_lib.runtime.distributed` then
-# returns what a lone process would compute: `share(n)` is `n`, `gather(items)` is `items`.
+# The collection step, written out. In one process `distributed.launched()` is false, and every
+# helper of `tutorial_lib.runtime.distributed` then returns what a lone process would compute:
+# `share(n)` is `n`, `gather(items)` is `items`. So the same function runs here, in this one
+# process, and under `accelerate launch` on N. The share is a minimum, as in chapter 5's loop: a
+# process stops starting games once it has played its share of turns, and the games then in play
+# finish, so a batch holds more turns than `turns_per_iteration`: up to the rest of every game in
+# flight (here 8 at a time), which matters most in a batch this small:
 
 # %%
-show_source(Run.collect)
+def collect_my_share(policy, game, first_seed, turns_per_iteration, env_options, num_envs=8):
+    """One iteration's collection: this process's turns, and every process's episodes."""
+    n, rank = distributed.num_processes(), distributed.process_index()
+    turns = distributed.share(turns_per_iteration)  # this process's part of the batch
+    seeds = range(first_seed + rank, first_seed + n * turns + rank, n)  # r, r + N, r + 2N...: disjoint
+    mine = collect(policy, game, seeds, env_options=env_options, num_envs=num_envs, turn_budget=turns)
+    return mine, whole_batch(mine)  # its own turns to train on; everyone's for the batch statistics
+
+
+# chapter 5's tic-tac-toe training games (half against random, half against minimax), from chapter 4's policy
+mine, everyone = collect_my_share(sft_policy("tictactoe", preset), "tictactoe", 100_000, turns_per_iteration=32,
+                                  env_options=rl_settings("tictactoe", preset).env_options)
+print(f"{distributed.num_processes()} process: {len(mine.turns)} turns of its own, "
+      f"{len(everyone.turns)} in the whole batch")
+
+# %% [markdown]
+# The library's {class}`~tutorial_lib.rl.rl_loop.Run` does the same in `Run.collect`, with the
+# bookkeeping a long run needs (a fixed training split cycled through, the next iteration's first
+# seed past every process's last).
 
 # %% [markdown]
 # ## Why the statistics must be global
@@ -111,18 +134,31 @@ global_advantages = [a[0] for a in rebn(returns)]
 local_advantages = [a[0] for part in (returns[:2], returns[2:]) for a in rebn(part)]
 display(pd.DataFrame({"return": [r[0] for r in returns], "process": [0, 0, 1, 1],
                       "advantage, global ReBN": global_advantages, "advantage, ReBN within each process": local_advantages})
-        .style.hide(axis="index"))
+        .style.hide(axis="index").format(precision=2))
 
 # %% [markdown]
 # Global ReBN gives the wins and the losses advantages of opposite signs; ReBN within each process
 # gives all four zero, so the update would learn nothing from a batch whose games were won and
 # lost. `whole_batch` gathers every process's episodes (they are small: token ids and rewards), so
-# that REINFORCE's `prepare` computes the same global advantages in every process, then keeps the
-# advantages of its own turns:
+# that every process computes the same global advantages, then keeps those of its own turns:
 
 # %%
 show_source(whole_batch)
-show_source(Reinforce.prepare)
+
+# %%
+def my_advantages(mine, everyone, gamma=1.0, normalise="rebn"):
+    """Advantages over the whole batch (global statistics), then this process's rows of them."""
+    advantages = turn_advantages(everyone, gamma, normalise)  # every process's turns, in rank order
+    return advantages[own_rows(len(mine.turns))]  # one process: all of them
+
+
+print(f"advantages of this process's {len(mine.turns)} turns, the first 12:",
+      [round(a, 2) for a in my_advantages(mine, everyone)[:12]])
+
+# %% [markdown]
+# The library's REINFORCE computes its advantages this way (`Reinforce.prepare`, in
+# `rl/reinforce.py`), after taking chapter 5's KL penalty from the rewards when the run has a
+# reference model.
 
 # %% [markdown]
 # ## Why each loss is divided by the global token count
@@ -157,6 +193,8 @@ global_count = sum(gradient(token_losses(rows).sum() / 16) for rows in shares)
 local_means = sum(gradient(token_losses(rows).mean()) for rows in shares) / len(shares)
 print(f"largest difference from the one-process gradient, global count: {float((global_count - one_process).abs().max()):.1e}")
 print(f"largest difference from the one-process gradient, each process's own mean: {float((local_means - one_process).abs().max()):.1e}")
+
+# %% tags=["remove-cell"]
 glue("global_count_gap", float((global_count - one_process).abs().max()), display=False)
 glue("local_mean_gap", float((local_means - one_process).abs().max()), display=False)
 
@@ -209,12 +247,13 @@ show_source(distributed.sum_gradients)
 #
 # What stays the same and what does not:
 # - `turns_per_iteration`, SFT's `batch_size` and GRPO's completions per step are **global**: N
-#   processes play, or train on, the same number as one, each a 1/N share. The recipe does not
+#   processes play, or train on, the same number as one (for turns, at least that many: games in
+#   flight finish), each a 1/N share. The recipe does not
 #   change when it scales out; only each process's share of the work shrinks.
 # - A run resumes only with the number of processes that wrote its checkpoint (each process's
 #   random generators are in it); started with another number, the command refuses and says why.
-# - With one process nothing changes: every helper returns what a lone process computes, so a run
-#   gives the same numbers, bit for bit, as one started without `accelerate launch`.
+# - With one process nothing changes: every helper returns what a lone process computes, so the
+#   loop runs the code a run started without `accelerate launch` runs.
 #
 # **Several machines** take accelerate's usual flags on each machine (`--num_machines 2
 # --machine_rank 0|1 --main_process_ip HOST --main_process_port PORT`); the library does nothing
@@ -322,8 +361,9 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 #
 # ```{admonition} An answer
 # :class: dropdown
-# Interleaved, the N processes together play seeds s, s + 1, s + 2, ...: the same games one process
-# plays, whatever N, so a run on two processes trains on the games a run on one process does. In
+# Interleaved, the N processes together play seeds s, s + 1, s + 2, ...: the same starting seeds
+# one process plays, whatever N (the sampled moves differ, each process drawing from its own random
+# stream), so a run on two processes trains on the games a run on one process starts. In
 # blocks, process r starts at s + r × `turns_per_iteration`: the processes together play other
 # games than one process would, so the games, and the result, depend on N. And the blocks must be
 # sized before play, while how many games an iteration uses depends on how long they last (the

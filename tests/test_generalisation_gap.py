@@ -10,6 +10,7 @@ from tutorial_lib.evaluation.episodes import run_episodes
 from tutorial_lib.evaluation.generalisation_gap import (
     Effect,
     averaged_over_orders,
+    averaged_term_noise,
     fold_finding,
     gap_decomposition,
     gap_terms,
@@ -19,7 +20,7 @@ from tutorial_lib.evaluation.generalisation_gap import (
     success_bars,
     summary_table,
 )
-from tutorial_lib.evaluation.stats import compare_rates
+from tutorial_lib.evaluation.stats import compare_rates, rate_noise
 from tutorial_lib.lm.policies import ExpertPolicy
 
 VERDICTS = ("better", "noise", "worse")
@@ -214,3 +215,25 @@ def test_gold_lengths_are_how_long_the_expert_plays_each_game(fold):
     expert = run_episodes("cookingworld", ExpertPolicy(), seeds, env_options={**world, "fold": fold}, batch_size=1)
     assert all(r.success for r in expert)  # the gold path wins, in exactly its own number of steps
     assert dict(zip(seeds, lengths)) == {r.seed: r.length for r in expert}
+
+
+def test_the_noise_of_an_averaged_term_is_what_repeated_games_show():
+    """Replay the chapter's design many times with known success probabilities: the spread of the
+    term averaged over orders and three sampling draws matches the bar's two standard errors, and
+    averaging the two orders' own bars would overstate it."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    games, draws, trials = 100, 3, 20_000
+    p_sampled, p_greedy = (0.39, 0.30), (0.27, 0.34)  # (training, test) success of each decoding
+    greedy = rng.binomial(games, p_greedy, size=(trials, 2)) / games
+    sampled = rng.binomial(games, p_sampled, size=(trials, draws, 2)) / games
+    # the decoding term, averaged over the orders and the draws: greedy minus sampled, both game sets
+    terms = ((greedy[:, None, :] - sampled).mean(axis=2)).mean(axis=1)
+    bar = averaged_term_noise([p_sampled] * draws, p_greedy, games)
+    assert 2 * terms.std() == pytest.approx(bar, rel=0.03)
+    orders_bar = sum(rate_noise(*pair, games) for pair in (
+        (p_sampled[0], p_greedy[0]), (p_sampled[1], p_greedy[1]))) / 2  # the old rule, one draw
+    assert orders_bar > 1.3 * averaged_term_noise([p_sampled], p_greedy, games)
+    with pytest.raises(ValueError, match="no sampling draws"):
+        averaged_term_noise([], p_greedy, games)

@@ -45,15 +45,17 @@ def test_verdicts(before, after, higher_is_better, verdict):
         assert ("rose" if after > before else "fell") in sentence and verdict in sentence
 
 
-def test_compare_summaries_counts_episodes_or_actions_from_the_summaries():
+def test_compare_summaries_counts_the_games_even_for_a_rate_per_action():
     before = {"episodes": 200, "mean_steps": 4.0, "loss_rate": 0.10, "invalid_rate": 0.02, "win_rate": 0.5}
     after = {"episodes": 200, "mean_steps": 5.0, "loss_rate": 0.02, "invalid_rate": 0.01, "win_rate": 0.5}
     loss = stats.compare_summaries("loss", before, after, "loss_rate")
     assert loss.verdict == "better"  # a loss rate that fell
     assert loss.noise == pytest.approx(stats.rate_noise(0.10, 0.02, 200))
     invalid = stats.compare_summaries("invalid", before, after, "invalid_rate")
-    # a rate per action: counted over the 800 and 1,000 moves played, not the 200 games
-    assert invalid.noise == pytest.approx(stats.rate_noise(0.02, 0.01, 800, 1000))
+    # a rate per action: still counted over the 200 games, the independent draws, not the 800 and
+    # 1,000 moves played (which would give a narrower, overconfident bar)
+    assert invalid.noise == pytest.approx(stats.rate_noise(0.02, 0.01, 200, 200))
+    assert invalid.noise > stats.rate_noise(0.02, 0.01, 800, 1000)
     assert stats.compare_summaries("win", before, after, "win_rate").verdict == "noise"
 
 

@@ -261,7 +261,11 @@ def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: in
         line[("draws vs minimax", "SFT start")] = pair["no guard"]["before_minimax_draw_rate"]
         line[("losses to random", "SFT start")] = pair["no guard"]["before_random_loss_rate"]
         line[("validation kept", "iteration")] = pair["validation"]["validation"]["best_iteration"]
-        table[f"perturbed (seed {seed})"] = line
+        # the machine that trained the SFT start: the same perturbation seed on another build's
+        # checkpoint is another start (the held-out table's starts came from other builds)
+        first = pair["no guard"]
+        build = f"{first['cpu']} ({first['cpu_capability']}) build, " if first.get("cpu") and first.get("cpu_capability") else ""
+        table[f"{build}perturbed (seed {seed})"] = line
     frame = pd.DataFrame(table).T
     if len(frame):
         frame = frame[[(m, g) for m in ("draws vs minimax", "losses to random") for g in ("SFT start", "no guard", "validation")]

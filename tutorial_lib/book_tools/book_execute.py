@@ -57,7 +57,8 @@ CHAPTER_NEEDS: dict[str, tuple[str, ...]] = {
     # chapter 9 loads chapter 4's GuessTheNumber checkpoint through sft_policy, which trains it under
     # the checkpoint's lock if chapter 4 has not yet (pipeline.sft_policy)
     "09_pretrained_model": (),
-    # chapter 10 reads a recorded benchmark and computes on toy tensors: it needs nothing
+    # chapter 10 reads a recorded benchmark, computes on toy tensors and collects a few turns with
+    # chapter 4's tic-tac-toe checkpoint (CHAPTER_CHECKPOINTS): no other chapter's results
     "10_scaling_out": (),
     # the appendix reads records under benchmarks/results: it needs no chapter
     "11_how_the_book_knows": (),
@@ -71,6 +72,7 @@ CHAPTER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
     "06_ppo": ("tictactoe", "math"),
     "07_grpo_and_comparison": ("math", "tictactoe"),
     "08_evaluation_gap": ("cookingworld",),
+    "10_scaling_out": ("tictactoe",),
 }
 
 #: chapter -> games whose checkpoints it loads only in its last cells. It may start once this build

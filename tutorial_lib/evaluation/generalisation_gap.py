@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tutorial_lib import envs
-from tutorial_lib.evaluation.stats import Change
+from tutorial_lib.evaluation.stats import Change, rate_variance
 
 #: the two changes between training-time collection and evaluation
 CHANGES = ("games", "decoding")
@@ -57,6 +57,26 @@ def averaged_over_orders(terms: Mapping[str, float]) -> dict[str, float]:
     favoured by being made first; the averaged terms still add up to the whole gap."""
     return {change: (terms[term_name(change, "games")] + terms[term_name(change, "decoding")]) / 2
             for change in CHANGES}
+
+
+def averaged_term_noise(sampled_rates: Sequence[tuple[float, float]], greedy_rates: tuple[float, float],
+                        episodes: int) -> float:
+    """Two standard errors of a change's term averaged over the two orders (:func:`averaged_over_orders`)
+    and over the sampling draws. ``sampled_rates`` holds each draw's (training, test) success under
+    sampling, ``greedy_rates`` greedy play's (training, test), which no draw changes; every rate is
+    over ``episodes`` independent games.
+
+    Either term, averaged over the orders, is half the sum of four differences' worth of corners:
+    each of the four corners enters once with weight 1/2, so its variance is a quarter of theirs,
+    summed. The greedy corners are the same in every draw; the sampled ones are averaged over the
+    D draws, which divides their variance by D. (Averaging the two orders' own noise bars instead
+    would count each corner twice over: a bar about 1.4 times too wide.)"""
+    if not sampled_rates:
+        raise ValueError("no sampling draws")
+    draws = len(sampled_rates)
+    sampled = sum(rate_variance(rate, episodes) for pair in sampled_rates for rate in pair) / draws ** 2
+    greedy = sum(rate_variance(rate, episodes) for rate in greedy_rates)
+    return 2 * (0.25 * (sampled + greedy)) ** 0.5
 
 
 def sign_across_draws(costs: Sequence[float]) -> str:

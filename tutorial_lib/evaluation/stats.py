@@ -29,11 +29,16 @@ def rate_noise(before: float, after: float, episodes: int, episodes_after: int |
         raise ValueError("episodes must be at least 1")
     n1, n2 = episodes, episodes_after or episodes
 
-    def variance(rate: float, n: int) -> float:
-        rate = min(max(rate, 0.5 / n), 1 - 0.5 / n)
-        return rate * (1 - rate) / n
+    return 2 * math.sqrt(rate_variance(before, n1) + rate_variance(after, n2))
 
-    return 2 * math.sqrt(variance(before, n1) + variance(after, n2))
+
+def rate_variance(rate: float, episodes: int) -> float:
+    """The variance of a rate over ``episodes`` independent episodes, p(1 - p)/n, with a rate of 0
+    or 1 counted half an episode from the edge (as :func:`rate_noise` counts it)."""
+    if episodes < 1:
+        raise ValueError("episodes must be at least 1")
+    rate = min(max(rate, 0.5 / episodes), 1 - 0.5 / episodes)
+    return rate * (1 - rate) / episodes
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ class Change:
 def compare_rates(name: str, before: float, after: float, episodes: int, episodes_after: int | None = None,
                   higher_is_better: bool = True) -> Change:
     """A rate before and after, measured over ``episodes`` games (``episodes_after`` for the second,
-    if different). For a rate per action (the invalid-action rate) pass the number of actions."""
+    if different). For a rate per action (the invalid-action rate) pass the number of games too
+    (:func:`compare_summaries` says why)."""
     return Change(name, float(before), float(after), rate_noise(before, after, episodes, episodes_after),
                   higher_is_better)
 
@@ -78,12 +84,15 @@ LOWER_IS_BETTER = frozenset({"loss_rate", "invalid_rate", "truncated_rate"})
 
 
 def compare_summaries(name: str, before: dict, after: dict, key: str) -> Change:
-    """``key`` of two :func:`~tutorial_lib.evaluation.evaluate.summarize` results. The counts behind the noise
-    come from the summaries themselves: episodes, or the actions played for the per-action
-    invalid rate."""
+    """``key`` of two :func:`~tutorial_lib.evaluation.evaluate.summarize` results, with the noise of
+    the summaries' episodes. For the invalid-action rate, a rate per action, the episodes are still
+    the count: the actions of one game are not independent draws (a policy that writes one illegal
+    move in a position tends to write more in that game), so counting them as independent would
+    narrow the noise below what reruns show. Counting games instead is the conservative choice: the
+    variance of a game's share of invalid actions is at most p(1 - p)."""
 
     def count(summary: dict) -> int:
-        return max(1, round(summary["episodes"] * (summary["mean_steps"] if key == "invalid_rate" else 1)))
+        return max(1, round(summary["episodes"]))
 
     return compare_rates(name, before[key], after[key], count(before), count(after),
                          higher_is_better=key not in LOWER_IS_BETTER)
