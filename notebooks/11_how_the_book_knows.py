@@ -412,7 +412,8 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 # scored best instead of the last ones; training itself is unchanged. These starts perturb this
 # machine's build, the held-out ones above another build on another CPU: the checkpoint, not the
 # seed, tells them apart. Each start below ran the recipe
-# twice, without the guard and with it (`tictactoe_rl_guards.jsonl`), and was judged on the same
+# twice, without the guard and with it (`tictactoe_rl_guards.jsonl`; the time below leaves out
+# the pair run beside other work), and was judged on the same
 # 200 games against each opponent:
 
 # %% tags=["remove-input"]

@@ -466,15 +466,18 @@ def test_guard_cells_pair_each_start_with_and_without_validation(monkeypatch, tm
 
     lines = [line(12, False, 0.335, 0.225), line(12, True, 0.86, 0.02, kept=40),
              line(13, False, 0.91, 0.01), line(13, True, 0.91, 0.01, kept=120),
-             line(14, False, 0.9, 0.0)]  # 14 waits for its guarded run: not in the table
+             line(14, False, 0.9, 0.0),  # 14 waits for its guarded run: not in the table
+             {**line(15, False, 0.9, 0.0), "rl_seconds": 500.0, "shared_cpu": True},  # timed beside other work:
+             {**line(15, True, 0.9, 0.0, kept=120), "shared_cpu": True}]  # in the table, not in the time ratio
     for row in lines[:2]:  # a start that names its build: the label says which machine trained it
         row.update(cpu="AMD EPYC", cpu_capability="AVX2")
     (tmp_path / records.TICTACTOE_GUARDS_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
     monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
     frame, counts = report.guard_cells()
-    assert list(frame.index) == ["AMD EPYC (AVX2) build, perturbed (seed 12)", "perturbed (seed 13)"]
+    assert list(frame.index) == ["AMD EPYC (AVX2) build, perturbed (seed 12)", "perturbed (seed 13)",
+                                 "perturbed (seed 15)"]
     assert frame.loc["AMD EPYC (AVX2) build, perturbed (seed 12)", ("validation kept", "iteration")] == 40
-    assert counts == {"no guard": 1, "validation": 2, "no guard, worse losses": 1, "validation, worse losses": 0,
+    assert counts == {"no guard": 2, "validation": 3, "no guard, worse losses": 1, "validation, worse losses": 0,
                       "time ratio": 1.1}
 
 

@@ -235,7 +235,8 @@ def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: in
     draws against minimax and losses to random after each run, and the iteration validation kept.
     Returns ``(frame, summary)``: the starts at or above ``level`` without and with the guard, the
     starts whose losses to random ended worse than their start's beyond noise, and ``"time ratio"``,
-    the guarded runs' seconds over the unguarded ones' (what validating costs)."""
+    the guarded runs' seconds over the unguarded ones' (what validating costs), over the pairs not timed
+    beside other work (a line with ``shared_cpu``)."""
     import pandas as pd
 
     rows = [row for row in recorded_runs(TICTACTOE_GUARDS_RECORD) if row["recipe"] == recipe]
@@ -257,7 +258,8 @@ def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: in
             line[("losses to random", guard)] = run["after_random_loss_rate"]
             counts[guard] += run["after_minimax_draw_rate"] >= level
             counts[f"{guard}, worse losses"] += worse
-            seconds[guard] += run.get("rl_seconds", 0.0)
+            if not any(pair[g].get("shared_cpu") for g in pair):  # a pair timed beside other work is no timing
+                seconds[guard] += run.get("rl_seconds", 0.0)
         line[("draws vs minimax", "SFT start")] = pair["no guard"]["before_minimax_draw_rate"]
         line[("losses to random", "SFT start")] = pair["no guard"]["before_random_loss_rate"]
         line[("validation kept", "iteration")] = pair["validation"]["validation"]["best_iteration"]
