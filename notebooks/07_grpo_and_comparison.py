@@ -331,7 +331,8 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # batch's mean, so a wrong answer to it still gets a negative advantage and moves the policy. GRPO
 # learns only from problems whose answers disagree.
 #
-# Over the recorded runs of this comparison, from three SFT data orders, the training accuracy rose
+# Over the recorded runs of this comparison, from three SFT data orders (chapter 4's SFT with its
+# examples shuffled under three seeds, each a different start), the training accuracy rose
 # beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
 # for PPO and {glue:text}`grpo_record_rose` for GRPO ({ref}`the appendix <appendix-ch7>` tables
 # them by seed; their REINFORCE used ReBN, the batch-mean baseline, not this run's per-state one).
@@ -513,7 +514,8 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 # the game: after GRPO, {glue:text}`ttt_illegal_games:.3f` of the games against minimax had at least
 # one, and under the training rule (an illegal move forfeits) each of them would have been lost. {glue:text}`ttt_invalid_reading`
 #
-# In training, the sampled share of optimal moves averaged {glue:text}`ttt_optimal_before:.3f` over
+# In training, the share of sampled moves that were optimal (worth as much as the position's best
+# move) averaged {glue:text}`ttt_optimal_before:.3f` over
 # the first half of the run and {glue:text}`ttt_optimal_after:.3f` over the second
 # ({glue:text}`ttt_optimal_verdict`), and the share of tied groups {glue:text}`ttt_zero_std_first:.3f`
 # and then {glue:text}`ttt_zero_std_second:.3f`. Over its

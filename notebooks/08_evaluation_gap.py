@@ -873,7 +873,8 @@ check_two_standard_errors(two_standard_errors)
 # %% [markdown]
 # ### Exercise 8.2: predict, then run: a shorter step limit
 #
-# Read the gold-path table of section e, then predict: if the SFT policy plays the same
+# Read the gold-path lengths of section e (the table's minimum and median, and the histogram),
+# then predict: if the SFT policy plays the same
 # {glue:text}`n:d` test games greedily with a step limit of 8 instead of the default, does its
 # success go `"up"`, `"down"` or stay the `"same"` (within two standard errors)? Set `prediction`
 # and run the cell (well under a minute at `ci`); the check decides from the two rates and their

@@ -207,12 +207,13 @@ glue("local_mean_gap", float((local_means - one_process).abs().max()), display=F
 #
 # The all-reduce itself is a few lines, through `accelerate`'s `reduce`. The library sums the
 # gradients itself, once per optimiser step after all the micro-batches, instead of wrapping the
-# model in DDP. Two things fit DDP badly here: DDP averages gradients, while the book's losses are
-# already divided by the global count and need a sum; and the policy is also scored with no
-# backward pass at all (PPO's old log-probabilities, the reference model). What the library gives
+# model in DDP. DDP's average could be turned into the sum by multiplying each loss by N; what
+# decides is the rest: the policy is also scored with no backward pass at all (PPO's old
+# log-probabilities, the reference model), and one all-reduce after the last micro-batch is all an
+# optimiser step needs. What the library gives
 # up is DDP's overlap of the all-reduce with the backward pass, which matters for a model whose
-# gradients are large next to its compute. The SFT and GRPO stages, which run in the trainers of TRL
-# (Hugging Face's library for fine-tuning language models with SFT and RL), do use DDP.
+# gradients are large next to its compute. The SFT and GRPO stages, which run in TRL's trainers
+# (chapters 4 and 7), do use DDP.
 
 # %%
 show_source(distributed.sum_gradients)
@@ -312,7 +313,8 @@ for algo in ("reinforce", "ppo"):
 # process with two threads would use, and torch's threads already split the larger matrix products.
 # What two processes can win there is the work threads do not split: Python, the games' own steps,
 # the many small operations of decoding a small model. What they lose is time spent synchronising.
-# An algorithm that synchronises often pays every time. PPO takes an optimiser step for every
+# A likely reason for a difference between the algorithms, which the benchmark does not time
+# apart: an algorithm that synchronises often pays every time. PPO takes an optimiser step for every
 # minibatch, several per iteration, and each step waits for a gradient all-reduce and for the
 # summed metrics; every epoch also gathers the token counts and broadcasts the minibatch order,
 # all on a model whose forward pass takes milliseconds. REINFORCE steps once per iteration and pays
