@@ -95,8 +95,7 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
       f"The TextWorld tutorial's world: {describe_world(TUTORIAL_WORLD)}.")
 
 # %% [markdown]
-# At the `ci` preset the world is smaller than the tutorial's (fewer rooms, one ingredient); the
-# `full` preset plays the tutorial's.
+# At `ci` the world is smaller than the tutorial's; `full` plays the tutorial's.
 #
 # ## When is a difference real?
 #
@@ -104,14 +103,12 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
 # games. A rate $\hat p$ over $n$ independent games has a standard error of
 # $\sqrt{\hat p(1-\hat p)/n}$: rerun the same policy on another $n$ games and the rate moves by about
 # that much. The difference of two independent rates has the variance of both added, and the book
-# calls a change real when it is larger than two standard errors of the difference (a comparison
-# within that bar is a result too, and several below end that way):
+# calls a change real when it is larger than two standard errors of the difference:
 #
 # $$ |\hat p_2 - \hat p_1| \;>\; 2\sqrt{\frac{\hat p_1(1-\hat p_1)}{n_1} + \frac{\hat p_2(1-\hat p_2)}{n_2}}. $$
 #
 # By hand, for rates of .80 and .40 over 100 games each: $2\sqrt{.80 \cdot .20/100 + .40 \cdot
-# .60/100} = 2\sqrt{.0040} \approx .126$. A drop of .40 is three times that; a drop of .10 would
-# not be told from luck of the games. One edge case: a rate of exactly 0 or 1 would have no spread
+# .60/100} = 2\sqrt{.0040} \approx .126$. One edge case: a rate of exactly 0 or 1 would have no spread
 # at all, so it counts as half a game from the edge ($0.5/n$ instead of 0). The library's
 # `rate_noise` computes the bar and `compare_rates` applies it (exercise 8.1 asks you to write the
 # first):
@@ -124,10 +121,8 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 # %% [markdown]
 # So with {glue:text}`n:d` games a condition, this chapter can see a change of about
 # {glue:text}`bar_half:.2f` or more between two rates near one half; a smaller one needs more games
-# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it). Where both rates are played on
-# the same games (the same seeds before and after a change), they are not independent, and a
-# paired test would give a narrower bar; the book keeps the unpaired one, which errs on the side of
-# "within noise".
+# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it). Two rates played on the same
+# seeds are paired, not independent; the unpaired bar errs towards "within noise".
 #
 # A language-model policy writes its action one token at a time; *decoding* turns the model's
 # probabilities for the next token into text.
@@ -184,10 +179,9 @@ def both(first, second):
 # | **sampled** (temperature 1) | the training-time curve | the games changed first |
 # | **greedy** | the decoding changed first | the evaluation curve |
 #
-# From the top-left corner to the bottom-right one there are two paths, through either of the
-# other corners; each path makes the two changes in another order, and the table below plays all
-# four corners. With $S$ the success of a corner, each change is the mean of the change measured along
-# each of the two paths,
+# The table below plays all four corners. Two paths lead from the top-left corner to the
+# bottom-right one, making the two changes in either order; with $S$ a corner's success, each change
+# is the mean over the two paths,
 #
 # $$ \Delta_\text{decoding} = \tfrac12\big[(S_\text{greedy, train} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{sampled, test})\big], $$
 # $$ \Delta_\text{games} = \tfrac12\big[(S_\text{sampled, test} - S_\text{sampled, train}) + (S_\text{greedy, test} - S_\text{greedy, train})\big], $$
@@ -195,9 +189,8 @@ def both(first, second):
 # and the two add up to $S_\text{greedy, test} - S_\text{sampled, train}$, evaluation minus the
 # training-time curve (the library's `gap_decomposition` computes them). Each row of the tables
 # counts success (the meal cooked and eaten), the mean score (the share of the recipe's points
-# earned, 1 for a win), the share of actions the game rejected (*invalid actions*: each costs a
-# turn, and a policy that learnt to recover from them, as chapter 3's recovery data teaches, may
-# still write many), and the share of episodes cut at the step limit.
+# earned, 1 for a win), the share of actions the game rejected (*invalid actions*, each costing a
+# turn) and the share of episodes cut at the step limit.
 
 # %%
 policy = sft_policy("cookingworld", preset, seed=0)  # seed: sampled runs are reproducible
@@ -344,7 +337,7 @@ reading += (" Plan length does not explain any difference: the sets' gold paths 
 glue("folds_reading", reading, display=False)
 
 # %% [markdown]
-# Each pair of sets is meant to differ in one thing. Training games against unseen train-fold games
+# Training games against unseen train-fold games
 # differ in whether the policy saw the game: a drop there, shared by the test games, is
 # **memorisation** of particular games. Unseen train-fold games against test games differ in the
 # fold: a drop there is **fold shift**.
@@ -825,8 +818,7 @@ glue("limit_answer",
 #
 # - {glue:text}`gap_answer`
 # - The games and the decoding moved success here by {glue:text}`games_change:+.3f` and
-#   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`): prices for this policy in this
-#   world, not for the tutorial's model in its own.
+#   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`), for this policy in this world.
 # - {glue:text}`limit_answer`
 # - A prompt laid out unlike the data's can lower whichever curve reads it (the summary table says
 #   which layouts did so beyond noise here); this run does not test whether the tutorial's
@@ -834,8 +826,7 @@ glue("limit_answer",
 #
 # What to take away:
 #
-# - Judge every difference of rates against two standard errors of its games, and measure on
-#   held-out games, with unseen games of the training fold beside them.
+# - Judge every difference of rates against two standard errors of its games.
 # - Report held-out success, decoded the way you will deploy; label training-time curves as sampled
 #   returns on training games.
 # - One prompt function for data, training and evaluation, with a parity check.

@@ -31,17 +31,13 @@
 # | {ref}`appendix-ch9` | SmolLM2 with REINFORCE over seeds, recipe by recipe |
 # | {ref}`numerics-threads-timings` | why a thread count or a CPU changes a result; build times |
 #
-# **Why seeds are not enough.** CPUs round float32 arithmetic differently, and a thread count
-# changes the order of a sum; over a few hundred optimiser steps such differences grow into another
-# policy. So the records vary thread counts and kernel sets as well as seeds.
-#
 # **Words the tables use** (more in the {doc}`glossary </book/glossary>`):
 #
 # | word | meaning |
 # |---|---|
 # | run | one training run kept in the record: its own SFT checkpoint, the RL recipe, then the chapter's greedy evaluation (for tic-tac-toe, 200 games against each opponent) |
 # | better, worse, within noise | a run's change from start to end is *better* if it exceeds two standard errors of the difference, $2\sqrt{p_1(1-p_1)/n + p_2(1-p_2)/n}$ for rates $p_1$ before and $p_2$ after over $n$ games or problems, in the good direction; *worse* if it does so in the other; *within noise* otherwise |
-# | kernel set | which of torch's CPU kernels run, chosen with the environment variable `ATEN_CPU_CAPABILITY` |
+# | kernel set | which of torch's CPU kernels run (the environment variable `ATEN_CPU_CAPABILITY`); the records vary it, with thread counts and seeds, because CPUs round float32 differently |
 # | kernels `auto` | the variable unset: torch picks the fastest kernels the CPU has |
 # | kernels `avx2` | the variable set to `avx2`: the AVX2 kernels, which round like a CPU without AVX-512 |
 # | kernels `scalar` | the variable set to `default`, torch's name for its unvectorised kernels |
@@ -681,10 +677,8 @@ if grpo_ttt_seeds:
 # samples) rests on one SFT checkpoint, and the sampled ones on three draws of the sampler, so
 # another build's policy may land elsewhere.
 #
-# The {ref}`chapter 4 section <appendix-ch4>` holds single runs of two data changes tried on test
-# success: 1,000 games for 5 epochs instead of 500 for 10 moved it from .23 to .20, and episodes
-# rewritten with permuted verbs raised it; the order of the examples alone moves it as much, so
-# neither is settled. They matter here because chapter 8 measures the policy this recipe trains.
+# The {ref}`chapter 4 section <appendix-ch4>` holds single runs of the data changes behind this
+# policy's recipe; the order of the examples alone moves test success as much as they did.
 #
 # Back to {doc}`/notebooks/08_evaluation_gap`.
 
@@ -787,9 +781,9 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 #
 # | change | why the bytes change |
 # |---|---|
-# | the thread count | two threads add a matrix product's partial sums in another order, and float32 addition is not associative (on an Intel Xeon five training steps differed between one thread and two; on the book's AMD EPYC they did not, but over a whole RL run they can: chapter 5's runs with one and two threads end apart) |
+# | the thread count | two threads add a matrix product's partial sums in another order, and float32 addition is not associative: over a whole RL run, chapter 5's runs with one and two threads end apart |
 # | the CPU | each CPU family runs torch's vectorised kernels with its own instructions (AVX2, AVX-512, AMX), which round differently |
-# | the kernel set | a cheap way to see "another CPU" on your own, though only a lesser one: `avx2` on a CPU without AVX-512 is what torch runs anyway, while `scalar` rounds differently on any CPU |
+# | the kernel set | a cheap stand-in for another CPU: `scalar` rounds differently on any CPU |
 #
 # So the library fixes torch's thread count once, when `tutorial_lib` is imported, and never
 # changes it during a run: torch's own count (one thread per core), or `TUTORIAL_THREADS=<n>`.
@@ -797,11 +791,9 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 #
 # ### A busy machine
 #
-# PyTorch's CPU threads wait for each other at the end of every parallel operation, and by default
-# they *spin* before they sleep; when another program holds one of the two cores, the spinning
-# costs more than the second thread gains. Measured by `benchmarks/threads.py`
-# (`benchmarks/results/threads_cpu.md`), one thread was the faster choice beside a busy neighbour
-# under torch's default wait policy, so on a busy machine `TUTORIAL_THREADS=1` is both the
+# PyTorch's CPU threads *spin* while they wait for each other; when another program holds one of
+# the two cores, the spinning costs more than the second thread gains
+# (`benchmarks/results/threads_cpu.md`), so on a busy machine `TUTORIAL_THREADS=1` is both the
 # reproducible choice and the faster one. `TUTORIAL_THREADS=adapt` trades reproducibility for
 # speed (`runtime.cpu_threads.fit_threads`).
 #
