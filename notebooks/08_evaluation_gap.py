@@ -95,7 +95,8 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
       f"The TextWorld tutorial's world: {describe_world(TUTORIAL_WORLD)}.")
 
 # %% [markdown]
-# At `ci` the world is smaller than the tutorial's; `full` plays the tutorial's.
+# At the `ci` preset (the settings of a CPU build with the tiny model) the world is smaller than
+# the tutorial's; the `full` preset plays the tutorial's.
 #
 # ## When is a difference real?
 #
@@ -817,7 +818,7 @@ glue("limit_answer",
 # This run does not explain it:
 #
 # - {glue:text}`gap_answer`
-# - The games and the decoding moved success here by {glue:text}`games_change:+.3f` and
+# - The averaged terms of the 2x2 table, games and decoding, moved success here by {glue:text}`games_change:+.3f` and
 #   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`), for this policy in this world.
 # - {glue:text}`limit_answer`
 # - A prompt laid out unlike the data's can lower whichever curve reads it (the summary table says
