@@ -9,8 +9,9 @@ Runs ``python -m tutorial_lib rl`` three ways, one after the other, on the same 
 * 1 process, as many threads as cores (how a single run uses this machine);
 * N processes (the cores) x 1 thread, under ``accelerate launch`` with ``configs/accelerate/ddp.yaml``.
 
-Each run's ``metrics.csv`` gives, per iteration, the seconds spent sampling and training and the
-turns played by all processes together; the figure is turns per second over the iterations after
+Each run's ``metrics.csv`` gives, per iteration, the seconds spent sampling and training, the
+seconds the main process spent in collective calls (``sync_seconds``, the gradient all-reduce's
+part as ``grad_allreduce_seconds``), and the turns played by all processes together; the figure is turns per second over the iterations after
 the first (which pays for warm-up), and the ratios are taken in this run. On a GPU machine with
 several devices the N-process line is one process per GPU; a machine with one GPU cannot show
 scaling, and the script says so instead of printing a ratio.
@@ -44,9 +45,14 @@ def run(label: str, command: list[str], threads: int, out: Path) -> dict:
     seconds = sum(float(r["sample_seconds"]) + float(r["train_seconds"]) for r in timed)
     turns = sum(float(r["turns"]) for r in timed)
     sample = sum(float(r["sample_seconds"]) for r in timed)
+    # several processes: the main process's seconds in collective calls (waiting for the others
+    # included), and the gradient all-reduce's part of them; one process makes no such call
+    sync = sum(float(r.get("sync_seconds") or 0) for r in timed)
+    grads = sum(float(r.get("grad_allreduce_seconds") or 0) for r in timed)
     return {"label": label, "threads_per_process": threads, "wall_seconds": round(wall, 1),
             "iterations_timed": len(timed), "turns": int(turns), "turns_per_second": round(turns / seconds, 2),
-            "sample_share": round(sample / seconds, 3), "last_mean_return": float(rows[-1]["mean_return"])}
+            "sample_share": round(sample / seconds, 3), "sync_share": round(sync / seconds, 3),
+            "grad_allreduce_share": round(grads / seconds, 3), "last_mean_return": float(rows[-1]["mean_return"])}
 
 
 def main() -> None:

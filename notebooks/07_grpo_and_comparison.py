@@ -152,8 +152,8 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
 #
 # The tied groups are GRPO's failure mode. A group whose rewards all tie has zero spread, so zero advantage for
 # every answer, so no gradient: the problem was too hard, or too easy, for the policy *as it samples
-# now*. TRL logs the share of such groups as `frac_reward_zero_std`, the first number to read when
-# GRPO does not learn.
+# now*. This book calls the share of such groups the *tied share*; TRL logs it as
+# `frac_reward_zero_std`. It is the first number to read when GRPO does not learn.
 #
 # ## GRPO through TRL
 #
@@ -221,23 +221,25 @@ pd.DataFrame({
 # chapter's PPO is a variant of chapter 6's, not the same run.
 #
 # The REINFORCE baseline is chapter 5's *per-state* baseline: each answer's return minus the mean
-# return of the batch's answers to the same problem. "Passes over each batch" is
+# return of the batch's answers to the same problem, or the batch's mean where the problem was
+# answered once. Here every answer is its problem's only one: a batch of
+# {glue:text}`ppo_batch_answers:d` answers takes {glue:text}`ppo_batch_answers:d` consecutive
+# problems of the {glue:text}`train_problems:d` in the split, so on math the per-state baseline *is*
+# the batch mean (chapter 5's ReBN). "Passes over each batch" is
 # how many gradient epochs an algorithm runs on one batch of samples. The *KL penalty β* weighs a
 # penalty on how far the policy moves from the frozen SFT model; 0 means none.
 #
-# Every GRPO setting, for reference (collapsed); `scale_rewards` is the division by the group's
-# standard deviation, and the note column marks the settings that do not act here:
+# Every GRPO setting that acts in this run, for reference (collapsed); `scale_rewards` is the
+# division by the group's standard deviation. (`first_seed` and `save_steps` do not act here: this
+# comparison hands GRPO PPO's problems, and only the final model is saved.)
 
 # %% tags=["hide-output"]
 notes = {"steps": "an upper bound: the token budget ends the run first (the cost table's batches)",
-         "first_seed": "not used here: GRPO's own problems start at this seed, but this comparison "
-                       f"gives it PPO's problems ({training_split}) instead",
          "token_budget": "sampled answer tokens, shared by all three algorithms",
-         "microbatch_size": "each step's answers go through one forward and backward pass together",
-         "save_steps": "only the final model is saved"}
+         "microbatch_size": "not set: each step's answers go through one forward and backward pass together"}
 with pd.option_context("display.max_colwidth", None):
     values = {k: "not set" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
-              for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra")}
+              for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra", "first_seed", "save_steps")}
     display(pd.DataFrame({"value": values, "note": notes}).fillna(""))
 
 # %% [markdown]
@@ -283,6 +285,10 @@ glue("grpo_sampled_mean", float(sum(row["accuracy"] for row in grpo_history) / l
 glue("grpo_return_mean", float(sum(row["mean_return"] for row in grpo_history) / len(grpo_history)))
 glue("grpo_batch_answers", int(math_grpo.prompts_per_step * math_grpo.num_generations))
 glue("ppo_batch_answers", int(ppo_math.turns_per_iteration))
+glue("train_problems", int(ppo_math.train_seeds), display=False)
+# the tied groups, told apart by why their answers scored alike (logged by the reward function)
+for kind in ("tied_right", "tied_format_only", "tied_no_answer"):
+    glue(f"grpo_{kind}", float(statistics.fmean(row[kind] for row in grpo_history if kind in row)), display=False)
 # optimiser steps: one per batch for REINFORCE and for GRPO (one pass over each batch), and for PPO
 # a step per minibatch in each of its passes (a math episode is one turn, so a batch is its turns)
 ppo_minibatches = math.ceil(ppo_math.turns_per_iteration / ppo_math.minibatch_turns)
@@ -318,24 +324,24 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 #
 # **What GRPO did.** Its sampled accuracy averaged {glue:text}`grpo_sampled_before:.3f` over the
 # first half of its run and {glue:text}`grpo_sampled_after:.3f` over the second,
-# {glue:text}`grpo_sampled_verdict`. The reason to look at first is the share of groups whose
-# {glue:text}`grpo_group_size` answers all got the same reward: in this run a share of
-# {glue:text}`grpo_zero_std:.3f` over the whole run ({glue:text}`grpo_zero_std_first:.3f`
+# {glue:text}`grpo_sampled_verdict`. The reason to look at first is the *tied share*:
+# the share of groups whose {glue:text}`grpo_group_size` answers all got the same reward. In this
+# run it was {glue:text}`grpo_zero_std:.3f` over the whole run ({glue:text}`grpo_zero_std_first:.3f`
 # in the first half, {glue:text}`grpo_zero_std_second:.3f` in the second). Those groups have zero
 # spread, so every answer in them gets advantage 0 and gives no gradient: that share of GRPO's
-# sampled tokens taught nothing. With the policy right on a share of about
-# {glue:text}`grpo_sampled_mean:.3f` of its sampled answers, most tied groups are likely problems
-# it gets wrong every time. PPO compares an answer with the critic's prediction. REINFORCE compares
-# it with the mean return of the batch's answers to the same problem: where all of them tie, the
-# advantage is zero, as in GRPO, but a problem answered only once in the batch is compared with the
-# batch's mean, so a wrong answer to it still gets a negative advantage and moves the policy. GRPO
-# learns only from problems whose answers disagree.
+# sampled tokens taught nothing. Why they tied, as shares of all groups: every answer right
+# {glue:text}`grpo_tied_right:.3f`, every answer a wrong number in the `####` format
+# {glue:text}`grpo_tied_format_only:.3f`, no answer at all {glue:text}`grpo_tied_no_answer:.3f`.
+# PPO compares an answer with the critic's prediction, and REINFORCE here with the batch's mean
+# return (each answer is its problem's only one), so a wrong answer still gets a negative advantage
+# when the batch did better on average, and moves the policy. GRPO learns only from problems whose
+# answers disagree.
 #
 # Over the recorded runs of this comparison, from three SFT data orders (chapter 4's SFT with its
 # examples shuffled under three seeds, each a different start), the training accuracy rose
 # beyond noise in {glue:text}`reinforce_record_rose` for REINFORCE, {glue:text}`ppo_record_rose`
 # for PPO and {glue:text}`grpo_record_rose` for GRPO ({ref}`the appendix <appendix-ch7>` tables
-# them by seed; their REINFORCE used ReBN, the batch-mean baseline, not this run's per-state one).
+# them by seed; their REINFORCE used ReBN, which on math is the same baseline as this run's).
 #
 # The learning curves: sampled accuracy (a running mean over a tenth of each run) against the
 # tokens sampled so far, and against wall time:
@@ -386,7 +392,7 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #
 # Follow the running mean, not GRPO's faint per-step line. Read the three panels together:
 #
-# - **The zero-std share high, or rising**: more groups are tied and teach nothing, so the few that
+# - **The tied share high, or rising**: more groups are tied and teach nothing, so the few that
 #   still disagree carry every update. The usual remedies (not tried here): raise the group size
 #   or the temperature, or train on problems of the right difficulty (a curriculum).
 # - **Entropy falling fast**: the policy has sharpened onto some answers and samples less variety,
@@ -491,7 +497,7 @@ glue("ttt_summary",
      + f" The evaluation forgave illegal moves; {statistics.fmean(any(g.invalid) for g in ttt_after_games['minimax']):.3f} "
        "of the games against minimax had one, which the training rule would have forfeited.")
 glue_change("ttt_optimal", compare_halves(ttt_run.history, "optimal_rate", "optimal share"))
-ttt_zero = compare_halves(ttt_run.history, "frac_reward_zero_std", "zero-std share")
+ttt_zero = compare_halves(ttt_run.history, "frac_reward_zero_std", "tied share")
 glue("ttt_zero_std_first", float(ttt_zero.before), display=False)
 glue("ttt_zero_std_second", float(ttt_zero.after), display=False)
 grpo_ttt_records = recorded_runs("grpo_tictactoe_seeds.jsonl", preset)
@@ -517,7 +523,7 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 # In training, the share of sampled moves that were optimal (worth as much as the position's best
 # move) averaged {glue:text}`ttt_optimal_before:.3f` over
 # the first half of the run and {glue:text}`ttt_optimal_after:.3f` over the second
-# ({glue:text}`ttt_optimal_verdict`), and the share of tied groups {glue:text}`ttt_zero_std_first:.3f`
+# ({glue:text}`ttt_optimal_verdict`), and the tied share {glue:text}`ttt_zero_std_first:.3f`
 # and then {glue:text}`ttt_zero_std_second:.3f`. Over its
 # recorded runs from other SFT data orders, the draws rose beyond noise in
 # {glue:text}`ttt_record_rose` (seeds in {ref}`the appendix <appendix-ch7>`).
@@ -528,7 +534,7 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 
 # %% [markdown]
 # The mean return can fall while the optimal share holds, when the answers that are not optimal
-# move from a draw (0) to a losing or illegal move (−1). The zero-std share rises when the policy
+# move from a draw (0) to a losing or illegal move (−1). The tied share rises when the policy
 # gets more positions right, but also when more groups lose alike; the mean return says which.
 # These curves are sampled answers to a different handful of positions at each step; the greedy
 # games are the test.

@@ -74,7 +74,7 @@ from tutorial_lib.evaluation.generalisation_gap import (
     gold_lengths,
 )
 from tutorial_lib.evaluation.parity import log_ratios, prompt_parity, ratio_row, retokenised, why_different
-from tutorial_lib.evaluation.stats import compare_rates, rate_noise
+from tutorial_lib.evaluation.stats import compare_paired, compare_paired_records, compare_rates, rate_noise
 from tutorial_lib.exercises import check_prediction, check_two_standard_errors
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, LanguagePolicy
 from tutorial_lib.lm.prompts import prompt_spec, render_chat
@@ -122,8 +122,17 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 # %% [markdown]
 # So with {glue:text}`n:d` games a condition, this chapter can see a change of about
 # {glue:text}`bar_half:.2f` or more between two rates near one half; a smaller one needs more games
-# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it). Two rates played on the same
-# seeds are paired, not independent; the unpaired bar errs towards "within noise".
+# (the bar shrinks as $1/\sqrt{n}$: four times the games halve it).
+#
+# Two rates played on the *same* games (the same seeds, two conditions) are not independent, and
+# the book compares them game by game instead: with $d_i$ the difference of game $i$'s outcomes
+# (1 won, 0 not), the bar is two standard errors of the mean difference, $2\sqrt{\mathrm{var}(d)/n}$.
+# Games that both conditions win, or both lose, add nothing to it, so when the conditions tend to
+# win the same games this *paired* bar is narrower than the one above. By hand: if the second
+# condition wins the same 40 of 100 games as the first and 10 more, $d$ holds ten 1s and ninety 0s,
+# $\mathrm{var}(d) = .1 \cdot .9$, and the bar is $2\sqrt{.09/100} = .06$, where the unpaired bar
+# for .40 against .50 is .14. The library's `compare_paired` computes it; sections b, c and e,
+# which replay the same games, use it.
 #
 # A language-model policy writes its action one token at a time; *decoding* turns the model's
 # probabilities for the next token into text.
@@ -258,8 +267,8 @@ for draw in (1, 2):
     sampled_rates[draw] = (summarize(sampled(policy, trained_games, "train"))["success_rate"],
                            summarize(sampled(policy, range(n), "test"))["success_rate"])
 policy.seed = first_seed
-# gap_decomposition gives each change's cost (before minus after); negated, each is a change (after minus before)
-per_draw = -pd.DataFrame({draw: averaged_over_orders(gap_decomposition(*rates, *greedy_rates))
+# each change's term (after minus before) in either order, averaged over the two orders
+per_draw = pd.DataFrame({draw: averaged_over_orders(gap_decomposition(*rates, *greedy_rates))
                           for draw, rates in sampled_rates.items()}).T.rename_axis("sampling draw")
 # two standard errors of a term as averaged here, over both orders and the draws (the same for both
 # terms: each is half a sum over the four corners, n games each)
@@ -268,10 +277,10 @@ tidy(per_draw.rename(columns={"games": "change of success: games", "decoding": "
 
 # %% tags=["remove-input"]
 for change in ("games", "decoding"):
-    costs = per_draw[change]
-    glue(f"{change}_change", costs.mean(), display=False)
+    terms = per_draw[change]
+    glue(f"{change}_change", terms.mean(), display=False)
     glue(f"{change}_noise", term_noise[change], display=False)
-    glue(f"{change}_size", "beyond" if abs(costs.mean()) > term_noise[change] else "within", display=False)
+    glue(f"{change}_size", "beyond" if abs(terms.mean()) > term_noise[change] else "within", display=False)
 sizes = ["beyond" if abs(per_draw[c].mean()) > term_noise[c] else "within" for c in ("games", "decoding")]
 glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the first {sizes[0]} noise, the second "
      f"{sizes[1]} it", display=False)
@@ -336,6 +345,12 @@ reading += (" Plan length does not explain any difference: the sets' gold paths 
             f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, which could move "
             "success, since a shorter plan leaves more steps for detours.")
 glue("folds_reading", reading, display=False)
+# how the games that were not won ended: at the step limit, or earlier (a loss the game declared)
+cut = folds["truncated_rate"]
+for key, i in (("seen", 0), ("unseen", 1), ("test", 2)):
+    glue(f"{key}_cut", cut.iloc[i], display=False)
+    glue(f"{key}_invalid", folds["invalid_rate"].iloc[i], display=False)
+    glue(f"{key}_cut_of_lost", cut.iloc[i] / max(1 - F.iloc[i], 1 / n), display=False)
 
 # %% [markdown]
 # Training games against unseen train-fold games
@@ -351,6 +366,15 @@ glue("folds_reading", reading, display=False)
 # test games it {glue:text}`fold_words` noise ({glue:text}`fold_noise:.3f`). The gold paths average
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
 # steps. {glue:text}`folds_reading`
+#
+# The other columns say how the games that were not won ended. The share cut at the step limit was
+# {glue:text}`seen_cut:.3f`, {glue:text}`unseen_cut:.3f` and {glue:text}`test_cut:.3f` on the three
+# sets: of the games not won, {glue:text}`seen_cut_of_lost:.2f`, {glue:text}`unseen_cut_of_lost:.2f`
+# and {glue:text}`test_cut_of_lost:.2f` ran out of steps rather than ending in a loss. The share
+# of actions the game rejected was {glue:text}`seen_invalid:.3f`, {glue:text}`unseen_invalid:.3f`
+# and {glue:text}`test_invalid:.3f`. A game that runs out of steps amid rejected commands is one the
+# policy wandered in: it did not know what to do next there. Section b looks at one way of
+# wandering, a loop; section e at the limit itself.
 #
 # Whichever the cause, the number to report is success on the held-out fold.
 #
@@ -383,11 +407,13 @@ decoding = pd.DataFrame({
     for games in ["training games", "test games"]
 }).T
 # sampled -> greedy on each set of games: the change of success, and of episodes ending in a loop
-decoding_changes = {games: compare_rates("success", row["success, sampled (T=1)"], row["success, greedy"], n)
-                    for games, row in decoding.iterrows()}
-loop_changes = {games: compare_rates("loops", row["ended in a loop, sampled (T=1)"], row["ended in a loop, greedy"],
-                                     n, higher_is_better=False)
-                for games, row in decoding.iterrows()}
+# both decodings played the same games: compared game by game (paired)
+decoding_changes = {games: compare_paired_records("success", runs[f"sampled, {games}"], runs[f"greedy, {games}"])
+                    for games in decoding.index}
+by_seed = {name: sorted(records, key=lambda r: r.seed) for name, records in runs.items()}
+loop_changes = {games: compare_paired("loops", [looped(r) for r in by_seed[f"sampled, {games}"]],
+                                      [looped(r) for r in by_seed[f"greedy, {games}"]], higher_is_better=False)
+                for games in decoding.index}
 tidy(decoding)
 
 # %% tags=["remove-input"]
@@ -459,9 +485,8 @@ for name in list(layouts)[1:]:
     prompt_runs[name] = greedy(layouts[name], range(m), "test")
 prompt_table = table(prompt_runs)
 # each other layout against the data's: the change of success over the m games
-layout_changes = {name: compare_rates("success", prompt_table.loc["as in the data", "success_rate"],
-                                      prompt_table.loc[name, "success_rate"], m)
-                  for name in list(layouts)[1:]}
+layout_changes = {name: compare_paired_records("success", prompt_runs["as in the data"], prompt_runs[name])
+                  for name in list(layouts)[1:]}  # the same m games: compared game by game
 metrics_table(prompt_table)
 
 # %% tags=["remove-input"]
@@ -519,8 +544,11 @@ tidy(pd.DataFrame({"share of the data's prompts rebuilt token for token": parity
 # *text* and tokenises it again (*re-tokenisation*). Can the two differ? A string has one
 # canonical spelling in tokens, but the model, writing one token at a time, can write another
 # spelling of the same text; and an action cut at the 16-token limit gains, re-encoded, an
-# end-of-turn token the sampler never drew. The cell sorts every turn
-# of this chapter's runs by why its text, tokenised again, gives other ids, if it does:
+# end-of-turn token the sampler never drew. Two rarer reasons: the sampler wrote a *special token*
+# (one of the tokenizer's control tokens, such as the chat template's turn markers) inside the
+# action, which decoding to text drops, so no re-encoding can give it back; or its bytes do not make
+# valid UTF-8 text. The cell sorts every turn of this chapter's runs by why its text, tokenised
+# again, gives other ids, if it does:
 
 # %%
 def turns_of(names):
@@ -669,19 +697,20 @@ plt.show()
 # test games) in this preset's, under both limits:
 
 # %%
-limit_rows = {}
+limit_rows, limit_runs = {}, {}
 for name, limit in STEP_LIMITS.items():
     expert_run = run_episodes("cookingworld", ExpertPolicy(), range(n),
                               env_options={**TUTORIAL_WORLD, "fold": "test", "step_limit": limit}, batch_size=1)
     sft_run = runs["greedy, test games"] if name == "default" else greedy(policy, range(n), "test", step_limit=limit)
+    limit_runs[name] = {"expert, tutorial's world": expert_run, "SFT policy, this preset's world": sft_run}
     limit_rows[f"{limit} steps"] = {"expert, tutorial's world": summarize(expert_run)["success_rate"],
                                     "SFT policy, this preset's world": summarize(sft_run)["success_rate"],
                                     "SFT policy, cut at the limit": summarize(sft_run)["truncated_rate"]}
 limits_table = pd.DataFrame(limit_rows).T
 short_limit, long_limit = STEP_LIMITS["tutorial"], STEP_LIMITS["default"]
 # the long limit against the short, for the expert and for the SFT policy
-limit_changes = {who: compare_rates("success", limits_table.loc[f"{long_limit} steps", who],
-                                    limits_table.loc[f"{short_limit} steps", who], n)
+# the same games under both limits: compared game by game
+limit_changes = {who: compare_paired_records("success", limit_runs["default"][who], limit_runs["tutorial"][who])
                  for who in ["expert, tutorial's world", "SFT policy, this preset's world"]}
 limits_table.style.format("{:.3f}")
 

@@ -297,14 +297,20 @@ if scaling.empty:
 else:
     say(f"Measured on {' and '.join(scaling.cpu.unique())} (2 cores), {' or '.join(map(str, scaling.turns_per_iteration.unique()))} "
         "turns per iteration:")
-    table = scaling[["algo", "label", "turns_per_second", "ratio_to_one_thread", "ratio_to_best_single_process"]]
+    table = scaling[["algo", "label", "turns_per_second", "ratio_to_one_thread", "ratio_to_best_single_process",
+                     "sync_share", "grad_allreduce_share"]]
     table = table.assign(algo=table.algo.str.upper(), turns_per_second=table.turns_per_second.round().astype(int))
     display(tidy(table.rename(columns={"algo": "algorithm", "label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "× 1 thread",
-                                       "ratio_to_best_single_process": "× best single process"}), digits=2)
+                                       "ratio_to_best_single_process": "× best single process",
+                                       "sync_share": "share of time synchronising",
+                                       "grad_allreduce_share": "of it, gradient all-reduce"}), digits=2)
             .hide(axis="index"))
-    split = {algo: rows.ratio_to_best_single_process.iloc[-1] for algo, rows in scaling.groupby("algo")}
+    split = {algo: rows.iloc[-1] for algo, rows in scaling.groupby("algo")}  # the several-process line
 for algo in ("reinforce", "ppo"):
-    glue(f"split_{algo}", f"{split[algo]:.2f}" if algo in split else "(not recorded)", display=False)
+    line = split.get(algo)
+    glue(f"split_{algo}", f"{line.ratio_to_best_single_process:.2f}" if line is not None else "(not recorded)", display=False)
+    glue(f"sync_{algo}", f"{line.sync_share:.2f}" if line is not None else "(not recorded)", display=False)
+    glue(f"grads_{algo}", f"{line.grad_allreduce_share:.2f}" if line is not None else "(not recorded)", display=False)
 
 # %% [markdown]
 # In the record, two processes ran REINFORCE at {glue:text}`split_reinforce` times the turns per
@@ -312,13 +318,18 @@ for algo in ("reinforce", "ppo"):
 # A CPU is a poor place to look for scaling: two processes share the same two cores that one
 # process with two threads would use, and torch's threads already split the larger matrix products.
 # What two processes can win there is the work threads do not split: Python, the games' own steps,
-# the many small operations of decoding a small model. What they lose is time spent synchronising.
-# A likely reason for a difference between the algorithms, which the benchmark does not time
-# apart: an algorithm that synchronises often pays every time. PPO takes an optimiser step for every
-# minibatch, several per iteration, and each step waits for a gradient all-reduce and for the
-# summed metrics; every epoch also gathers the token counts and broadcasts the minibatch order,
-# all on a model whose forward pass takes milliseconds. REINFORCE steps once per iteration and pays
-# once. Whatever the ratios, they say how this machine splits the work, not how N GPUs would: each
+# the many small operations of decoding a small model. What they lose is time spent synchronising,
+# and the benchmark times it apart: the last two columns are the share of an iteration the main
+# process spent in collective calls (waiting for the other process to arrive included), and the
+# gradient all-reduce's part of that share. With two processes REINFORCE spent
+# {glue:text}`sync_reinforce` of its time synchronising ({glue:text}`grads_reinforce` in the
+# gradient all-reduce), PPO {glue:text}`sync_ppo` ({glue:text}`grads_ppo`). PPO takes an optimiser
+# step for every minibatch, several per iteration, and each step waits for a gradient all-reduce
+# and for the summed metrics; every epoch also gathers the token counts and broadcasts the
+# minibatch order, all on a model whose forward pass takes milliseconds. REINFORCE steps once per
+# iteration and pays once. The gradient all-reduce, the one call that moves much data, is a small
+# part of that time; the rest is small gathers and broadcasts (a few numbers a turn), whose time is
+# mostly the process that arrives first waiting for the other. Whatever the ratios, they say how this machine splits the work, not how N GPUs would: each
 # GPU brings its own compute, and the loop then scales until the all-reduce and the gathered
 # episodes cost as much as a process's share of the work. That needs a machine with several GPUs to
 # measure; a single GPU cannot show it.

@@ -13,6 +13,7 @@ Each launch starts 2 Python processes that import torch and transformers: ~10-20
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -133,6 +134,11 @@ def test_rl_on_two_processes_writes_one_set_of_outputs_and_resumes_exactly(polic
     keep = [i for i, key in enumerate(header) if "seconds" not in key and "per_second" not in key]
     assert [[r.split(",")[i] for i in keep] for r in rows[0]] == [[r.split(",")[i] for i in keep] for r in rows[1]]
     assert len(rows[0]) == 4  # a header and 3 iterations
+    # each iteration's seconds in collective calls: some, the gradient all-reduce part of them, and
+    # never more than the iteration took
+    for row in csv.DictReader(rows[0]):
+        sync, grads = float(row["sync_seconds"]), float(row["grad_allreduce_seconds"])
+        assert 0 < grads <= sync < float(row["sample_seconds"]) + float(row["train_seconds"])
 
     # one process cannot take over two processes' random streams
     code = cli(rl_command(stopped, policy_dir, 4, "--resume")[2:])
@@ -180,3 +186,11 @@ def test_grpo_on_two_processes_samples_one_global_batch_and_writes_one_model(pol
     assert [float(r.split(",")[episodes]) for r in rows[1:]] == [settings.completions_per_step] * 2
     assert (out / "model" / "model.safetensors").exists()
     assert json.loads((out / "rl_settings.json").read_text())["processes"] == 2
+
+
+def test_one_process_spends_no_time_in_collectives():
+    from tutorial_lib.runtime import distributed
+
+    distributed.take_sync_seconds()
+    assert distributed.gather([1, 2]) == [1, 2] and distributed.sum_over_processes(3.0) == 3.0
+    assert distributed.take_sync_seconds() == {"sync_seconds": 0.0, "grad_allreduce_seconds": 0.0}

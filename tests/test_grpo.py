@@ -18,6 +18,7 @@ from tutorial_lib.rl.grpo import (
     completion_text,
     math_prompt_dataset,
     math_reward,
+    tied_group_shares,
     train_grpo,
 )
 
@@ -27,7 +28,8 @@ LEVEL1 = {"source": "generated", "level": 1}
 #: a run small enough for a test: 4 steps of 2 problems x 8 answers of at most 16 tokens
 TINY_RUN = dict(steps=4, prompts_per_step=2, num_generations=8, max_completion_length=16, learning_rate=3e-3)
 HISTORY_KEYS = {"step", "mean_return", "accuracy", "format_accuracy", "success_rate", "invalid_rate", "action_tokens",
-                "entropy", "seconds", "sample_seconds", "train_seconds", "loss", "grad_norm", "frac_reward_zero_std"}
+                "entropy", "seconds", "sample_seconds", "train_seconds", "loss", "grad_norm", "frac_reward_zero_std",
+                "tied_right", "tied_format_only", "tied_no_answer"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -175,6 +177,26 @@ def test_reward_never_raises_on_garbage_completions_and_logs_accuracies():
         math_reward(["#### 1"], answer=[])
 
 
+def test_tied_groups_are_told_apart_by_why_their_answers_scored_alike():
+    # four groups of three answers to problems 7, 8, 9, 7 (problem 7 again later: a new group)
+    kinds = ["right"] * 3 + ["format_only"] * 3 + ["right", "no_answer", "no_answer"] + ["no_answer"] * 3
+    shares = tied_group_shares(kinds, [7] * 3 + [8] * 3 + [9] * 3 + [7] * 3)
+    assert shares == {"tied_right": 0.25, "tied_format_only": 0.25, "tied_no_answer": 0.25}
+    assert tied_group_shares(["right", "format_only"], [1, 2]) == {  # groups of one are tied, as in TRL
+        "tied_right": 0.5, "tied_format_only": 0.5, "tied_no_answer": 0.0}
+    with pytest.raises(ValueError, match="problem ids"):
+        tied_group_shares(["right"], [1, 2])
+
+
+def test_reward_logs_the_tied_shares_of_the_groups_it_scores():
+    logged = {}
+    texts = ["#### 3", "#### 3", "#### 4", "no idea", "#### 5", "#### 5", "nothing", "none"]
+    math_reward(texts, answer=["3", "3", "3", "3", "4", "4", "4", "4"], seed=[1, 1, 2, 2, 3, 3, 4, 4],
+                log_metric=logged.__setitem__)
+    assert logged["tied_right"] == 0.25 and logged["tied_format_only"] == 0.25
+    assert logged["tied_no_answer"] == 0.25  # group 2 (#### 4 and no answer) is not tied
+
+
 # -- the prompts are the policy's -------------------------------------------------------------------
 def test_dataset_rows_are_the_games_problems_for_their_seeds():
     dataset = math_prompt_dataset([7, 8], env_options={"source": "generated", "level": 2})
@@ -226,6 +248,9 @@ def test_train_grpo_changes_weights_logs_metrics_and_saves_a_playable_model(firs
         # reward scored wrong moves it by >= 0.1 / 16)
         assert row["mean_return"] == pytest.approx(row["accuracy"] + 0.1 * (row["format_accuracy"] - row["accuracy"]),
                                                    abs=1e-6)
+        # our reward groups answers by problem id; TRL groups them by position: the same groups
+        tied = row["tied_right"] + row["tied_format_only"] + row["tied_no_answer"]
+        assert tied == pytest.approx(row["frac_reward_zero_std"], abs=1e-6)
     assert any(row["frac_reward_zero_std"] < 1 for row in result.history)  # some group had a signal
     with (out / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))

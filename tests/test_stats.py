@@ -79,3 +79,39 @@ def test_compare_halves_judges_a_curve_against_its_own_batch_to_batch_spread():
     assert stats.compare_halves(steady_rise, "x", "loss", higher_is_better=False).verdict == "worse"
     with pytest.raises(ValueError, match="at least 4"):
         stats.compare_halves(steady_rise[:3], "x", "accuracy")
+
+
+def test_paired_comparison_sees_a_change_the_unpaired_bar_calls_noise():
+    # 100 games; the second condition wins the same 40 games as the first and 10 more
+    before = [1] * 40 + [0] * 60
+    after = [1] * 50 + [0] * 50
+    paired = stats.compare_paired("success", before, after)
+    # by hand: differences are ten 1s and ninety 0s, variance .1 x .9 = .09, bar 2 sqrt(.09 / 100) = .06
+    assert paired.noise == pytest.approx(0.06) and paired.difference == pytest.approx(0.1)
+    assert paired.verdict == "better"
+    unpaired = stats.compare_rates("success", 0.4, 0.5, 100)  # 2 sqrt(.24/100 + .25/100) = .14
+    assert unpaired.noise == pytest.approx(0.14) and unpaired.verdict == "noise"
+    # the same wins, lost on other games: the pairing no longer helps
+    swapped = stats.compare_paired("success", before, [0] * 40 + [1] * 50 + [0] * 10)
+    assert swapped.noise > unpaired.noise
+
+
+def test_paired_comparison_of_identical_results_is_noise_with_a_bar_above_zero():
+    same = stats.compare_paired("success", [1, 0, 1, 1], [1, 0, 1, 1])
+    assert same.difference == 0 and same.noise > 0 and same.verdict == "noise"
+    with pytest.raises(ValueError, match="one per game"):
+        stats.compare_paired("success", [1, 0], [1])
+    with pytest.raises(ValueError, match="no games"):
+        stats.compare_paired("success", [], [])
+
+
+def test_paired_records_are_matched_by_seed_not_by_position():
+    from types import SimpleNamespace as Record
+
+    before = [Record(seed=s, success=s < 5) for s in range(10)]
+    after = [Record(seed=s, success=s < 5) for s in reversed(range(10))]  # the same games, listed backwards
+    change = stats.compare_paired_records("success", before, after)
+    # matched by seed no game differs: the bar counts half a game of ten differing, 2 sqrt(.05 x .95 / 10)
+    assert change.difference == 0 and change.noise == pytest.approx(2 * math.sqrt(0.05 * 0.95 / 10))
+    with pytest.raises(ValueError, match="same seeds"):
+        stats.compare_paired_records("success", before, after[:-1])

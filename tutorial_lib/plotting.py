@@ -100,7 +100,7 @@ METRIC_TITLES = {
     "clipfrac": "share of tokens clipped",
     "approx_kl": "KL, policy before -> after update (nats)",
     "kl_ref": "KL to the SFT policy, per token (nats)",
-    "frac_reward_zero_std": "share of groups with one reward for all",
+    "frac_reward_zero_std": "tied share (groups with one reward for all)",
 }
 
 

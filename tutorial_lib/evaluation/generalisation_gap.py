@@ -1,8 +1,8 @@
 """Reading why evaluation lags training (chapter 8).
 
 Training-time returns are sampled play on the training games; evaluation is greedy play on the
-test fold. This module splits the gap between them into what each change costs, and turns the
-measured comparisons into sentences that claim no more than their verdicts. :func:`gold_lengths`
+test fold. This module splits the gap between them into what each change does to success, and
+turns the measured comparisons into a summary table and bars. :func:`gold_lengths`
 measures the cap a step limit puts on both: a game whose gold path is longer than the limit cannot
 be won in time by anything that imitates the expert.
 
@@ -12,14 +12,13 @@ Every sentence builder takes verdicts already judged against noise (``"better"``
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tutorial_lib import envs
-from tutorial_lib.evaluation.stats import Change, rate_variance
+from tutorial_lib.evaluation.stats import rate_variance
 
 #: the two changes between training-time collection and evaluation
 CHANGES = ("games", "decoding")
@@ -46,9 +45,10 @@ def gap_terms(sampled_train: float, sampled_test: float, greedy_train: float,
 
 def gap_decomposition(sampled_train: float, sampled_test: float, greedy_train: float,
                       greedy_test: float) -> dict[str, float]:
-    """Success each change costs: the rate before it minus the rate after it (negative: it helps).
-    In either order the two terms add up to the whole gap, ``sampled_train - greedy_test``."""
-    return {term: before - after
+    """The change of success each change makes: the rate after it minus the rate before it
+    (negative: it costs success). In either order the two terms add up to the whole change,
+    ``greedy_test - sampled_train``."""
+    return {term: after - before
             for term, (before, after) in gap_terms(sampled_train, sampled_test, greedy_train, greedy_test).items()}
 
 
@@ -77,94 +77,6 @@ def averaged_term_noise(sampled_rates: Sequence[tuple[float, float]], greedy_rat
     sampled = sum(rate_variance(rate, episodes) for pair in sampled_rates for rate in pair) / draws ** 2
     greedy = sum(rate_variance(rate, episodes) for rate in greedy_rates)
     return 2 * (0.25 * (sampled + greedy)) ** 0.5
-
-
-def sign_across_draws(costs: Sequence[float]) -> str:
-    """How a term's sign behaves over sampling draws, for ``"it ..."``: only a term with one sign in
-    every draw can be a finding (whether it exceeds the noise of the games is a separate check)."""
-    costs = [float(c) for c in costs]
-    if not costs:
-        raise ValueError("no draws")
-    if all(c > 0 for c in costs):
-        return "costs success in every draw"
-    if all(c < 0 for c in costs):
-        return "helps in every draw"
-    if all(c == 0 for c in costs):  # say so plainly: "costs success or nothing" would suggest a cost
-        return "changes nothing in every draw"
-    if all(c >= 0 for c in costs):
-        return "costs success or nothing in every draw"
-    if all(c <= 0 for c in costs):
-        return "helps or changes nothing in every draw"
-    return "changes sign between draws"
-
-
-def larger_term_finding(per_draw: Mapping[str, Sequence[float]], noise: Mapping[str, float], games: int) -> str:
-    """Which term of the gap is larger, as a sentence: ``per_draw`` holds each term's cost in every
-    sampling draw, ``noise`` its two standard errors, ``games`` the games behind each rate.
-
-    A term counts as the larger one only if it is larger in every draw, and its mean is called
-    beyond noise only if it exceeds that term's own noise.
-    """
-    terms = list(per_draw)
-    draws = list(zip(*(per_draw[term] for term in terms)))
-    if not draws:
-        raise ValueError("no draws")
-    # per draw, the term of largest magnitude; a tie goes to the first term
-    larger = {max(range(len(terms)), key=lambda i: abs(draw[i])) for draw in draws}
-    if len(larger) > 1:
-        return "Which term is larger changes between draws: in this run neither dominates beyond the noise."
-    term = terms[larger.pop()]
-    mean = statistics.fmean(per_draw[term])
-    if abs(mean) > noise[term]:
-        return (f"The larger term is {term} in every draw, and its mean is beyond the noise of {games} games a side "
-                f"(it {'costs' if mean > 0 else 'adds'} success on average).")
-    return (f"The larger term is {term} in every draw, but its mean is within the noise of {games} games a side "
-            f"(two standard errors: {noise[term]:.3f}): more games would be needed to settle it.")
-
-
-_SCORED = {"better": "above", "noise": "within noise of", "worse": "below"}
-
-
-def fold_finding(memorisation: Change, fold_shift: Change, whole_gap: Change) -> str:
-    """What greedy success on training games, unseen train-fold games and test games shows.
-
-    ``memorisation``: training games to unseen train-fold games; ``fold_shift``: unseen
-    train-fold games to test games; ``whole_gap``: training games to test games. Each is judged
-    against the noise of its own games, so the three verdicts need not add up, and each branch
-    names only what its verdicts say.
-    """
-    mem, shift, whole = memorisation.verdict, fold_shift.verdict, whole_gap.verdict
-    if mem == "worse" and whole == "worse":
-        return ("The policy did better on the games it was trained on than on new games of either fold, beyond "
-                "noise: that is memorisation. The change of fold " + {
-                    "worse": "lost more success again: fold shift on top of it.",
-                    "noise": "lost nothing beyond noise.",
-                    "better": "even gained success beyond noise: the two sets of new games are not equally hard, "
-                              "so the size of the memorisation term depends on which new games measure it."}[shift])
-    if mem == "worse":  # the test games held up against the training games: the unseen train-fold set is the odd one
-        return ("The unseen train-fold games scored below the training games beyond noise, but the test games did "
-                f"not (they scored {_SCORED[whole]} the training games). So the drop is not shown to be "
-                "memorisation, since new games of the other fold did not suffer it: the unseen train-fold games "
-                "may just be harder for this policy, and this run cannot tell the two apart. The test games "
-                f"scored {_SCORED[shift]} the unseen train-fold games.")
-    if shift == "worse" and whole == "worse":
-        return ("The success lost beyond noise is fold shift, not memorisation: new games of the training fold "
-                f"did {'as well as' if mem == 'noise' else 'better than'} the training games, and the test fold "
-                "scored below both.")
-    if shift == "worse":  # below the unseen train-fold games, not below the training games
-        return ("The test games scored below the unseen train-fold games beyond noise, but not below the training "
-                "games: the unseen train-fold games may be an easier set, so this run shows neither memorisation "
-                "nor a fold shift it can tell from the difficulty of the games.")
-    if whole == "worse":
-        return ("Neither step alone loses success beyond the noise of its games, but the two together do: the test "
-                "games scored below the training games, and this run cannot say whether memorisation or fold "
-                "shift costs it.")
-    if "better" in (mem, shift, whole):
-        return ("No step loses success beyond noise, and one set of games even scored above another beyond noise: "
-                "the sets are not equally hard for this policy, and this run shows no memorisation and no fold "
-                "shift.")
-    return ("No step differs beyond the noise of its games: this run shows no memorisation and no fold shift "
-            "it can tell from noise.")
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,44 @@ def compare_rates(name: str, before: float, after: float, episodes: int, episode
                   higher_is_better)
 
 
+def paired_noise(before: Sequence[float], after: Sequence[float]) -> float:
+    """Two standard errors of ``mean(after) - mean(before)`` where entry i of both lists is one
+    game played twice (the same seed, two conditions): the spread of the per-game differences.
+
+    When the two conditions tend to win and lose the same games, this bar is narrower than
+    :func:`rate_noise`'s, which treats the two rates as measured on independent games. Where no
+    game differs, the differences are counted as if half a game did (as :func:`rate_variance`
+    counts a rate of 0 or 1), so that identical results are not called a sure difference of 0.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired outcomes need one per game in both lists; got {len(before)} and {len(after)}")
+    if not before:
+        raise ValueError("no games to compare")
+    n = len(before)
+    differences = [float(a) - float(b) for b, a in zip(before, after)]
+    variance = max(statistics.pvariance(differences), rate_variance(0.0, n) * n)  # >= half a game differing by 1
+    return 2 * math.sqrt(variance / n)
+
+
+def compare_paired(name: str, before: Sequence[float], after: Sequence[float], higher_is_better: bool = True) -> Change:
+    """Per-game outcomes (1 won, 0 not; or any per-game score) of the same games under two
+    conditions, compared game by game: the means, with :func:`paired_noise` as the bar."""
+    noise = paired_noise(before, after)  # checks the lists first
+    return Change(name, statistics.fmean(map(float, before)), statistics.fmean(map(float, after)), noise,
+                  higher_is_better)
+
+
+def compare_paired_records(name: str, before: Sequence, after: Sequence, key: str = "success",
+                           higher_is_better: bool = True) -> Change:
+    """:func:`compare_paired` on two lists of episode records (``EpisodeRecord``), matched by seed;
+    ``key`` is the per-game field compared (``success``, ``truncated``...). Every seed must be in both."""
+    first, second = ({record.seed: getattr(record, key) for record in records} for records in (before, after))
+    if first.keys() != second.keys() or len(first) != len(before) or len(second) != len(after):
+        raise ValueError("paired records need the same seeds, each once, on both sides")
+    seeds = sorted(first)
+    return compare_paired(name, [first[s] for s in seeds], [second[s] for s in seeds], higher_is_better)
+
+
 #: summary metrics where a fall is an improvement (every other rate a chapter compares should rise)
 LOWER_IS_BETTER = frozenset({"loss_rate", "invalid_rate", "truncated_rate"})
 

@@ -25,9 +25,10 @@ this book's games build a fresh prompt each turn and reward each turn; chapter 7
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -167,26 +168,60 @@ def score_answer(question: str, answer: str | Fraction, text: str) -> tuple[floa
     return reward, info
 
 
+#: why a tied group's answers all scored alike -> the name its share of the groups is logged under
+TIED_KINDS = {"right": "tied_right", "format_only": "tied_format_only", "no_answer": "tied_no_answer"}
+
+
+def answer_kind(info: dict[str, Any]) -> str:
+    """``"right"`` (reward 1), ``"format_only"`` (a wrong number after ``####``: 0.1) or
+    ``"no_answer"`` (0), from the math game's ``info`` for one answer."""
+    return "right" if info["correct"] else "format_only" if info["formatted"] else "no_answer"
+
+
+def tied_group_shares(kinds: Sequence[str], problems: Sequence[Hashable]) -> dict[str, float]:
+    """Of the groups in a batch, the share whose answers all scored alike, told apart by why.
+
+    A group is a run of consecutive answers to the same problem (``problems``: one id per answer,
+    the dataset's ``seed`` column), as TRL lays a step's groups out. A tied group has zero reward
+    spread, so GRPO learns nothing from it (TRL's ``frac_reward_zero_std`` counts them all); this
+    says whether they were problems the policy always gets right, always answers in the format with
+    a wrong number, or never answers. A group of one answer counts as tied, as in TRL.
+    """
+    if len(kinds) != len(problems):
+        raise ValueError(f"{len(kinds)} answers but {len(problems)} problem ids")
+    groups = [[kind for kind, _ in run] for _, run in itertools.groupby(zip(kinds, problems), key=lambda x: x[1])]
+    shares = dict.fromkeys(TIED_KINDS.values(), 0.0)
+    for group in groups:
+        if len(set(group)) == 1:
+            shares[TIED_KINDS[group[0]]] += 1 / len(groups)
+    return shares
+
+
 def math_reward(completions: Sequence[Any], answer: Sequence[str], question: Sequence[str] | None = None,
-                log_metric=None, **kwargs) -> list[float]:
+                log_metric=None, seed: Sequence[int] | None = None, **kwargs) -> list[float]:
     """TRL reward function: the math game's reward for each completion (1.0 / 0.1 / 0.0).
 
-    ``answer`` (and ``question``) are columns of :func:`math_prompt_dataset`, which TRL passes by
-    name. When TRL supplies ``log_metric`` (it does), the batch's answer and format accuracy are
-    logged too (``accuracy``, ``format_accuracy``). Never raises on the completions' content.
+    ``answer``, ``question`` and ``seed`` are columns of :func:`math_prompt_dataset`, which TRL
+    passes by name. When TRL supplies ``log_metric`` (it does), the batch's answer and format
+    accuracy are logged too (``accuracy``, ``format_accuracy``), and, given the ``seed`` column,
+    the shares of tied groups by kind (:func:`tied_group_shares`). Never raises on the completions'
+    content.
     """
     if len(answer) != len(completions):
         raise ValueError(f"{len(completions)} completions but {len(answer)} answers")
     questions = question if question is not None else [""] * len(completions)
-    rewards, correct, formatted = [], 0, 0
+    rewards, kinds, formatted = [], [], 0
     for completion, q, a in zip(completions, questions, answer):
         reward, info = score_answer(q, a, completion_text(completion))
         rewards.append(reward)
-        correct += bool(info["correct"])
+        kinds.append(answer_kind(info))
         formatted += bool(info["formatted"])
     if log_metric is not None and rewards:
-        log_metric("accuracy", correct / len(rewards))
+        log_metric("accuracy", kinds.count("right") / len(rewards))
         log_metric("format_accuracy", formatted / len(rewards))
+        if seed is not None:
+            for name, share in tied_group_shares(kinds, seed).items():
+                log_metric(name, share)
     return rewards
 
 
@@ -220,6 +255,7 @@ _RENAMED = {
     "reward": "mean_return",
     "reward_std": "reward_std",
     "frac_reward_zero_std": "frac_reward_zero_std",
+    **{name: name for name in TIED_KINDS.values()},
     "accuracy": "accuracy",
     "format_accuracy": "format_accuracy",
     "entropy": "entropy",

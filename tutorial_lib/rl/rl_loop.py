@@ -305,6 +305,8 @@ class Run:
             metrics[f"validation_{settings.validation_metric}"] = score
             metrics["validation_seconds"] = time.perf_counter() - began
             postfix["val"] = f"{score:.2f}"
+        if distributed.launched():  # the iteration's seconds in collective calls (chapter 10's benchmark)
+            metrics.update(distributed.take_sync_seconds())
         self.log.write(iteration + 1, metrics)
         self.history.append({"step": iteration + 1, **metrics})
         # refresh=False: a postfix must not redraw the bar (in the book every redraw is a line)

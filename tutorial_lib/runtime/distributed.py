@@ -35,11 +35,43 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 from typing import Any
 
 import torch
 
 from tutorial_lib.runtime.device import device_kind
+
+#: seconds this process has spent in collective calls since :func:`take_sync_seconds` last read them
+#: (``"all"``: every collective; ``"gradients"``: the gradient all-reduce alone). A collective's time
+#: includes waiting for the slowest process to arrive, which is what synchronising costs.
+_sync_seconds = {"all": 0.0, "gradients": 0.0}
+_sync_depth = 0  # a collective built on another (all_true on sum_over_processes) is timed once
+
+
+@contextlib.contextmanager
+def _timed_collective(kind: str = "all"):
+    global _sync_depth
+    _sync_depth += 1
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _sync_depth -= 1
+        spent = time.perf_counter() - start
+        if kind == "gradients":
+            _sync_seconds["gradients"] += spent
+        if _sync_depth == 0:
+            _sync_seconds["all"] += spent
+
+
+def take_sync_seconds() -> dict[str, float]:
+    """Seconds spent in collective calls since the last call (then reset), as metrics:
+    ``sync_seconds`` (all of them, waiting for the other processes included) and
+    ``grad_allreduce_seconds`` (the gradient all-reduce, part of the first). Zero in one process."""
+    taken = {"sync_seconds": _sync_seconds["all"], "grad_allreduce_seconds": _sync_seconds["gradients"]}
+    _sync_seconds.update(all=0.0, gradients=0.0)
+    return taken
 
 
 def launched() -> bool:
@@ -105,7 +137,8 @@ def gather(items: list[Any]) -> list[Any]:
         return list(items)
     from accelerate.utils import gather_object
 
-    return gather_object(list(items))
+    with _timed_collective():
+        return gather_object(list(items))
 
 
 def offsets(count: int) -> tuple[int, int]:
@@ -137,7 +170,8 @@ def sum_over_processes(value: float | torch.Tensor) -> float | torch.Tensor:
     from accelerate.utils import reduce
 
     tensor = torch.as_tensor(value, dtype=torch.float64).to(_state().device)
-    total = reduce(tensor.clone(), reduction="sum")
+    with _timed_collective():
+        total = reduce(tensor.clone(), reduction="sum")
     return float(total) if not torch.is_tensor(value) else total.to(value.dtype).to(value.device)
 
 
@@ -164,7 +198,8 @@ def broadcast(tensor: torch.Tensor) -> torch.Tensor:
     from accelerate.utils import broadcast as accelerate_broadcast
 
     device = _state().device
-    return accelerate_broadcast(tensor.to(device), from_process=0).to(tensor.device)
+    with _timed_collective():
+        return accelerate_broadcast(tensor.to(device), from_process=0).to(tensor.device)
 
 
 def sum_gradients(parameters: list[torch.nn.Parameter]) -> None:
@@ -181,7 +216,8 @@ def sum_gradients(parameters: list[torch.nn.Parameter]) -> None:
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads), torch.float32)  # bf16: summed in float32
     flat = torch.cat([g.reshape(-1).to(dtype) for g in grads]).to(_state().device)
-    flat = reduce(flat, reduction="sum")
+    with _timed_collective("gradients"):
+        flat = reduce(flat, reduction="sum")
     start = 0
     for p in params:
         size = p.numel()
