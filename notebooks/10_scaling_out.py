@@ -309,8 +309,8 @@ else:
 for algo in ("reinforce", "ppo"):
     line = split.get(algo)
     glue(f"split_{algo}", f"{line.ratio_to_best_single_process:.2f}" if line is not None else "(not recorded)", display=False)
-    glue(f"sync_{algo}", f"{line.sync_share:.2f}" if line is not None else "(not recorded)", display=False)
-    glue(f"grads_{algo}", f"{line.grad_allreduce_share:.2f}" if line is not None else "(not recorded)", display=False)
+    glue(f"sync_{algo}", f"{line.sync_share:.3f}" if line is not None else "(not recorded)", display=False)
+    glue(f"grads_{algo}", f"{line.grad_allreduce_share:.3f}" if line is not None else "(not recorded)", display=False)
 
 # %% [markdown]
 # In the record, two processes ran REINFORCE at {glue:text}`split_reinforce` times the turns per
