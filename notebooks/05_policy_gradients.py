@@ -36,8 +36,9 @@
 # The `ci` preset runs this chapter in minutes on a laptop CPU, one seed per run. RL's room is
 # where chapter 4's policies fall short: draws against minimax, the perfect player. Every number in
 # the prose is this run's; another CPU rounds differently and can land elsewhere.
-# {term}`The record <The record>` means runs of the same recipe over many seeds and starts, made by the scripts in `benchmarks/`,
-# kept in `benchmarks/results/` and shown in the {ref}`appendix <appendix-ch5>`.
+# Runs of the same recipe over many seeds and starts, made by the scripts in `benchmarks/`, kept
+# in `benchmarks/results/` and shown in the {ref}`appendix <appendix-ch5>`, are called
+# {term}`the record <The record>`.
 # :::
 
 # %% tags=["colab-setup", "hide-input", "hide-output"]
@@ -100,10 +101,14 @@ speed_games = 128 if preset.model == "tiny" else 32
 batched = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games), env_options=gtn_options, num_envs=32)
 one_at_a_time = collect(gtn, "guess_the_number", range(1000, 1000 + speed_games), env_options=gtn_options, num_envs=1)
 speedup = batched.summary()["turns_per_second"] / one_at_a_time.summary()["turns_per_second"]
-glue("batch_speedup", speedup, display=False)
 speed = pd.DataFrame({"one game at a time": one_at_a_time.summary(), "32 games side by side": batched.summary()})
 speed = speed.loc[["episodes", "turns", "action_tokens", "seconds", "turns_per_second"]]
-tidy(speed.rename(index=lambda key: key.replace("_", " ").replace("episodes", "games")), digits=1, by="row")
+speed.index = ["games", "turns", "action tokens", "seconds", "turns per second"]
+tidy(speed, digits=1, by="row")
+
+# %% tags=["remove-input"]
+glue("batch_speedup", speedup, display=False)
+
 
 # %% [markdown]
 # Both columns played the same seeds (with a policy this confident, often the same games). In this run, 32 games side by side collected
@@ -123,7 +128,7 @@ ttt_batch = collect(ttt_sft, "tictactoe", range(1000, 1064), env_options=rl_sett
 turn = ttt_batch.turns[1]
 print("prompt tokens:", len(turn.prompt_ids), "| action tokens:", len(turn.action_ids))
 print("last tokens:", ttt_sft.tokenizer.convert_ids_to_tokens(turn.action_ids[-10:]))
-print("their sampler log-probs:", [f"{x:.3f}" for x in turn.logprobs[-10:]])
+print("their sampler log-probs:", [f"{x:.2e}" for x in turn.logprobs[-10:]])  # near 0: a confident policy
 print("reward:", turn.reward, "| terminated:", turn.terminated, "| truncated:", turn.truncated)
 
 # %% [markdown]
@@ -136,8 +141,11 @@ with torch.no_grad():
     batch = collate_turns(ttt_batch.turns[:64], ttt_sft.tokenizer.pad_token_id)
     recomputed = action_logprobs(ttt_sft.model, batch).logprobs
 gap = (recomputed - batch["sampler_logprobs"]).abs()[batch["action_mask"]].max()
-glue("logprob_gap", float(gap), display=False)
 print(f"largest |sampled - recomputed| log-prob over {int(batch['action_mask'].sum())} action tokens: {gap:.2e}")
+
+# %% tags=["remove-input"]
+glue("logprob_gap", float(gap), display=False)
+
 
 # %% [markdown]
 # A gap of tenths would mean the trainer scores another sequence than the one sampled.
@@ -195,8 +203,6 @@ def binary_search_games(game_options: dict) -> tuple[list[list[float]], list[lis
 won_rewards, won_states, won_secrets = binary_search_games({"preset": "easy"})
 won_returns = batch_returns(won_rewards, gamma=0.9)
 by_batch, by_state = rebn(won_returns), rebn_by_state(won_returns, won_states)
-glue("opening_rebn", sum(ep[0] for ep in by_batch), display=False)
-glue("opening_state", sum(ep[0] for ep in by_state), display=False)
 pd.DataFrame({
     "secret": won_secrets,
     "states (guesses so far; + higher, - lower)": [" | ".join(s) for s in won_states],
@@ -204,6 +210,11 @@ pd.DataFrame({
     "ReBN": [str([round(a, 2) for a in ep]) for ep in by_batch],
     "baseline per state": [str([round(a, 2) for a in ep]) for ep in by_state],
 }).set_index("secret")
+
+# %% tags=["remove-input"]
+glue("opening_rebn", sum(ep[0] for ep in by_batch), display=False)
+glue("opening_state", sum(ep[0] for ep in by_state), display=False)
+
 
 # %% [markdown]
 # The ten opening turns are one state and one action (guess 5). Their ReBN advantages add up to
@@ -270,9 +281,12 @@ ax.set(yscale="log", xlabel="iteration", ylabel="1 − P(opening guess 5)",
        title="the toy: a perfect tabular policy, REINFORCE")
 ax.legend()
 plt.show()
+
+# %% tags=["remove-input"]
 for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state", "toy_state")):
     glue(f"{key}_start", 1 - table_runs[label][0], display=False)
     glue(f"{key}_end", 1 - table_runs[label][-1], display=False)
+
 
 # %% [markdown]
 # In this toy the probability of leaving the best opening went from
@@ -394,10 +408,13 @@ gtn_run = train(Reinforce, gtn, "guess_the_number", rl_settings("guess_the_numbe
                           out_dir=runs_dir / "reinforce-gtn", progress=False)
 after = {"guess_the_number": evaluate_policy("guess_the_number", gtn, preset=preset, episodes=EPISODES,
                                              env_options=gtn_options)}
-glue("gtn_start_success", before["guess_the_number"]["success_rate"], display=False)
 metrics_table(pd.DataFrame({"SFT": before["guess_the_number"], "SFT + REINFORCE": after["guess_the_number"]}).T[
     ["success_rate", "mean_turns", "invalid_rate", "mean_return"]],
               success_rate="greedy success", mean_return="mean return (undiscounted)")
+
+# %% tags=["remove-input"]
+glue("gtn_start_success", before["guess_the_number"]["success_rate"], display=False)
+
 
 # %% [markdown]
 # Every training curve in the book shows one point per batch (faint) and a running mean over
@@ -555,7 +572,7 @@ fig = learning_curves({"the recipe": ttt_run.history[:len(hot_run.history)], "3 
 # %% [markdown]
 # Without the figure: each curve where the return was best, and at the end.
 
-# %%
+# %% tags=["hide-input"]
 def collapse_signals(history, window=10):
     """Each curve's mean over the window where the sampled return was best, and over the last window."""
     window = min(window, max(1, len(history) // 4))
@@ -578,7 +595,7 @@ table = pd.concat({**{f"{name}, {frame.attrs['iterations']} iterations (windows 
                    "": signals["the recipe"][["in a collapse it"]]}, axis=1)
 table = table.rename(index={"mean_return": "sampled return", "invalid_rate": "share of invalid actions",
                             "grad_norm": "gradient norm"})
-table.style.format("{:.4f}", subset=table.columns[:4])
+table.style.format("{:.3f}", subset=table.columns[:4])
 
 # %% tags=["hide-input"]
 def collapse_reading(frame):

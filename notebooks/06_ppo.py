@@ -55,7 +55,7 @@ from tutorial_lib.evaluation.stats import compare_halves, compare_math, compare_
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.plotting import learning_curves
 from tutorial_lib.presets import describe, get_preset, rl_settings
-from tutorial_lib.report import glue, glue_change, heldout_cells, tidy
+from tutorial_lib.report import METRIC_WORDS, glue, glue_change, heldout_cells, metrics_table, tidy
 from tutorial_lib.rl.advantages import gae
 from tutorial_lib.rl.ppo import PPO, clipped_surrogate, clipped_value_loss
 from tutorial_lib.rl.rl_loop import train
@@ -110,7 +110,7 @@ def ppo_before_and_after(game, evaluations, columns, stage=(1, 1), episodes=None
         after[name] = evaluate_policy(game, policy, preset=preset, env_options=options, episodes=episodes)
     table = pd.DataFrame({(name, when): results[name] for name in evaluations
                           for when, results in (("SFT", before), ("SFT + PPO", after))}).T[columns]
-    return run, tidy(table)
+    return run, metrics_table(table)
 
 
 def glue_halves(prefix, history, key, label):
@@ -278,7 +278,8 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 # The first run repeats chapter 5's setting with PPO: chapter 4's checkpoint, training
 # games against random or minimax (half and half), an illegal move forfeiting the game in training
 # (evaluation plays a random legal move instead and counts it invalid). A game is three to five turns with one reward at the end (+1, 0, -1), so γ = 1
-# and λ = 0.95. PPO steps several times per batch, so its learning rate is lower than chapter 5's. The evaluation plays 200 greedy games against each
+# and λ = 0.95. PPO steps several times per batch, so its learning rate, {glue:text}`ppo_ttt_lr`, is
+# lower than chapter 5's {glue:text}`reinforce_ttt_lr`. The evaluation plays 200 greedy games against each
 # opponent: the draws against minimax are the change to look for; the losses to random say
 # whether it cost anything. The run goes in four parts:
 
@@ -299,6 +300,8 @@ table
 
 # %% tags=["hide-input"]
 ttt_settings = rl_settings("tictactoe", preset, "ppo")
+glue("ppo_ttt_lr", f"{ttt_settings.learning_rate:g}", display=False)
+glue("reinforce_ttt_lr", f"{rl_settings('tictactoe', preset, 'reinforce').learning_rate:g}", display=False)
 glue_change("ttt_draws", compare_summaries("draws", before["tictactoe vs minimax"], after["tictactoe vs minimax"], "draw_rate"))
 glue_change("ttt_losses", compare_summaries("losses", before["tictactoe vs random"], after["tictactoe vs random"], "loss_rate"))
 glue_change("ttt_invalid", compare_summaries("invalid", before["tictactoe vs random"], after["tictactoe vs random"], "invalid_rate"))
@@ -326,8 +329,8 @@ glue("heldout_cells", len(heldout))
 # {glue:text}`ttt_losses_verdict`, and the invalid moves from {glue:text}`ttt_invalid_before:.3f`
 # to {glue:text}`ttt_invalid_after:.3f` per move, {glue:text}`ttt_invalid_verdict`.
 #
-# Chapter 5's REINFORCE recipe faces the same evaluation; chapter 7 puts the two side by side
-# with GRPO on one budget.
+# Chapter 5's REINFORCE recipe faces the same evaluation on this game; chapter 7 compares the two
+# with GRPO on math, on one budget of sampled tokens.
 #
 # One run is one draw from a spread. The recipe was chosen on recorded runs over seeds, thread
 # counts and slightly perturbed starts (the *record*, kept in `benchmarks/results/`): the draws
@@ -353,7 +356,8 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 # critic cannot explain much here: the prompt does not name the opponent, and from the same early
 # position a game against random is mostly won and one against minimax at best drawn. So PPO's
 # advantages are close to REINFORCE's return minus a baseline, and what PPO adds on this game is
-# the reuse of each batch for several small, clipped steps.
+# the reuse of each batch for several small steps; the clip, which acts only on tokens past it,
+# touched few of them here.
 #
 # ## Math answers
 #
@@ -484,11 +488,18 @@ glue("cw_return_ending", "about where it began, within the batches' noise" if ab
      else ("above" if end > start else "below") + " where it began, by more than the batches' noise", display=False)
 glue_halves("cw_halves", cw_run.history, "mean_return", "return")
 glue("cw_ev_late", float(halves(cw_run.history, "explained_variance")[1]), display=False)
+cw_ev = float(halves(cw_run.history, "explained_variance")[1])
+glue("cw_ev_reading", "near or below 0: by the first item, its advantages carried nearly REINFORCE's noise"
+     if cw_ev <= 0.1 else "enough to take part of the noise out of its advantages", display=False)
 glue("cw_test_invalid", after["cookingworld test"]["invalid_rate"])
 glue("cw_kl_negative", sum(row["kl_ref"] < 0 for row in cw_run.history))
 cw_invalid = cw_run.curve("invalid_rate")
 glue("cw_invalid_peak", max(cw_invalid))
 glue("cw_invalid_peak_at", cw_invalid.index(max(cw_invalid)) + 1)
+peak = cw_invalid.index(max(cw_invalid))
+glue("cw_return_at_peak", float(cw_run.history[peak]["mean_return"]), display=False)
+glue("cw_return_after_peak", float(cw_run.history[min(peak + 1, len(cw_run.history) - 1)]["mean_return"]),
+     display=False)
 
 # %%
 fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid_rate", "explained_variance", "kl_ref"],
@@ -508,8 +519,9 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 #
 # With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld checks
 # that the machinery runs; it is not a result. Its invalid rate peaked at
-# {glue:text}`cw_invalid_peak:.3f` in iteration {glue:text}`cw_invalid_peak_at`: compare the
-# return there (the diagnostics below say why). The critic explained
+# {glue:text}`cw_invalid_peak:.3f` in iteration {glue:text}`cw_invalid_peak_at`, where the batch's
+# sampled return was {glue:text}`cw_return_at_peak:.3f` and the next batch's
+# {glue:text}`cw_return_after_peak:.3f`: each rejected command costs a turn of the step limit. The critic explained
 # {glue:text}`cw_ev_late:.2f` of the returns' variance over the second half of the run. After PPO
 # the policy still wrote an invalid command in {glue:text}`cw_test_invalid:.3f` of its actions on
 # the test games: PPO at this size does not fix what SFT left (chapter 8 measures why). The KL to
@@ -535,6 +547,12 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 #   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
 #   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
 #
+# In this chapter's runs: tic-tac-toe's worst batch of invalid moves was iteration
+# {glue:text}`ttt_invalid_peak_at` ({glue:text}`ttt_invalid_peak:.3f` per move), which the
+# fourth item says to read beside approx-KL and the clip fraction at that iteration; CookingWorld's
+# critic explained {glue:text}`cw_ev_late:.2f` of the returns' variance over the second half,
+# {glue:text}`cw_ev_reading`.
+#
 # ## Summary
 #
 # Greedy evaluation before and after PPO, each row with its verdict (two standard errors):
@@ -546,14 +564,18 @@ changes = {(name, key): compare_summaries(key, before[name], after[name], key) f
            for key in metrics}
 changes |= {("math", f"accuracy ({which} problems)"): change
             for which, change in zip(("training", "new"), compare_math(before["math"], after["math"]))}
-tidy(pd.DataFrame([{"workload": name, "metric": key, "SFT": change.before, "SFT + PPO": change.after,
-                    "verdict": "within noise" if change.verdict == "noise" else change.verdict}
+math_train = changes[("math", "accuracy (training problems)")]
+glue("math_train_words", "within noise" if math_train.verdict == "noise" else f"{math_train.verdict}, beyond noise",
+     display=False)
+tidy(pd.DataFrame([{"workload": name, "metric": METRIC_WORDS.get(key, key), "SFT": change.before,
+                    "SFT + PPO": change.after, "verdict": "within noise" if change.verdict == "noise" else change.verdict}
                    for (name, key), change in changes.items()]).set_index(["workload", "metric"]))
 
 # %% [markdown]
-# Three situations: tic-tac-toe has room RL can use; math's new problems need knowledge RL cannot
-# supply, so its change shows on the training problems; CookingWorld at `ci` has too few episodes
-# per update for a result.
+# Three situations: tic-tac-toe has room RL can use; on math, the new problems likely need
+# arithmetic RL cannot supply, so the training problems are where a change could show, and in this
+# run it was {glue:text}`math_train_words`; CookingWorld at `ci` has too few episodes per update for
+# a result.
 #
 # The implementation, detail by detail (numbered as the `# detail N` comments in the library's
 # `rl/ppo.py`, which {doc}`the library map </book/library_map>` locates; the PPO details follow Huang et al. {cite}`huang2022ppodetails` and

@@ -145,7 +145,8 @@ pd.DataFrame({"rewards": [str(g) for g in groups.values()],
 #
 # $$ L = -\frac{1}{\sum_i |a_i|} \sum_i \sum_t \min\big(\rho_{i,t} A_i,\; \operatorname{clip}(\rho_{i,t}, 1-\epsilon, 1+\epsilon)\, A_i\big) + \beta\,\mathrm{KL}, $$
 #
-# averaged over every answer token of the batch (TRL's `dapo` loss). With one pass over each batch
+# averaged over every answer token of the batch, not first per answer (TRL's `dapo` loss, so a
+# long answer weighs as much per token as a short one). With one pass over each batch
 # the ratio is 1 at the only gradient step, nothing is clipped, and with $\beta = 0$ the gradient is
 # REINFORCE's, $-A_i \nabla \log \pi_\theta(a_{i,t})$, with the group's mean as the baseline and
 # its standard deviation as the scale.
@@ -193,7 +194,7 @@ pd.DataFrame({
                          "learning rate (constant)": reinforce_math.learning_rate,
                          "sampled-token budget": budget_words(reinforce_math.token_budget),
                          "answers per update": reinforce_math.turns_per_iteration,
-                         "baseline": "per state (same problem)",
+                         "baseline": "per state (here the batch mean)",
                          "passes over each batch": 1, "KL penalty β": 0.0},
     "PPO": {"training problems": training_split, "temperature": ppo_math.temperature,
             "learning rate (constant)": ppo_math.learning_rate, "sampled-token budget": budget_words(ppo_math.token_budget),
@@ -316,10 +317,9 @@ for algo, prefix in (("REINFORCE", "reinforce"), ("PPO", "ppo"), ("GRPO", "grpo"
 # On the new problems the
 # three ended at {glue:text}`reinforce_new_after:.3f`, {glue:text}`ppo_new_after:.3f` and
 # {glue:text}`grpo_new_after:.3f`, from {glue:text}`ppo_new_before:.3f` (two standard errors of
-# PPO's change over 400 problems: {glue:text}`ppo_new_noise:.3f`). Why new problems barely move, untested
-# here: they
-# need arithmetic the tiny model never learnt, which RL cannot supply, so a rise on the training
-# problems alone is the policy fitting those problems, not learning to add. The last column is the share of answers to the
+# PPO's change over 400 problems: {glue:text}`ppo_new_noise:.3f`). A likely reason new problems
+# barely move, not tested here: they need arithmetic the tiny model never learnt, which RL cannot
+# supply. The last column is the share of answers to the
 # new problems that end in a number after `####`, the format the reward checks.
 #
 # **What GRPO did.** Its sampled accuracy averaged {glue:text}`grpo_sampled_before:.3f` over the
@@ -515,7 +515,8 @@ glue("ttt_record_rose", count_phrase(rose, len(grpo_ttt_records), "recorded runs
 # {glue:text}`ttt_invalid_before:.3f` to {glue:text}`ttt_invalid_after:.3f` against random
 # ({glue:text}`ttt_invalid_verdict`) and from {glue:text}`ttt_invalid_mm_before:.3f` to
 # {glue:text}`ttt_invalid_mm_after:.3f` against minimax ({glue:text}`ttt_invalid_mm_verdict`);
-# these bars count the 200 games, not the moves, since the moves of one game are not independent.
+# these noise estimates treat the 200 games, not the moves, as independent draws, since the moves
+# of one game are not.
 # Since the evaluation plays a random legal move for an illegal one, an illegal move need not cost
 # the game: after GRPO, {glue:text}`ttt_illegal_games:.3f` of the games against minimax had at least
 # one, and under the training rule (an illegal move forfeits) each of them would have been lost. {glue:text}`ttt_invalid_reading`

@@ -231,7 +231,8 @@ glue("gap_noise", gap.noise, display=False)
 glue("gap_reading", {"worse": "Evaluation is lower beyond two standard errors, so this run shows the lag the "
                               "tutorial showed.",
                      "noise": "The difference is within two standard errors, so the lag the tutorial showed is not "
-                              "visible in this run.",
+                              "visible in this run (its world is smaller than the tutorial's): read the sections "
+                              "below as checks of each difference, not as the explanation of a lag.",
                      "better": "Evaluation is higher beyond two standard errors: in this run evaluation is ahead, "
                                "the opposite of the tutorial's lag."}[gap.verdict], display=False)
 
@@ -286,10 +287,10 @@ glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the 
      f"{sizes[1]} it", display=False)
 
 # %% [markdown]
-# Over the three draws the change of games moved success by {glue:text}`games_change:+.3f` on
-# average ({glue:text}`games_size` its two standard errors of {glue:text}`games_noise:.3f`), the
-# change of decoding by {glue:text}`decoding_change:+.3f` ({glue:text}`decoding_size`
-# {glue:text}`decoding_noise:.3f`).
+# Averaged over the three draws, changing the games moved success by
+# {glue:text}`games_change:+.3f` ({glue:text}`games_size` its two standard errors of
+# {glue:text}`games_noise:.3f`), and changing the decoding by {glue:text}`decoding_change:+.3f`
+# ({glue:text}`decoding_size` {glue:text}`decoding_noise:.3f`).
 # The bar is a term's own: each term is half a sum over the four corners, averaged over the draws,
 # so it is narrower than the bar of one difference of two rates
 # (`generalisation_gap.averaged_term_noise` derives it). Sections a and b take the two terms apart.
@@ -425,19 +426,29 @@ for games in decoding.index:
     glue(f"{key}_to_greedy_size", beyond(to_greedy), display=False)
     glue(f"{key}_loops", loops.difference, display=False)
 glue("loops_sizes", both(*loop_changes.values()))
-verdicts = {change.verdict for change in decoding_changes.values()}
-more_loops = [games for games, change in loop_changes.items() if change.verdict == "worse"]  # greedy loops more
-loop_words = (f" But greedy ended more episodes in a loop on the {' and the '.join(more_loops)}, beyond noise, "
-              "as the stuck-greedy hypothesis predicts: greedy changes how episodes fail, and success alone "
-              "at this many games does not say whether it costs any." if more_loops else "")
-glue("decoding_reading",
-     "Greedy was ahead beyond noise on at least one set of games: the stuck-greedy hypothesis does not hold here, "
-     "and sampling's cost is the likelier reading." if "better" in verdicts and "worse" not in verdicts else
-     "Greedy lost success beyond noise on at least one set of games; the loop columns say whether loops explain it."
-     if "worse" in verdicts and "better" not in verdicts else
-     "Neither decoding rule was ahead in success beyond noise on either set of games." + (loop_words or
-     " At this many games the run cannot tell the two hypotheses apart.") if verdicts == {"noise"} else
-     "The sign differs between the two sets of games: the run cannot tell the hypotheses apart.", display=False)
+
+
+def decoding_story(games):
+    """Which hypothesis one set of games fits ("stuck", "sampling" or None), and why, in words."""
+    success, more_loops = decoding_changes[games], loop_changes[games].verdict == "worse"  # greedy loops more
+    if success.verdict == "worse":
+        return ("stuck" if more_loops else None,
+                f"on the {games} greedy lost success beyond noise"
+                + (" and ended more episodes in a loop, as the stuck-greedy hypothesis predicts" if more_loops
+                   else ", with no more loops beyond noise: a loss the loops do not explain"))
+    if success.verdict == "better":
+        return ("sampling", f"on the {games} greedy won more, beyond noise, as sampling's cost predicts"
+                + (", although it also looped more" if more_loops else ""))
+    return (None, f"on the {games} success did not differ beyond noise"
+            + (", though greedy looped more" if more_loops else ""))
+
+
+stories = [decoding_story(games) for games in decoding.index]
+fits = {fit for fit, _ in stories}
+text = "; ".join(words for _, words in stories)
+glue("decoding_reading", text[0].upper() + text[1:] + ". " + (
+    "Both sets point the same way." if len(fits) == 1 and None not in fits else
+    "Neither hypothesis explains both sets of games in this run."), display=False)
 
 # %% [markdown]
 # From sampled to greedy, success changed by {glue:text}`training_to_greedy:+.3f` on the training
@@ -490,9 +501,12 @@ layout_changes = {name: compare_paired_records("success", prompt_runs["as in the
 metrics_table(prompt_table)
 
 # %% tags=["remove-input"]
+layout_said = []  # each layout's change of success, for the summary's sentence
 for key, name in [("window", "data layout + window of 2"),
                   ("tutorial", "tutorial style (window of 3, no past actions, no recipe)")]:
     success_change = layout_changes[name]
+    layout_said.append(f"the {'window of two' if key == 'window' else 'tutorial-style layout'} took success "
+                       f"from {success_change.before:.3f} to {success_change.after:.3f} ({beyond(success_change)} noise)")
     glue(f"{key}_success", success_change.difference, display=False)
     glue(f"{key}_success_size", beyond(success_change), display=False)
     glue(f"{key}_success_noise", success_change.noise, display=False)
@@ -500,6 +514,7 @@ for key, name in [("window", "data layout + window of 2"),
     glue(f"{key}_invalid", prompt_table.loc[name, "invalid_rate"] - prompt_table.loc["as in the data", "invalid_rate"],
          display=False)
 glue("m", m, display=False)
+glue("layout_words", " and ".join(layout_said), display=False)
 
 # %% [markdown]
 # Against the data's layout, over {glue:text}`m:d` test games, the window of two changed success by
@@ -635,7 +650,7 @@ token_table.style.format({column: "{:,.0f}" if column == "turns" else "{:.3f}" i
 # The fix is the library's: every turn keeps the sampler's `action_ids` and `logprobs` (`Sample`,
 # chapter 5), and the trainer scores exactly those.
 #
-# The second trap is at the prompt/completion boundary, in SFT (chapter 2): tokenising
+# The second trap is at the prompt/completion boundary, in SFT (chapters 2 and 4): tokenising
 # `prompt + completion` as one string can merge characters across the boundary, so the completion
 # is trained as tokens generation never produces. The share of the SFT data where that happens, with
 # the chat template this book uses and with a template-free prompt ending in "> ":
@@ -662,8 +677,8 @@ glue("boundary_template", boundary["chat template"], display=False)
 glue("boundary_free", boundary["template-free, ends in '> '"], display=False)
 
 # %% [markdown]
-# Tokenised together, a share of {glue:text}`boundary_free:.3f` of the examples with the
-# template-free prompt and {glue:text}`boundary_template:.3f` with the chat template get other
+# Tokenised together, {glue:text}`boundary_free:.3f` of the examples with the template-free
+# prompt and {glue:text}`boundary_template:.3f` with the chat template get other
 # completion tokens than generation writes: the space before the action merges into its first
 # token (`Ġtake` instead of `Ġ`, `take`). The library tokenises the prompt alone and appends the completion's ids (`encode_prompt_completion`),
 # so SFT trains on the sequence that generation produces.
@@ -839,7 +854,9 @@ glue("limit_answer",
 
 # %% [markdown]
 # Each panel is one section, each bar one condition; a whisker is two standard errors of that
-# bar's own rate, not of a difference. Of the chapter's
+# bar's own rate, not of a difference. Where both bars of a pair were played on the same games
+# (sections b, c and e) the verdicts use the narrower paired bar, so whiskers that overlap there
+# do not mean "within noise". Of the chapter's
 # {glue:text}`effect_count:d` comparisons, {glue:text}`real_count:d` exceed two standard errors in
 # this run: {glue:text}`real_effects`.
 #
@@ -850,9 +867,9 @@ glue("limit_answer",
 # - The averaged terms of the 2x2 table, games and decoding, moved success here by {glue:text}`games_change:+.3f` and
 #   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`), for this policy in this world.
 # - {glue:text}`limit_answer`
-# - A prompt laid out unlike the data's can lower whichever curve reads it (the summary table says
-#   which layouts did so beyond noise here); this run does not test whether the tutorial's
-#   evaluation built its prompts unlike its training.
+# - A prompt laid out unlike the data's can lower whichever curve reads it: here
+#   {glue:text}`layout_words`. This run does not test whether the tutorial's evaluation built its
+#   prompts unlike its training.
 #
 # What to take away:
 #

@@ -253,8 +253,8 @@ show_source(distributed.sum_gradients)
 #   change when it scales out; only each process's share of the work shrinks.
 # - A run resumes only with the number of processes that wrote its checkpoint (each process's
 #   random generators are in it); started with another number, the command refuses and says why.
-# - With one process nothing changes: every helper returns what a lone process computes, so the
-#   loop runs the code a run started without `accelerate launch` runs.
+# - With one process nothing changes: every helper returns what a lone process computes, so a run
+#   started without `accelerate launch` runs exactly the single-process code.
 #
 # **Several machines** take accelerate's usual flags on each machine (`--num_machines 2
 # --machine_rank 0|1 --main_process_ip HOST --main_process_port PORT`); the library does nothing
@@ -303,7 +303,8 @@ else:
     display(tidy(table.rename(columns={"algo": "algorithm", "label": "run", "turns_per_second": "turns/s", "ratio_to_one_thread": "× 1 thread",
                                        "ratio_to_best_single_process": "× best single process",
                                        "sync_share": "share of time synchronising",
-                                       "grad_allreduce_share": "of it, gradient all-reduce"}), digits=2)
+                                       "grad_allreduce_share": "share of time in the gradient all-reduce"}),
+                 digits=2, decimals={"share of time synchronising": 3, "share of time in the gradient all-reduce": 3})
             .hide(axis="index"))
     split = {algo: rows.iloc[-1] for algo, rows in scaling.groupby("algo")}  # the several-process line
 for algo in ("reinforce", "ppo"):
@@ -314,7 +315,8 @@ for algo in ("reinforce", "ppo"):
 
 # %% [markdown]
 # In the record, two processes ran REINFORCE at {glue:text}`split_reinforce` times the turns per
-# second of the best single process, and PPO at {glue:text}`split_ppo` times (below 1: slower).
+# second of the best single process, and PPO at {glue:text}`split_ppo` times (one timing each: a difference of a few percent is within this machine's spread from run to
+# run).
 # A CPU is a poor place to look for scaling: two processes share the same two cores that one
 # process with two threads would use, and torch's threads already split the larger matrix products.
 # What two processes can win there is the work threads do not split: Python, the games' own steps,

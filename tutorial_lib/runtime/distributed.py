@@ -50,7 +50,9 @@ _sync_depth = 0  # a collective built on another (all_true on sum_over_processes
 
 
 @contextlib.contextmanager
-def _timed_collective(kind: str = "all"):
+def timed_collective(kind: str = "all"):
+    """Count the seconds of the collective call(s) inside in :func:`take_sync_seconds` (``kind``
+    ``"gradients"``: also as the gradient all-reduce's)."""
     global _sync_depth
     _sync_depth += 1
     start = time.perf_counter()
@@ -137,7 +139,7 @@ def gather(items: list[Any]) -> list[Any]:
         return list(items)
     from accelerate.utils import gather_object
 
-    with _timed_collective():
+    with timed_collective():
         return gather_object(list(items))
 
 
@@ -170,7 +172,7 @@ def sum_over_processes(value: float | torch.Tensor) -> float | torch.Tensor:
     from accelerate.utils import reduce
 
     tensor = torch.as_tensor(value, dtype=torch.float64).to(_state().device)
-    with _timed_collective():
+    with timed_collective():
         total = reduce(tensor.clone(), reduction="sum")
     return float(total) if not torch.is_tensor(value) else total.to(value.dtype).to(value.device)
 
@@ -198,7 +200,7 @@ def broadcast(tensor: torch.Tensor) -> torch.Tensor:
     from accelerate.utils import broadcast as accelerate_broadcast
 
     device = _state().device
-    with _timed_collective():
+    with timed_collective():
         return accelerate_broadcast(tensor.to(device), from_process=0).to(tensor.device)
 
 
@@ -216,8 +218,7 @@ def sum_gradients(parameters: list[torch.nn.Parameter]) -> None:
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     dtype = functools.reduce(torch.promote_types, (g.dtype for g in grads), torch.float32)  # bf16: summed in float32
     flat = torch.cat([g.reshape(-1).to(dtype) for g in grads]).to(_state().device)
-    with _timed_collective("gradients"):
-        flat = reduce(flat, reduction="sum")
+    flat = reduce(flat, reduction="sum")
     start = 0
     for p in params:
         size = p.numel()
