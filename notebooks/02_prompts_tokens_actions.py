@@ -196,7 +196,7 @@ print(wrapped(render_chat(tokenizer, messages)))
 # The model never sees characters. Here is the same prompt as tokens, separated by spaces (`·` is
 # a space inside a token, `\n` a newline), first to the tiny tokenizer, trained on the games' own
 # text, then to the real one (at `ci`, Qwen2.5's). Each dump starts at the list of valid actions and runs to the end,
-# through the board: the part the next paragraph discusses (the task's instructions before it are
+# through the board, where the two tokenizers differ most (the task's instructions before it are
 # plain English).
 
 # %%

@@ -235,7 +235,9 @@ glue("eps_positions_low", int(low["distinct positions"]), display=False)
 glue("eps_positions_high", int(high["distinct positions"]), display=False)
 glue("eps_moves", int(min(low["moves"], high["moves"])), display=False)
 glue_change("eps_rate", change)
-glue("eps_answer", "Yes, at this budget: the positions random moves lead to are harder for a small search to label"
+glue("eps_answer", "Probably, at this budget: the fall exceeds the two standard errors, which are somewhat too "
+     "narrow here; the run does not show why (one candidate: the positions random moves lead to are harder "
+     "for a small search to label)"
      if change.verdict == "worse" else "Not measurably in this run" if change.verdict == "noise"
      else "No: the labels got better", display=False)
 glue("selfplay_sims", int(config.simulations), display=False)
