@@ -124,15 +124,13 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 # {glue:text}`bar_half:.2f` or more between two rates near one half; a smaller one needs more games
 # (the bar shrinks as $1/\sqrt{n}$: four times the games halve it).
 #
-# Two rates played on the *same* games (the same seeds, two conditions) are not independent, and
-# the book compares them game by game instead: with $d_i$ the difference of game $i$'s outcomes
-# (1 won, 0 not), the bar is two standard errors of the mean difference, $2\sqrt{\mathrm{var}(d)/n}$.
-# Games that both conditions win, or both lose, add nothing to it, so when the conditions tend to
-# win the same games this *paired* bar is narrower than the one above. By hand: if the second
-# condition wins the same 40 of 100 games as the first and 10 more, $d$ holds ten 1s and ninety 0s,
-# $\mathrm{var}(d) = .1 \cdot .9$, and the bar is $2\sqrt{.09/100} = .06$, where the unpaired bar
-# for .40 against .50 is .14. The library's `compare_paired` computes it; sections b, c and e,
-# which replay the same games, use it.
+# Two rates played on the *same* games (the same seeds) are compared game by game instead: with
+# $d_i$ the difference of game $i$'s outcomes (1 won, 0 not), the bar is $2\sqrt{\mathrm{var}(d)/n}$.
+# Games both conditions win, or both lose, add nothing to it, so this *paired* bar is narrower when
+# the conditions tend to win the same games. By hand: if the second condition wins the same 40 of
+# 100 games as the first and 10 more, $\mathrm{var}(d) = .1 \cdot .9$ and the bar is
+# $2\sqrt{.09/100} = .06$, against .14 unpaired. The library's `compare_paired` computes it;
+# sections b, c and e, which replay the same games, use it.
 #
 # A language-model policy writes its action one token at a time; *decoding* turns the model's
 # probabilities for the next token into text.
@@ -368,14 +366,10 @@ for key, i in (("seen", 0), ("unseen", 1), ("test", 2)):
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
 # steps. {glue:text}`folds_reading`
 #
-# The other columns say how the games that were not won ended. The share cut at the step limit was
-# {glue:text}`seen_cut:.3f`, {glue:text}`unseen_cut:.3f` and {glue:text}`test_cut:.3f` on the three
-# sets: of the games not won, {glue:text}`seen_cut_of_lost:.2f`, {glue:text}`unseen_cut_of_lost:.2f`
-# and {glue:text}`test_cut_of_lost:.2f` ran out of steps rather than ending in a loss. The share
-# of actions the game rejected was {glue:text}`seen_invalid:.3f`, {glue:text}`unseen_invalid:.3f`
-# and {glue:text}`test_invalid:.3f`. A game that runs out of steps amid rejected commands is one the
-# policy wandered in: it did not know what to do next there. Section b looks at one way of
-# wandering, a loop; section e at the limit itself.
+# How did the games that were not won end? Of them, {glue:text}`seen_cut_of_lost:.2f`,
+# {glue:text}`unseen_cut_of_lost:.2f` and {glue:text}`test_cut_of_lost:.2f` ran out of steps rather
+# than ending in a loss (the table's cut shares): where the policy failed, it mostly wandered, not
+# knowing what to do next. Section b looks at one way of wandering, a loop.
 #
 # Whichever the cause, the number to report is success on the held-out fold.
 #
@@ -448,6 +442,7 @@ fits = {fit for fit, _ in stories}
 text = "; ".join(words for _, words in stories)
 glue("decoding_reading", text[0].upper() + text[1:] + ". " + (
     "Both sets point the same way." if len(fits) == 1 and None not in fits else
+    "At this many games the run cannot tell the two hypotheses apart." if fits == {None} else
     "Neither hypothesis explains both sets of games in this run."), display=False)
 
 # %% [markdown]

@@ -37,10 +37,7 @@
 # |---|---|
 # | run | one training run kept in the record: its own SFT checkpoint, the RL recipe, then the chapter's greedy evaluation (for tic-tac-toe, 200 games against each opponent) |
 # | better, worse, within noise | a run's change from start to end is *better* if it exceeds two standard errors of the difference, $2\sqrt{p_1(1-p_1)/n + p_2(1-p_2)/n}$ for rates $p_1$ before and $p_2$ after over $n$ games or problems, in the good direction; *worse* if it does so in the other; *within noise* otherwise |
-# | kernel set | which of torch's CPU kernels run (the environment variable `ATEN_CPU_CAPABILITY`); the records vary it, with thread counts and seeds, because CPUs round float32 differently |
-# | kernels `auto` | the variable unset: torch picks the fastest kernels the CPU has |
-# | kernels `avx2` | the variable set to `avx2`: the AVX2 kernels, which round like a CPU without AVX-512 |
-# | kernels `scalar` | the variable set to `default`, torch's name for its unvectorised kernels |
+# | kernel set | which of torch's CPU kernels run (`ATEN_CPU_CAPABILITY`): `auto` (unset: the fastest the CPU has), `avx2` (round like a CPU without AVX-512) or `scalar` (set to `default`: unvectorised). The records vary it because CPUs round float32 differently |
 # | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic; "perturbed (seed 1)" names the seed of $\varepsilon$. RL from such starts can end far apart |
 # | seed | in the tables, a run's SFT data order and RL seed, which the record's scripts set equal |
 # | tuning runs | the runs looked at while a recipe was chosen |
@@ -414,11 +411,10 @@ else:
 # iterations move a run, either way.
 #
 # **Held-out starts.** The recipe was then run from starts nobody tuned on: chapter 4's tic-tac-toe
-# checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), trained with the preset's own SFT data
-# order (as every build trains it) and perturbed under seeds the grid had
-# not used (11-14; the second build's seeds were not kept), then chapter 5's RL run with one
-# thread. For the second build's starts the record kept the verdict on losses to random but not
-# their value: "not recorded". *Source: `tictactoe_rl_heldout.jsonl`.*
+# checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed under seeds the grid had
+# not used (11-14; the second build's were not kept), with one thread. For the second build's
+# starts the record kept the verdict on losses to random, not their value. *Source:
+# `tictactoe_rl_heldout.jsonl`.*
 
 # %% tags=["remove-input"]
 heldout, reached, _ = heldout_cells("ttt-reinforce")
@@ -834,11 +830,10 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 #
 # ### A busy machine
 #
-# PyTorch's CPU threads *spin* while they wait for each other; when another program holds one of
-# the two cores, the spinning costs more than the second thread gains
-# (`benchmarks/results/threads_cpu.md`), so on a busy machine `TUTORIAL_THREADS=1` is both the
-# reproducible choice and the faster one. `TUTORIAL_THREADS=adapt` trades reproducibility for
-# speed (`runtime.cpu_threads.fit_threads`).
+# PyTorch's CPU threads *spin* while they wait for each other, so when another program holds one
+# of the two cores, `TUTORIAL_THREADS=1` is both the reproducible choice and the faster one
+# (`threads_cpu.md`); `TUTORIAL_THREADS=adapt` follows the load instead, trading reproducibility for
+# speed.
 #
 # ### How the book is built, and how long it takes
 #
