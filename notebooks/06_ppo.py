@@ -312,6 +312,15 @@ worst = max(range(len(invalid_curve)), key=invalid_curve.__getitem__)
 glue("ttt_invalid_peak", invalid_curve[worst])
 glue("ttt_invalid_peak_at", worst + 1)
 glue("ttt_invalid_mean", statistics.fmean(invalid_curve))
+# the update diagnostics at the worst batch, against their medians over the run: a spike says one update went too far
+for key, name in (("approx_kl", "kl"), ("clipfrac", "clip")):
+    curve = ttt_run.curve(key)
+    glue(f"ttt_peak_{name}", curve[worst], display=False)
+    glue(f"ttt_median_{name}", statistics.median(curve), display=False)
+spiked = any(ttt_run.curve(key)[worst] > 3 * statistics.median(ttt_run.curve(key)) for key in ("approx_kl", "clipfrac"))
+glue("ttt_peak_reading", "a spike: one update went further than the others" if spiked else
+     "no spike: no single update went too far there, so the batch's invalid moves were sampling's draws, "
+     "which the next updates pushed down", display=False)
 # the record: this recipe's grid cells, how many ended at or above the level it was chosen for
 LEVEL = 0.85  # chapter 5's level of draws against minimax
 paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "minimax_draw_rate")
@@ -370,14 +379,16 @@ fig = learning_curves({"tictactoe": ttt_run.history}, ["mean_return", "invalid_r
 #
 # One more setting matters for a policy that is rarely right: the sampling **temperature**. At
 # T = 1 almost every sampled answer of the tiny model is wrong, and the gradient mostly pushes wrong
-# answers down, spreading probability over other wrong answers. Sampling at T < 1, and scoring the
-# policy at the same T, puts more successes in each batch. The settings:
+# answers down, spreading probability over other wrong answers. Sampling at T < 1 puts more
+# successes in each batch; the trainer then computes the policy's log-probabilities at the same T,
+# so that it trains the distribution that sampled. (The before/after evaluation stays greedy.) The
+# settings:
 
 # %%
 MEANING = {"train_seeds": "training problems (the split chapter 4 fine-tuned on)",
            "iterations": "batches sampled and trained on",
            "turns_per_iteration": "answers per batch (one turn each)",
-           "temperature": "sampling temperature, also the one the policy is scored at",
+           "temperature": "sampling temperature (the trainer's log-probabilities use it too)",
            "learning_rate": "the policy's learning rate", "lr_schedule": "how it changes over the run",
            "gamma": "discount γ", "gae_lambda": "GAE λ",
            "kl_coef": "β, the KL penalty to the SFT policy (0: no reference model)",
@@ -397,7 +408,7 @@ pd.Series({k: str(v) for k, v in math_settings.__dict__.items() if k not in ("en
 before["math"] = math_accuracy(math_policy, math_settings.env_options)
 math_run = train(PPO, math_policy, "math", math_settings, out_dir=runs_dir / "ppo-math", progress=False)
 after["math"] = math_accuracy(math_policy, math_settings.env_options)
-tidy(pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).T)
+metrics_table(pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).T)
 
 # %% tags=["hide-input"]
 math_train, math_new = compare_math(before["math"], after["math"])
@@ -409,6 +420,10 @@ glue("math_schedule", {"warmup_cosine": "with a learning rate that warms up, the
                        "constant": "at a constant learning rate"}.get(math_settings.lr_schedule, math_settings.lr_schedule),
      display=False)
 glue("math_ev_late", float(halves(math_run.history, "explained_variance")[1]), display=False)
+last_quarter = math_run.history[-max(1, len(math_run.history) // 4):]
+glue("math_kl_end", statistics.fmean(row["approx_kl"] for row in last_quarter), display=False)
+glue("math_clip_end", statistics.fmean(row["clipfrac"] for row in last_quarter), display=False)
+glue("math_lr_end", f"{last_quarter[-1].get('learning_rate', 0.0):.1e}", display=False)
 # the record: this recipe from three SFT data orders and RL seeds (benchmarks/math_rl_seeds.py)
 math_records = [row for row in recorded_runs("math_rl_seeds.jsonl", preset) if row["study"] == "chapter 6"]
 rose = sum(compare_rates("train", row["before_train"], row["after_train"], MATH_TRAINING_PROBLEMS).verdict == "better"
@@ -489,14 +504,16 @@ glue("cw_return_ending", "about where it began, within the batches' noise" if ab
 glue_halves("cw_halves", cw_run.history, "mean_return", "return")
 glue("cw_ev_late", float(halves(cw_run.history, "explained_variance")[1]), display=False)
 cw_ev = float(halves(cw_run.history, "explained_variance")[1])
-glue("cw_ev_reading", "near or below 0: by the first item, its advantages carried nearly REINFORCE's noise"
-     if cw_ev <= 0.1 else "enough to take part of the noise out of its advantages", display=False)
 glue("cw_test_invalid", after["cookingworld test"]["invalid_rate"])
 glue("cw_kl_negative", sum(row["kl_ref"] < 0 for row in cw_run.history))
 cw_invalid = cw_run.curve("invalid_rate")
 glue("cw_invalid_peak", max(cw_invalid))
 glue("cw_invalid_peak_at", cw_invalid.index(max(cw_invalid)) + 1)
 peak = cw_invalid.index(max(cw_invalid))
+glue("cw_ev_words", ("at or below 0: no better than a constant" if cw_ev <= 0 else
+                     "barely above 0: little better than a constant baseline") +
+     ", so its advantages carried nearly REINFORCE's noise" if cw_ev < 0.2 else
+     "a useful share, so its advantages had less noise than REINFORCE's", display=False)
 glue("cw_return_at_peak", float(cw_run.history[peak]["mean_return"]), display=False)
 glue("cw_return_after_peak", float(cw_run.history[min(peak + 1, len(cw_run.history) - 1)]["mean_return"]),
      display=False)
@@ -547,11 +564,15 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 #   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
 #   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
 #
-# In this chapter's runs: tic-tac-toe's worst batch of invalid moves was iteration
-# {glue:text}`ttt_invalid_peak_at` ({glue:text}`ttt_invalid_peak:.3f` per move), which the
-# fourth item says to read beside approx-KL and the clip fraction at that iteration; CookingWorld's
-# critic explained {glue:text}`cw_ev_late:.2f` of the returns' variance over the second half,
-# {glue:text}`cw_ev_reading`.
+# Read on this chapter's runs: tic-tac-toe's worst batch of invalid moves was iteration
+# {glue:text}`ttt_invalid_peak_at` ({glue:text}`ttt_invalid_peak:.3f` per move). Its approx-KL was
+# {glue:text}`ttt_peak_kl:.1e` against a median of {glue:text}`ttt_median_kl:.1e` over the run, its
+# clip fraction {glue:text}`ttt_peak_clip:.4f` against {glue:text}`ttt_median_clip:.4f`:
+# {glue:text}`ttt_peak_reading`. CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the
+# returns' variance over the second half, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction averaged
+# {glue:text}`math_kl_end:.1e` and {glue:text}`math_clip_end:.4f` over the last quarter, near 0
+# because the cosine schedule had taken the learning rate down to {glue:text}`math_lr_end`: there a
+# small KL says the steps became small, not that the rate could go up.
 #
 # ## Summary
 #
