@@ -264,15 +264,40 @@ show_source(distributed.sum_gradients)
 # gradients, so it does not support sharding; TRL's SFT and GRPO trainers accept accelerate's FSDP
 # and DeepSpeed configurations, untested here.
 #
+# ## Two processes, one update
+#
+# The claim of this chapter can be run from here. `split_update.compare` takes a fixed batch of
+# tic-tac-toe turns (12 games of the untrained tiny model), runs one REINFORCE update and one PPO
+# update on it in one process, then again with `accelerate launch --cpu --num_processes 2`, each
+# process keeping half of the games, and compares the weights. The updates run in float64: summed
+# in another order, float32 gradients differ by about 1e-7, and Adam's first step, close to
+# lr × sign(g), turns such differences on near-zero gradients into visible ones.
+
+# %%
+from tutorial_lib.book_tools.split_update import compare
+from tutorial_lib.lm.models import load_policy
+from tutorial_lib.runtime.cache import cache_root
+
+split = compare(load_policy("tiny"), cache_root() / "runs" / preset.name / "split-update")
+pd.DataFrame({algo: split[algo] for algo in ("reinforce", "ppo")}).T.style.format("{:.1e}")
+
+# %% tags=["remove-input"]
+glue("split_turns", " and ".join(f"{int(n)}" for n in split["turns per process"].values()), display=False)
+glue("split_worst", max(split[a]["largest difference, 1 process against 2"] / split[a]["largest weight change of the update"]
+                        for a in ("reinforce", "ppo")), display=False)
+
+# %% [markdown]
+# The two processes trained on {glue:text}`split_turns` turns of the batch. For both algorithms the
+# split update ended at most {glue:text}`split_worst:.1e` of the update's own size away from the
+# one-process update: float64 rounding, so the same maths. A process that normalised its advantages
+# over its own turns, or divided its loss by its own token count, would end visibly apart.
+#
 # ## What the tests check
 #
 # `tests/test_distributed.py` runs in `make test`, on the CPU, with `accelerate launch` and this
 # configuration:
-# - **one REINFORCE update and one PPO update** on a fixed batch of tic-tac-toe turns, split over
-#   2 processes, against 1 process on all of them. The updates run in float64: summed in another
-#   order, float32 gradients differ by about 1e-7, and Adam's first step, close to lr × sign(g),
-#   turns such differences on near-zero gradients into visible ones. In float64 the test requires
-#   the weights to agree within 1e-10 of the size of the update, which only the same maths can give;
+# - **the comparison above**, requiring the weights to agree within 1e-10 of the size of the
+#   update, which only the same maths can give;
 # - **`rl` on 2 processes** writes one set of outputs (one metrics file, one TensorBoard writer,
 #   one model, one JSON line); stopped after 2 iterations and resumed, it ends with the weights of
 #   the run never stopped, bit for bit; resuming it on 1 process is refused with a clear message;

@@ -81,8 +81,8 @@ METRIC_TOLERANCE = {
 
 
 def test_an_update_split_over_two_processes_is_the_update_of_one_process_on_all_turns(policy_dir, tmp_path):
-    launch("tests/distributed_updates.py", str(policy_dir), str(tmp_path / "one"), processes=1)
-    launch("tests/distributed_updates.py", str(policy_dir), str(tmp_path / "two"))
+    launch("-m", "tutorial_lib.book_tools.split_update", str(policy_dir), str(tmp_path / "one"), processes=1)
+    launch("-m", "tutorial_lib.book_tools.split_update", str(policy_dir), str(tmp_path / "two"))
     one, two = (json.loads((tmp_path / run / "shares.json").read_text()) for run in ("one", "two"))
     assert len(two["turns"]) == 2 and min(two["turns"]) > 0  # both processes trained on turns of their own
     assert sum(two["turns"]) == one["turns"][0]  # ... which together are the one process's
