@@ -289,9 +289,11 @@ glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the 
 # {glue:text}`games_change:+.3f` ({glue:text}`games_size` its two standard errors of
 # {glue:text}`games_noise:.3f`), and changing the decoding by {glue:text}`decoding_change:+.3f`
 # ({glue:text}`decoding_size` {glue:text}`decoding_noise:.3f`).
-# The bar is a term's own: each term is half a sum over the four corners, averaged over the draws,
-# so it is narrower than the bar of one difference of two rates
-# (`generalisation_gap.averaged_term_noise` derives it). Sections a and b take the two terms apart.
+# The bar is a term's own. Each term is half a signed sum of the four corners, so with
+# $v = \hat p(1-\hat p)/n$ a corner's variance, a term's variance is $\tfrac14$ of the four $v$
+# added; averaging over $D$ draws divides the two sampled corners' $v$ by $D$ (the greedy corners
+# do not change between draws). Two standard errors of that are the bar
+# (`generalisation_gap.averaged_term_noise`). Sections a and b take the two terms apart.
 #
 # ## a. Which games: seen, unseen of the same fold, held out
 #
@@ -350,6 +352,11 @@ for key, i in (("seen", 0), ("unseen", 1), ("test", 2)):
     glue(f"{key}_cut", cut.iloc[i], display=False)
     glue(f"{key}_invalid", folds["invalid_rate"].iloc[i], display=False)
     glue(f"{key}_cut_of_lost", cut.iloc[i] / max(1 - F.iloc[i], 1 / n), display=False)
+wandered = [name for i, name in enumerate(("training games", "unseen train-fold games", "test games"))
+            if cut.iloc[i] / max(1 - F.iloc[i], 1 / n) > 0.5]
+glue("wander_words", (f"So on the {' and the '.join(wandered)} the policy failed mostly by wandering until the "
+                      "limit, not knowing what to do next; section b looks at one way of wandering, a loop.")
+     if wandered else "So the policy's failures were mostly losses, not wanderings to the limit.", display=False)
 
 # %% [markdown]
 # Training games against unseen train-fold games
@@ -366,10 +373,11 @@ for key, i in (("seen", 0), ("unseen", 1), ("test", 2)):
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
 # steps. {glue:text}`folds_reading`
 #
-# How did the games that were not won end? Of them, {glue:text}`seen_cut_of_lost:.2f`,
-# {glue:text}`unseen_cut_of_lost:.2f` and {glue:text}`test_cut_of_lost:.2f` ran out of steps rather
-# than ending in a loss (the table's cut shares): where the policy failed, it mostly wandered, not
-# knowing what to do next. Section b looks at one way of wandering, a loop.
+# How did the games that were not won end? Of them, {glue:text}`seen_cut_of_lost:.2f` (training
+# games), {glue:text}`unseen_cut_of_lost:.2f` (unseen train-fold games) and
+# {glue:text}`test_cut_of_lost:.2f` (test games) ran out of steps: each set's cut share divided by
+# its share not won. The rest ended before the limit without the meal, lost by the game's rules.
+# {glue:text}`wander_words`
 #
 # Whichever the cause, the number to report is success on the held-out fold.
 #
