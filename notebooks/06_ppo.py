@@ -318,9 +318,9 @@ for key, name in (("approx_kl", "kl"), ("clipfrac", "clip")):
     glue(f"ttt_peak_{name}", curve[worst], display=False)
     glue(f"ttt_median_{name}", statistics.median(curve), display=False)
 spiked = any(ttt_run.curve(key)[worst] > 3 * statistics.median(ttt_run.curve(key)) for key in ("approx_kl", "clipfrac"))
-glue("ttt_peak_reading", "a spike: one update went further than the others" if spiked else
-     "no spike: no single update went too far there, so the batch's invalid moves were sampling's draws, "
-     "which the next updates pushed down", display=False)
+glue("ttt_peak_reading", "one of them above three times its median: that update went further than the others"
+     if spiked else "both within three times their medians: no single update stood out there, so one update "
+     "going too far does not explain the worst batch", display=False)
 # the record: this recipe's grid cells, how many ended at or above the level it was chosen for
 LEVEL = 0.85  # chapter 5's level of draws against minimax
 paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "minimax_draw_rate")
