@@ -77,11 +77,11 @@ from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
 from tutorial_lib.report import count_phrase, grid_paths, level_counts
 
 # %% [markdown]
-# Every run of this chapter goes through one function: evaluate chapter 4's policy, train it with
-# the preset's PPO settings, evaluate it again. A long run goes in parts, one cell each, each part
-# resuming the last one's checkpoint.
+# Every run of this chapter goes through one function (collapsed below): evaluate chapter 4's
+# policy, train it with the preset's PPO settings, evaluate it again. A long run goes in parts, one
+# cell each, each part resuming the last one's checkpoint.
 
-# %%
+# %% tags=["hide-input"]
 before, after = {}, {}  # greedy results of every workload, before and after PPO
 
 
@@ -312,15 +312,22 @@ worst = max(range(len(invalid_curve)), key=invalid_curve.__getitem__)
 glue("ttt_invalid_peak", invalid_curve[worst])
 glue("ttt_invalid_peak_at", worst + 1)
 glue("ttt_invalid_mean", statistics.fmean(invalid_curve))
-# the update diagnostics at the worst batch, against their medians over the run: a spike says one update went too far
+# the updates made just before the worst batch was sampled (an iteration logs the update made after
+# its batch), against their medians over the run: above three times the median counts as a spike
+before_worst = range(max(0, worst - 3), worst)
+glue("ttt_before_first", before_worst.start + 1 if len(before_worst) else worst + 1, display=False)
+glue("ttt_before_last", worst, display=False)
+ratios = []
 for key, name in (("approx_kl", "kl"), ("clipfrac", "clip")):
     curve = ttt_run.curve(key)
-    glue(f"ttt_peak_{name}", curve[worst], display=False)
+    peak = max((curve[i] for i in before_worst), default=curve[worst])
+    glue(f"ttt_peak_{name}", peak, display=False)
     glue(f"ttt_median_{name}", statistics.median(curve), display=False)
-spiked = any(ttt_run.curve(key)[worst] > 3 * statistics.median(ttt_run.curve(key)) for key in ("approx_kl", "clipfrac"))
-glue("ttt_peak_reading", "one of them above three times its median: that update went further than the others"
-     if spiked else "both within three times their medians: no single update stood out there, so one update "
-     "going too far does not explain the worst batch", display=False)
+    ratios.append(peak / max(statistics.median(curve), 1e-12))
+spiked = [name for name, ratio in zip(("approx-KL", "the clip fraction"), ratios) if ratio > 3]
+glue("ttt_peak_reading", f"{' and '.join(spiked)} above three times the median: an update just before the batch "
+     "went further than the others" if spiked else "both within three times their medians: no update just before "
+     "it stood out, so this run does not show what raised the invalid moves there", display=False)
 # the record: this recipe's grid cells, how many ended at or above the level it was chosen for
 LEVEL = 0.85  # chapter 5's level of draws against minimax
 paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "minimax_draw_rate")
@@ -423,7 +430,7 @@ glue("math_ev_late", float(halves(math_run.history, "explained_variance")[1]), d
 last_quarter = math_run.history[-max(1, len(math_run.history) // 4):]
 glue("math_kl_end", statistics.fmean(row["approx_kl"] for row in last_quarter), display=False)
 glue("math_clip_end", statistics.fmean(row["clipfrac"] for row in last_quarter), display=False)
-glue("math_lr_end", f"{last_quarter[-1].get('learning_rate', 0.0):.1e}", display=False)
+glue("math_lr_end", f"{statistics.fmean(row.get('learning_rate', 0.0) for row in last_quarter):.1e}", display=False)
 # the record: this recipe from three SFT data orders and RL seeds (benchmarks/math_rl_seeds.py)
 math_records = [row for row in recorded_runs("math_rl_seeds.jsonl", preset) if row["study"] == "chapter 6"]
 rose = sum(compare_rates("train", row["before_train"], row["after_train"], MATH_TRAINING_PROBLEMS).verdict == "better"
@@ -485,6 +492,8 @@ table
 
 # %% tags=["hide-input"]
 glue("cw_episodes", float(statistics.fmean(row["episodes"] for row in cw_run.history)), display=False)
+glue("cw_turns_per_episode", float(statistics.fmean(row["turns"] / max(row["episodes"], 1) for row in cw_run.history)),
+     display=False)
 glue("cw_games", int(before["cookingworld test"]["episodes"]), display=False)
 for fold in ("train", "test"):
     glue_change(f"cw_{fold}", compare_summaries("success", before[f"cookingworld {fold}"],
@@ -534,6 +543,12 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # {glue:text}`cw_test_before:.3f` to {glue:text}`cw_test_after:.3f` on the test games
 # ({glue:text}`cw_test_verdict`).
 #
+# The sampled curve and the greedy table measure different play. A sampled batch's episodes
+# averaged {glue:text}`cw_turns_per_episode:.1f` turns, against the greedy games' mean steps in
+# the table. Chapter 8 takes such differences apart: after a rejected command
+# the prompt barely changes, greedy decoding can write the same command again until the step
+# limit, and sampling breaks such loops.
+#
 # With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld checks
 # that the machinery runs; it is not a result. Its invalid rate peaked at
 # {glue:text}`cw_invalid_peak:.3f` in iteration {glue:text}`cw_invalid_peak_at`, where the batch's
@@ -564,14 +579,17 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 #   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
 #   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
 #
-# Read on this chapter's runs: tic-tac-toe's worst batch of invalid moves was iteration
-# {glue:text}`ttt_invalid_peak_at` ({glue:text}`ttt_invalid_peak:.3f` per move). Its approx-KL was
-# {glue:text}`ttt_peak_kl:.1e` against a median of {glue:text}`ttt_median_kl:.1e` over the run, its
-# clip fraction {glue:text}`ttt_peak_clip:.4f` against {glue:text}`ttt_median_clip:.4f`:
-# {glue:text}`ttt_peak_reading`. CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the
+# Read on this chapter's runs, counting a value above three times its median over the run as a
+# spike: tic-tac-toe's worst batch of invalid moves was iteration {glue:text}`ttt_invalid_peak_at`
+# ({glue:text}`ttt_invalid_peak:.3f` per move). An iteration logs the update made *after* its batch
+# was sampled, so the updates to read are those of iterations {glue:text}`ttt_before_first` to
+# {glue:text}`ttt_before_last`: approx-KL up to {glue:text}`ttt_peak_kl:.1e` against a median of
+# {glue:text}`ttt_median_kl:.1e`, clip fraction up to {glue:text}`ttt_peak_clip:.4f` against
+# {glue:text}`ttt_median_clip:.4f`, {glue:text}`ttt_peak_reading`. CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the
 # returns' variance over the second half, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction averaged
 # {glue:text}`math_kl_end:.1e` and {glue:text}`math_clip_end:.4f` over the last quarter, near 0
-# because the cosine schedule had taken the learning rate down to {glue:text}`math_lr_end`: there a
+# because the cosine schedule had taken the learning rate down (it averaged
+# {glue:text}`math_lr_end` over that quarter): there a
 # small KL says the steps became small, not that the rate could go up.
 #
 # ## Summary
