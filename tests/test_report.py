@@ -396,6 +396,8 @@ def test_glue_change_says_which_way_a_change_went(monkeypatch):
     assert glued["draws_verdict"] == "a rise beyond noise"
     report.glue_change("flat", stats.compare_rates("draws", 0.5, 0.51, episodes=200))
     assert glued["flat_verdict"] == "a change within noise"
+    report.glue_change("same", stats.compare_rates("draws", 0.38, 0.38, episodes=50))  # as printed: no change
+    assert glued["same_verdict"] == "no change"
     report.glue_change("fall", stats.compare_rates("losses", 0.5, 0.1, episodes=200, higher_is_better=False))
     assert glued["fall_verdict"] == "a fall beyond noise"
 

@@ -66,11 +66,14 @@ def glue(name: str, value, display: bool = False) -> None:
 def glue_change(prefix: str, change):
     """A before/after :class:`~tutorial_lib.evaluation.stats.Change` as glue: ``prefix_before``,
     ``_after``, ``_noise`` (two standard errors) and ``_verdict``, the phrase a sentence reads out
-    ("a change within noise", "a rise beyond noise", "a fall beyond noise")."""
+    ("no change" where the two agree to the three decimals a page prints, "a change within noise",
+    "a rise beyond noise", "a fall beyond noise")."""
     glue(f"{prefix}_before", float(change.before))
     glue(f"{prefix}_after", float(change.after))
     glue(f"{prefix}_noise", float(change.noise))
-    if change.verdict == "noise":
+    if round(change.before, 3) == round(change.after, 3):
+        verdict = "no change"
+    elif change.verdict == "noise":
         verdict = "a change within noise"
     else:
         verdict = f"a {'rise' if change.difference > 0 else 'fall'} beyond noise"
