@@ -146,9 +146,10 @@ def glue_halves(prefix, history, key, label):
 #
 # where ε is the setting `clip_range`. Once an action with a positive advantage has become
 # $1+\epsilon$ times as likely, its gradient is zero; an action with a negative advantage stops
-# being pushed down at $1-\epsilon$. The value loss is clipped the same way: the new value may move
-# at most `value_clip_range` from the value before the update, and the loss takes the larger of the
-# clipped and unclipped squared errors (Huang et al.'s detail 9 {cite}`huang2022ppodetails`).
+# being pushed down at $1-\epsilon$. The value loss is clipped the same way: it takes the larger of
+# the squared errors of the new value and of the new value clipped to within `value_clip_range` of
+# the value before the update, so once the value has moved that far, a step that would lower the
+# loss further gets no gradient (Huang et al.'s detail 9 {cite}`huang2022ppodetails`).
 #
 # ## PPO's three pieces, from scratch
 #
@@ -329,7 +330,8 @@ glue("ttt_kl_ratio", ratios[0], display=False)
 glue("ttt_clip_ratio", ratios[1], display=False)
 spiked = [name for name, ratio in zip(("approx-KL", "the clip fraction"), ratios) if ratio > 3]
 glue("ttt_peak_reading", f"By the rule above, {' and '.join(spiked)} spiked: an update just before the batch moved the "
-     "policy further than the others did, though in absolute terms both diagnostics stayed small" if spiked else
+     "policy further than most updates did, though not as far as the run's first ones, and in absolute terms both "
+     "diagnostics stayed small" if spiked else
      "By the rule above neither spiked: no update just before it stood out, so this run does not show what raised "
      "the invalid moves there", display=False)
 # the record: this recipe's grid cells, how many ended at or above the level it was chosen for
@@ -607,7 +609,10 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # {glue:text}`ttt_before_last`. There approx-KL reached {glue:text}`ttt_peak_kl:.1e`,
 # {glue:text}`ttt_kl_ratio:.1f` times its median, and the clip fraction
 # {glue:text}`ttt_peak_clip:.4f`, {glue:text}`ttt_clip_ratio:.1f` times its median (the
-# tic-tac-toe figure's last two panels). {glue:text}`ttt_peak_reading`. CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the
+# tic-tac-toe figure's last two panels). {glue:text}`ttt_peak_reading`. That small median KL would,
+# by the second item, allow a higher rate on this game; the recipe before this one used chapter
+# 5's higher rate and raised losses to random in some of its runs ({ref}`the appendix
+# <appendix-ch6>`), so the rate came down. CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the
 # returns' variance over the second half, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction averaged
 # {glue:text}`math_kl_end:.1e` and {glue:text}`math_clip_end:.4f` over the last quarter, near 0
 # because the cosine schedule had taken the learning rate down (it averaged
@@ -651,7 +656,7 @@ tidy(pd.DataFrame([{"workload": name, "metric": METRIC_WORDS.get(key, key), "SFT
 # | 5 | GAE(γ, λ) over turns, bootstrap on truncation | bias/variance; cut ≠ ended | {cite}`schulman2016gae` |
 # | 6 | advantages normalised over the batch | step size independent of reward scale | Huang et al. #7 |
 # | 7 | clipped surrogate per action token | bounded policy change per batch | {cite}`schulman2017ppo` |
-# | 8 | clipped value loss | bounded critic change per batch | Huang et al. #9 |
+# | 8 | clipped value loss | no gradient for a value moved past the clip | Huang et al. #9 |
 # | 9 | entropy bonus (off here: `entropy_coef` 0) | keeps exploration | {cite}`schulman2017ppo` |
 # | 10 | epochs × shuffled minibatches, global grad-norm clip 1.0 | sample reuse; stability | Huang et al. #5, #11 |
 # | 11 | separate actor and critic learning rates, warm-up + cosine | the critic must learn faster | this book |
