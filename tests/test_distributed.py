@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file
 
 from tutorial_lib.__main__ import main as cli
+from tutorial_lib.book_tools.split_update import largest_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "accelerate" / "ddp.yaml"
@@ -57,11 +58,6 @@ def policy_dir(tiny_policy, tmp_path_factory):
     tiny_policy.model.save_pretrained(folder)
     tiny_policy.tokenizer.save_pretrained(folder)
     return folder
-
-
-def largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
 #: how far 2 processes' logged metrics may be from 1 process's
