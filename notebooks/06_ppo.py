@@ -273,14 +273,13 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 # ($\log\pi_\text{old}$, $V_\text{old}$), subtracts the KL penalty from the rewards where β > 0,
 # runs GAE over each episode and normalises the advantages over the batch. Then, for `ppo_epochs`
 # passes over shuffled minibatches, it steps on the policy loss plus `value_coef` times the value
-# loss, the gradient's norm clipped to 1. The summary's table lists every detail with its source.
+# loss. The summary's table lists every detail.
 #
 # ## Tic-tac-toe
 #
-# The first run repeats chapter 5's setting with PPO: chapter 4's checkpoint, training
-# games against random or minimax (half and half), an illegal move forfeiting the game in training
-# (evaluation plays a random legal move instead and counts it invalid). A game is three to five turns with one reward at the end (+1, 0, -1), so γ = 1
-# and λ = 0.95. PPO steps several times per batch, so its learning rate, {glue:text}`ppo_ttt_lr`, is
+# The first run repeats chapter 5's setting with PPO: chapter 4's checkpoint, training games
+# against random or minimax (half and half), an illegal move forfeiting the game. A game is three
+# to five turns with one reward at the end (+1, 0, -1), so γ = 1 and λ = 0.95. PPO steps several times per batch, so its learning rate, {glue:text}`ppo_ttt_lr`, is
 # lower than chapter 5's {glue:text}`reinforce_ttt_lr`. The evaluation plays 200 greedy games against each
 # opponent: the draws against minimax are the change to look for; the losses to random say
 # whether it cost anything. The run goes in four parts:
@@ -354,12 +353,9 @@ glue("heldout_cells", len(heldout))
 # Chapter 5's REINFORCE recipe faces the same evaluation on this game; chapter 7 compares the two
 # with GRPO on math, on one budget of sampled tokens.
 #
-# One run is one draw from a spread. The recipe was chosen on recorded runs over seeds, thread
-# counts and slightly perturbed starts (the *record*, kept in `benchmarks/results/`): the draws
-# against minimax ended at or above 0.85 in {glue:text}`ppo_level_cells`. From starts nobody looked
-# at while choosing it, PPO reached 0.85 in {glue:text}`heldout_reached` of
-# {glue:text}`heldout_cells` runs. The runs, and the recipes tried before this one, are in
-# {ref}`the appendix <appendix-ch6>`.
+# One run is one draw. Over the recorded runs the recipe was chosen on, the draws ended at or above
+# 0.85 in {glue:text}`ppo_level_cells`; from starts nobody looked at while choosing it, in
+# {glue:text}`heldout_reached` of {glue:text}`heldout_cells` ({ref}`the appendix <appendix-ch6>`).
 #
 # The training curves, one point per batch (faint) and a running mean over three (solid):
 
@@ -370,21 +366,19 @@ fig = learning_curves({"tictactoe": ttt_run.history},
 
 # %% [markdown]
 # A healthy run has the return rising or holding near its ceiling (about +0.5 with half the games
-# against minimax, where a draw is the best result), the invalid rate near 0 and the clip fraction
-# low. The invalid rate averaged {glue:text}`ttt_invalid_mean:.3f` per move over the run; its worst
-# batch had {glue:text}`ttt_invalid_peak:.3f` at iteration {glue:text}`ttt_invalid_peak_at`: each
-# invalid move forfeits a game, a return of −1, which the next updates push down. Over the second half of
+# against minimax), the invalid rate near 0 and the clip fraction low. The invalid rate averaged
+# {glue:text}`ttt_invalid_mean:.3f` per move; its worst batch had {glue:text}`ttt_invalid_peak:.3f`
+# at iteration {glue:text}`ttt_invalid_peak_at`. Over the second half of
 # this run the critic's *explained variance* (the share of the returns' spread its values account
 # for; the diagnostics below define it) was {glue:text}`ttt_ev_late:.2f`, and {glue:text}`ttt_clipfrac_late:.3f` of the tokens were past the clip. The
 # critic cannot explain much here: the prompt does not name the opponent, and from the same early
 # position a game against random is mostly won and one against minimax at best drawn. So PPO's
-# advantages are close to REINFORCE's return minus a baseline, and what PPO adds on this game is
-# the reuse of each batch for several small steps; the clip, which acts only on tokens past it,
-# touched few of them here.
+# advantages are close to REINFORCE's, and what PPO adds on this game is the reuse of each batch
+# for several small steps; the clip touched few tokens.
 #
 # ## Math answers
 #
-# A common PPO recipe for GSM8K-style problems, scaled to the tiny model: reward 1.0 for the right number, 0.1
+# PPO on math answers, scaled to the tiny model: reward 1.0 for the right number, 0.1
 # for the right format with a wrong number, 0 otherwise; γ = λ = 1 (an answer is one turn, so the
 # advantage is the reward minus the critic's prediction); no reference model (β = 0); clip 0.2,
 # value clip 0.5. Training draws from a fixed *training split*: the very problems chapter 4
@@ -467,27 +461,23 @@ fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_varian
 # critic explained {glue:text}`math_ev_late:.2f` of the rewards' variance over the second half,
 # {glue:text}`math_ev_words`.
 #
-# The new problems were not expected to move: they need arithmetic the tiny model never learnt,
-# and RL on a few hundred training problems cannot teach it. The training problems are where PPO
-# has room, and the gain to look for is one beyond noise there. But a gain of this recipe is about
-# the size of the noise of 200 problems: its {glue:text}`math_record_runs` recorded runs, from
+# The new problems were not expected to move: they likely need arithmetic the tiny model never
+# learnt. The training problems are where PPO has room, but a gain of this recipe is about the
+# size of the noise of 200 problems: its {glue:text}`math_record_runs` recorded runs, from
 # other SFT data orders, gained between {glue:text}`math_record_low:.3f` and
 # {glue:text}`math_record_high:.3f` in accuracy, and only {glue:text}`math_record_rose` rose
 # beyond two standard errors. The recipe is short ({glue:text}`math_iterations` batches,
-# {glue:text}`math_schedule`) and the tiny model is right on few problems to begin with, so a run
-# within noise is what this recipe often gives, not a sign of a bug. Chapter 7 runs PPO on the
-# same problems with another recipe.
+# {glue:text}`math_schedule`), so a run within noise is what it often gives, not a sign of a bug.
+# Chapter 7 runs PPO on the same problems with another recipe.
 #
 # ## CookingWorld
 #
-# Now a long multi-turn game: chapter 4's CookingWorld policy, in the preset's world (small at
-# `ci`), with GAE λ = 0.95 and γ slightly below 1, so
-# that finishing sooner is worth a little more. Rewards are the game's score increments (they sum to
-# 1 for a finished recipe), and an episode cut by the step limit is bootstrapped as above. Unlike
-# math, the run keeps a frozen copy of the SFT policy and subtracts from each turn's reward β times $\log\pi_\text{old} - \log\pi_\text{SFT}$ summed over the
-# turn's action tokens: a penalty on drifting from what the policy imitated. Before and after,
-# {glue:text}`cw_games:d` greedy games of the training fold and as many held-out test games (the
-# run goes in two parts, one cell each):
+# Now a long multi-turn game: chapter 4's CookingWorld policy, with γ slightly below 1 (finishing
+# sooner is worth a little more). Rewards are the game's score increments, and an episode cut by
+# the step limit is bootstrapped as above. The run also subtracts from each turn's reward β times
+# $\log\pi_\text{old} - \log\pi_\text{SFT}$ over its action tokens: a penalty on drifting from
+# the SFT policy. Before and after, {glue:text}`cw_games:d` greedy games of the training fold and
+# as many test games:
 
 # %%
 cw_evaluations = {f"cookingworld {fold}": {"fold": fold} for fold in ("train", "test")}
@@ -551,38 +541,24 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # %% [markdown]
 # In this run a batch held {glue:text}`cw_episodes:.1f` episodes and
 # {glue:text}`cw_batch_turns:.0f` turns on average: new episodes start until the batch has its
-# turns, and those under way then finish. The sampled return
-# (top left) began at {glue:text}`cw_return_start:.3f`, a mean over the first three batches; its
-# running mean was lowest, {glue:text}`cw_return_low:.3f`, at iteration
-# {glue:text}`cw_return_low_at`, and it ended at {glue:text}`cw_return_end:.3f`,
-# {glue:text}`cw_return_ending`. The two halves of the run averaged
-# {glue:text}`cw_halves_before:.3f` and {glue:text}`cw_halves_after:.3f`,
-# {glue:text}`cw_halves_verdict`. Greedy success went from {glue:text}`cw_train_before:.3f` to
-# {glue:text}`cw_train_after:.3f` on the training fold ({glue:text}`cw_train_verdict`) and from
-# {glue:text}`cw_test_before:.3f` to {glue:text}`cw_test_after:.3f` on the test games
-# ({glue:text}`cw_test_verdict`).
+# turns, and those under way then finish. The sampled return began at
+# {glue:text}`cw_return_start:.3f` (the first three batches) and ended at
+# {glue:text}`cw_return_end:.3f`, {glue:text}`cw_return_ending`. Greedy success went from
+# {glue:text}`cw_train_before:.3f` to {glue:text}`cw_train_after:.3f` on the training fold
+# ({glue:text}`cw_train_verdict`) and from {glue:text}`cw_test_before:.3f` to
+# {glue:text}`cw_test_after:.3f` on the test games ({glue:text}`cw_test_verdict`). With so few
+# episodes per update, a `ci` run of PPO on CookingWorld checks that the machinery runs; it is not
+# a result.
 #
-# The sampled curve and the greedy table measure different play. Over the run the sampled batches'
-# invalid rate averaged {glue:text}`cw_sampled_invalid:.3f` and their return
-# {glue:text}`cw_sampled_return:.3f`, in episodes of {glue:text}`cw_turns_per_episode:.1f` turns;
-# greedy play on the training fold after PPO had an invalid rate of
-# {glue:text}`cw_greedy_invalid:.3f` and a mean score of {glue:text}`cw_greedy_score:.3f`, in
-# games of {glue:text}`cw_greedy_steps:.1f` steps. Chapter 8 takes such differences apart: after a
-# rejected command the prompt barely changes, greedy decoding can write the same command again
-# until the step limit, and sampling breaks such loops.
-#
-# With so few episodes per update and so few iterations, a `ci` run of PPO on CookingWorld checks
-# that the machinery runs; it is not a result. Its invalid rate peaked at
-# {glue:text}`cw_invalid_peak:.3f` in iteration {glue:text}`cw_invalid_peak_at`, where the batch's
-# sampled return was {glue:text}`cw_return_at_peak:.3f` and the next batch's
-# {glue:text}`cw_return_after_peak:.3f`: the pattern "What goes wrong" describes, though in batches
-# of so few episodes one dip is within noise. The critic explained
-# {glue:text}`cw_ev_late:.2f` of the returns' variance over the second half of the run. After PPO
-# the policy still wrote an invalid command in {glue:text}`cw_test_invalid:.3f` of its actions on
-# the test games: PPO at this size does not fix what SFT left (chapter 8 measures why). The KL to
-# the SFT policy (bottom right) is estimated from the sampled tokens' log-ratios, and such an
-# estimate can fall below zero in a batch even though the divergence itself cannot; here it did in
-# {glue:text}`cw_kl_negative` of the batches.
+# The sampled curve and the greedy table measure different play: the batches' invalid rate
+# averaged {glue:text}`cw_sampled_invalid:.3f`, in episodes of
+# {glue:text}`cw_turns_per_episode:.1f` turns, while greedy play on the training fold after PPO
+# rejected {glue:text}`cw_greedy_invalid:.3f` of its commands in games of
+# {glue:text}`cw_greedy_steps:.1f` steps. Chapter 8 takes such differences apart: after a rejected
+# command greedy decoding can write the same command again until the step limit, where sampling
+# breaks the loop. The KL to the SFT policy (bottom right), estimated from the sampled tokens, fell
+# below zero in {glue:text}`cw_kl_negative` batches, as an estimate can though the divergence
+# cannot.
 #
 # ## What goes wrong, and how to see it
 #
@@ -602,22 +578,18 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 #   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
 #   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
 #
-# Read on this chapter's runs, counting a value above three times its median over the run as a
-# spike: tic-tac-toe's worst batch of invalid moves was iteration {glue:text}`ttt_invalid_peak_at`
-# ({glue:text}`ttt_invalid_peak:.3f` per move). An iteration logs the update made *after* its batch
-# was sampled, so the updates to read are those of iterations {glue:text}`ttt_before_first` to
-# {glue:text}`ttt_before_last`. There approx-KL reached {glue:text}`ttt_peak_kl:.1e`,
-# {glue:text}`ttt_kl_ratio:.1f` times its median, and the clip fraction
-# {glue:text}`ttt_peak_clip:.4f`, {glue:text}`ttt_clip_ratio:.1f` times its median (the
-# tic-tac-toe figure's last two panels). {glue:text}`ttt_peak_reading`. That small median KL would,
-# by the second item, allow a higher rate on this game; the recipe before this one used chapter
-# 5's higher rate and raised losses to random in some of its runs ({ref}`the appendix
-# <appendix-ch6>`), so the rate came down. CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the
-# returns' variance over the second half, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction averaged
-# {glue:text}`math_kl_end:.1e` and {glue:text}`math_clip_end:.4f` over the last quarter, near 0
-# because the cosine schedule had taken the learning rate down (it averaged
-# {glue:text}`math_lr_end` over that quarter): there a
-# small KL says the steps became small, not that the rate could go up.
+# Read on this chapter's runs, with a value above three times its median counted as a spike:
+# tic-tac-toe's worst batch of invalid moves was iteration {glue:text}`ttt_invalid_peak_at`. An
+# iteration logs the update made *after* its batch, so the updates to read are iterations
+# {glue:text}`ttt_before_first` to {glue:text}`ttt_before_last`: approx-KL reached
+# {glue:text}`ttt_kl_ratio:.1f` times its median, the clip fraction
+# {glue:text}`ttt_clip_ratio:.1f` times (the figure's last two panels).
+# {glue:text}`ttt_peak_reading`. The small median KL would allow a higher rate, but the recipe
+# before this one used chapter 5's and raised losses to random in some runs ({ref}`the appendix
+# <appendix-ch6>`). CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the returns'
+# variance, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction fell near 0 over
+# the last quarter because the cosine schedule had lowered the rate (to
+# {glue:text}`math_lr_end` on average): small steps, not room for a higher rate.
 #
 # ## Summary
 #
@@ -631,17 +603,16 @@ changes = {(name, key): compare_summaries(key, before[name], after[name], key) f
 changes |= {("math", f"accuracy ({which} problems)"): change
             for which, change in zip(("training", "new"), compare_math(before["math"], after["math"]))}
 math_train = changes[("math", "accuracy (training problems)")]
-glue("math_train_words", "within noise" if math_train.verdict == "noise" else f"{math_train.verdict}, beyond noise",
-     display=False)
+glue("math_train_words", {"noise": "within noise", "better": "up, beyond noise", "worse": "down, beyond noise"}[
+    math_train.verdict], display=False)
 tidy(pd.DataFrame([{"workload": name, "metric": METRIC_WORDS.get(key, key), "SFT": change.before,
                     "SFT + PPO": change.after, "verdict": "within noise" if change.verdict == "noise" else change.verdict}
                    for (name, key), change in changes.items()]).set_index(["workload", "metric"]))
 
 # %% [markdown]
-# Three situations: tic-tac-toe has room RL can use; on math, the new problems likely need
-# arithmetic RL cannot supply, so the training problems are where a change could show, and in this
-# run it was {glue:text}`math_train_words`; CookingWorld at `ci` has too few episodes per update for
-# a result.
+# Three situations: tic-tac-toe has room RL can use; on math only the training problems can move,
+# and in this run they moved {glue:text}`math_train_words`; CookingWorld at `ci` has too few episodes
+# per update for a result.
 #
 # The implementation, detail by detail (numbered as the `# detail N` comments in the library's
 # `rl/ppo.py`, which {doc}`the library map </book/library_map>` locates; the PPO details follow Huang et al. {cite}`huang2022ppodetails` and

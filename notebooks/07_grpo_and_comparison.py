@@ -211,7 +211,7 @@ pd.DataFrame({
 # The rows that agree are the conditions held equal; the rows that differ (the baseline, the
 # answers per update, the passes over each batch) are what is compared. A *seed* here numbers a
 # generated math problem: all three train on the same seeds (the first row), and are tested on
-# others. One more thing differs with the baseline, and a reader should weigh it: GRPO's batches
+# others. One more difference: GRPO's batches
 # hold {glue:text}`grpo_batch_answers:d` answers against the others' {glue:text}`ppo_batch_answers:d`,
 # so the same token budget gives it several times as many batches, each one optimiser step at the
 # same learning rate: several times REINFORCE's steps, while PPO takes several steps on each of
@@ -537,16 +537,12 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 # The mean return can fall while the optimal share holds, when the answers that are not optimal
 # move from a draw (0) to a losing or illegal move (−1). The tied share rises when the policy
 # gets more positions right, but also when more groups lose alike; the mean return says which.
-# These curves are sampled answers to a different handful of positions at each step; the greedy
-# games are the test.
+# The greedy games are the test.
 #
 # ## Multi-turn games and TRL's `environment_factory`
-#
 # TRL 1.16 can roll out multi-turn episodes itself (`GRPOTrainer(environment_factory=...)`,
 # experimental). It did not fit this book's games: the game's methods become *tools* the model
-# must call in its chat template's format (the tiny model's cannot), the replies grow one
-# conversation where this book's policies read a fresh prompt per turn (chapter 2), and a rollout
-# gets one reward, not one per turn
+# must call in its chat template's format, and a rollout gets one reward, not one per turn
 # ([details, with TRL's source lines](https://github.com/text-rl-book/llm-policies-for-text-rl/blob/main/benchmarks/results/grpo_trl_multiturn.md)).
 # Multi-turn games are trained with the book's own loop (chapters 5 and 6).
 #
@@ -556,9 +552,8 @@ fig = learning_curves({"GRPO (TRL)": ttt_run.history}, ["mean_return", "optimal_
 #   over each batch; GRPO replaces the critic with groups, and loses every group whose answers all
 #   score alike. On math with the tiny model that loss is large: in this run
 #   {glue:text}`grpo_zero_std:.3f` of GRPO's groups tied and taught nothing.
-# - RL can only reweight answers the policy already samples. The new math problems barely moved;
-#   the likely reason, untested here, is arithmetic the tiny model lacks. Where the start has the skill and
-#   lacks the consistency, as in tic-tac-toe, RL can move the harder test.
+# - RL can only reweight answers the policy already samples: the new math problems barely moved.
+#   Where the start has the skill and lacks the consistency, as in tic-tac-toe, RL can move the test.
 # - {glue:text}`ttt_summary`
 # - Read each algorithm's own diagnostic before its reward curve: REINFORCE's entropy (chapter 5),
 #   PPO's explained variance and clip fraction (chapter 6), GRPO's `frac_reward_zero_std`.

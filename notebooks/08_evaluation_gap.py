@@ -15,28 +15,25 @@
 
 # %% [markdown]
 # # 8. Training returns against evaluation: five differences, measured
-#
-# The TextWorld tutorial this book supersedes (the notebooks it grew from) trained falcon-rw-1b, a
-# language model of a billion parameters, on CookingWorld
+# The TextWorld tutorial this book grew from trained falcon-rw-1b, a billion-parameter model, on
+# CookingWorld
 # {cite}`cote2018textworld,jansen2022textworldexpress`, plotted the returns of its training
 # episodes beside an evaluation on test games, and asked why evaluation does so much worse. A
 # return logged during training and an evaluation differ in five ways: which games are played, how
 # the action is decoded, how the prompt is laid out, how the action is tokenised, and when an
-# episode is cut. (A sixth, which this chapter leaves out: a training curve averages over the
-# changing policies of a run, while an evaluation plays the final weights.) This chapter takes
+# episode is cut. This chapter takes
 # chapter 4's CookingWorld policy, changes one of the five at a time, and measures what each costs
 # against the noise of its games.
 #
 # **You will learn**
 # - to tell a real difference between two success rates from noise, with two standard errors;
-# - what each of the five differences costs this policy, and which of them this run shows beyond
-#   noise;
+# - what each of the five differences costs this policy;
 # - the checks that catch the three differences that are bugs: a prompt laid out unlike the
 #   data's, actions scored on re-tokenised text, and a step limit shorter than the expert's plans.
 #
 # ```{tip}
-# Opened on its own in a fresh runtime, this chapter first builds what it loads from the chapters
-# before it (chapter 3's expert data, chapter 4's SFT checkpoint). {doc}`/book/setup` shows how to
+# Opened alone in a fresh runtime, this chapter first builds chapter 3's data and chapter 4's
+# checkpoint. {doc}`/book/setup` shows how to
 # keep that cache on Drive.
 # ```
 
@@ -95,8 +92,7 @@ print(f"CookingWorld at this preset: {describe_world(world)}; {n} games per cond
       f"The TextWorld tutorial's world: {describe_world(TUTORIAL_WORLD)}.")
 
 # %% [markdown]
-# At the `ci` preset (the settings of a CPU build with the tiny model) the world is smaller than
-# the tutorial's; the `full` preset plays the tutorial's.
+# At the `ci` preset the world is smaller than the tutorial's; `full` plays the tutorial's.
 #
 # ## When is a difference real?
 #
@@ -126,8 +122,7 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 #
 # Two rates played on the *same* games (the same seeds) are compared game by game instead: with
 # $d_i$ the difference of game $i$'s outcomes (1 won, 0 not), the bar is $2\sqrt{\mathrm{var}(d)/n}$.
-# Games both conditions win, or both lose, add nothing to it, so this *paired* bar is narrower when
-# the conditions tend to win the same games. By hand: if the second condition wins the same 40 of
+# Games both conditions win, or both lose, add nothing to it. By hand: if the second condition wins the same 40 of
 # 100 games as the first and 10 more, $\mathrm{var}(d) = .1 \cdot .9$ and the bar is
 # $2\sqrt{.09/100} = .06$, against .14 unpaired. The library's `compare_paired` computes it;
 # sections b, c and e, which replay the same games, use it.
@@ -136,10 +131,8 @@ glue("bar_half", rate_noise(0.5, 0.5, n), display=False)
 # probabilities for the next token into text.
 # **Greedy** decoding takes the most probable token every time, so a prompt always gives the same
 # action. **Sampled** decoding draws each token from the probabilities; at *temperature 1*, with no
-# top-k or top-p cut (cuts some samplers make: only the k most probable tokens, or the most probable
-# ones up to a total probability p), the sampler is exactly the stochastic policy that a policy-gradient method
-# trains. Two functions play every game below: greedy evaluation with chapter 1's harness, and
-# training-time collection with chapter 5's `collect` at temperature 1.
+# top-k or top-p cut, the sampler is exactly the stochastic policy a policy-gradient method trains.
+# Greedy games use chapter 1's harness, sampled ones chapter 5's `collect` at temperature 1.
 
 # %%
 METRICS = ["success_rate", "mean_score", "mean_steps", "invalid_rate", "truncated_rate"]
@@ -289,11 +282,10 @@ glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the 
 # {glue:text}`games_change:+.3f` ({glue:text}`games_size` its two standard errors of
 # {glue:text}`games_noise:.3f`), and changing the decoding by {glue:text}`decoding_change:+.3f`
 # ({glue:text}`decoding_size` {glue:text}`decoding_noise:.3f`).
-# The bar is a term's own. Each term is half a signed sum of the four corners, so with
-# $v = \hat p(1-\hat p)/n$ a corner's variance, a term's variance is $\tfrac14$ of the four $v$
-# added; averaging over $D$ draws divides the two sampled corners' $v$ by $D$ (the greedy corners
-# do not change between draws). Two standard errors of that are the bar
-# (`generalisation_gap.averaged_term_noise`). Sections a and b take the two terms apart.
+# The bar is a term's own: a term is half a signed sum of the four corners, so with
+# $v = \hat p(1-\hat p)/n$ a corner's variance, its variance is $\tfrac14$ of the four $v$ added,
+# the two sampled corners' $v$ divided by the $D$ draws (`averaged_term_noise`). Sections a and b
+# take the two terms apart.
 #
 # ## a. Which games: seen, unseen of the same fold, held out
 #
@@ -363,20 +355,19 @@ glue("wander_words", (f"So on the {' and the '.join(wandered)} the policy failed
 # differ in whether the policy saw the game: a drop there, shared by the test games, is
 # **memorisation** of particular games. Unseen train-fold games against test games differ in the
 # fold: a drop there is **fold shift**.
-#
 # In this run the policy won {glue:text}`seen:.3f` of its training games, {glue:text}`unseen:.3f`
-# of the unseen train-fold games and {glue:text}`test:.3f` of the test games. From training games
-# to unseen train-fold games success {glue:text}`memorisation_words` noise (two standard errors
-# {glue:text}`memorisation_noise:.3f`); from training games to test games it
-# {glue:text}`whole_words` noise ({glue:text}`whole_noise:.3f`); from unseen train-fold games to
-# test games it {glue:text}`fold_words` noise ({glue:text}`fold_noise:.3f`). The gold paths average
+# of the unseen train-fold games and {glue:text}`test:.3f` of the test games: success
+# {glue:text}`memorisation_words` noise from the first set to the second (bar
+# {glue:text}`memorisation_noise:.3f`), {glue:text}`whole_words` it from the first to the third
+# ({glue:text}`whole_noise:.3f`) and {glue:text}`fold_words` it from the second to the third
+# ({glue:text}`fold_noise:.3f`). The gold paths average
 # {glue:text}`seen_length:.2f`, {glue:text}`unseen_length:.2f` and {glue:text}`test_length:.2f`
 # steps. {glue:text}`folds_reading`
 #
 # How did the games that were not won end? Of them, {glue:text}`seen_cut_of_lost:.2f` (training
 # games), {glue:text}`unseen_cut_of_lost:.2f` (unseen train-fold games) and
 # {glue:text}`test_cut_of_lost:.2f` (test games) ran out of steps: each set's cut share divided by
-# its share not won. The rest ended before the limit without the meal, lost by the game's rules.
+# its share not won (the rest were lost before the limit).
 # {glue:text}`wander_words`
 #
 # Whichever the cause, the number to report is success on the held-out fold.
@@ -460,17 +451,14 @@ glue("decoding_reading", text[0].upper() + text[1:] + ". " + (
 # games ({glue:text}`test_to_greedy_size` {glue:text}`test_to_greedy_noise:.3f`); the share of
 # episodes ending in a loop changed by {glue:text}`training_loops:+.3f` and
 # {glue:text}`test_loops:+.3f` ({glue:text}`loops_sizes`). {glue:text}`decoding_reading`
-#
-# The fix is to **compare like with like**: label training-time returns as sampled returns on training games,
-# and track greedy success on held-out games every few iterations during training.
+# The fix is to **compare like with like**: label training-time curves as sampled returns on
+# training games, and track greedy held-out success during training.
 #
 # ## c. A prompt built differently from the data's
-#
 # The policy only ever read prompts with "Your actions so far" and the remembered recipe, and no
 # window of past observations (chapter 2). Suppose an evaluation script builds its own prompt, as
-# the TextWorld tutorial did, with a window of recent observations and neither past actions nor
-# recipe; or keeps our layout and adds a window of two recent turns. `PromptSpec` describes a
-# layout, and `LanguagePolicy(prompt_spec=...)` plays with it. A whole prompt from early in a test
+# the TextWorld tutorial did (a window of recent observations, no past actions, no recipe), or
+# adds a window of two recent turns to ours. `PromptSpec` describes a layout. A whole prompt from early in a test
 # game's gold path, under the tutorial's layout, then the same prompt's length in each layout:
 
 # %%
@@ -524,17 +512,14 @@ glue("layout_words", " and ".join(layout_said), display=False)
 # {glue:text}`window_success:+.3f` ({glue:text}`window_success_size` two standard errors of
 # {glue:text}`window_success_noise:.3f`) and the tutorial's layout by
 # {glue:text}`tutorial_success:+.3f` ({glue:text}`tutorial_success_size`
-# {glue:text}`tutorial_success_noise:.3f`). The invalid-action rate, over every action played,
-# changed by {glue:text}`window_invalid:+.3f` and {glue:text}`tutorial_invalid:+.3f` (no verdict:
-# the actions of one game are not independent draws). A rise is one way a prompt the model never
-# learnt shows; a layout can also fail without one, by repeating accepted commands until the step
-# limit (the table's share cut at the limit). The tutorial's layout changes three things at once
-# (a window, no past actions, no recipe), so its change cannot be put on any one of them.
+# {glue:text}`tutorial_success_noise:.3f`). The invalid-action rate changed by
+# {glue:text}`window_invalid:+.3f` and {glue:text}`tutorial_invalid:+.3f` (no verdict: the actions
+# of one game are not independent draws). The tutorial's layout changes three things at once (a
+# window, no past actions, no recipe), so its change cannot be put on any one of them.
 #
 # The fix is structural: data, training and evaluation build prompts with one function and one spec
 # (`tutorial_lib.lm.prompts`), and a *parity check* replays a few training games along their gold
-# path and compares, token for token, the prompt the policy builds with the data's. (Games with
-# injected mistakes are left out, and the policy's prompt first gets the data's permuted verbs.)
+# path and compares, token for token, the prompt the policy builds with the data's.
 
 # %%
 def as_in_the_data(prompt, example):
@@ -856,10 +841,9 @@ glue("limit_answer",
      "of a lag.", display=False)
 
 # %% [markdown]
-# Each panel is one section, each bar one condition; a whisker is two standard errors of that
-# bar's own rate, not of a difference. Where both bars of a pair were played on the same games
-# (sections b, c and e) the verdicts use the narrower paired bar, so whiskers that overlap there
-# do not mean "within noise". Of the chapter's
+# A whisker is two standard errors of its bar's own rate, not of a difference; where a pair was
+# played on the same games (sections b, c, e) the verdict uses the narrower paired bar. Of the
+# chapter's
 # {glue:text}`effect_count:d` comparisons, {glue:text}`real_count:d` exceed two standard errors in
 # this run: {glue:text}`real_effects`.
 #
@@ -877,8 +861,7 @@ glue("limit_answer",
 # What to take away:
 #
 # - Judge every difference of rates against two standard errors of its games.
-# - Report held-out success, decoded the way you will deploy; label training-time curves as sampled
-#   returns on training games.
+# - Report held-out success, decoded the way you will deploy.
 # - One prompt function for data, training and evaluation, with a parity check.
 # - Score the sampler's token ids, never the text tokenised again; tokenise prompt and completion
 #   apart.

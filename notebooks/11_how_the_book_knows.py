@@ -292,10 +292,8 @@ for rows, heading in ((sft_changes[~timed], None),
 # - a tiny model's skills can arrive late, so the `ci` recipes keep the learning rate constant;
 # - demonstrations without mistakes teach nothing about what to do after one (recovery data);
 # - when a shortcut explains the labels, a small model takes it (counterfactual recipes).
-#
-# The caution that goes with every row: the same CookingWorld examples in other orders moved test
-# success more than most single changes did (the data-order row), so a smaller difference needs
-# several seeds to settle.
+# Caution: the data-order row moved test success more than most single changes did, so a smaller
+# difference needs several seeds.
 #
 # Back to {doc}`/notebooks/04_supervised_finetuning`.
 
@@ -405,9 +403,9 @@ else:
         display(captioned(tidy(frame), "Runs made both ways from the same start"))
 
 # %% [markdown]
-# (Iteration {glue:text}`ttt_half` is half the run.) The gain arrives at different times in
-# different runs; at a constant rate the policy keeps moving, down as well as up, so where the run
-# stops decides part of its verdict. Lowering the rate at the end limits how far the last
+# (Iteration {glue:text}`ttt_half` is half the run.) The gain arrives at different times; at a
+# constant rate the policy keeps moving, down as well as up, so where the run stops decides part of
+# its verdict. Lowering the rate at the end limits how far the last
 # iterations move a run, either way.
 #
 # **Held-out starts.** The recipe was then run from starts nobody tuned on: chapter 4's tic-tac-toe
@@ -799,10 +797,8 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 # The same recipe can go either way on another CPU ({glue:text}`cpu_pair`): another CPU's rounding
 # is another start for the whole run, SFT included.
 #
-# Other SmolLM2 records: `gpu_full_path.md` (full fine-tuning against LoRA and QLoRA on one GPU),
-# `rollout_engine.md` (the sampling engine's speed-ups), `pretrained_rl_cost.jsonl` (an update's
-# cost by micro-batching and dtype) and `pretrained_rl_guesses.json` (why REINFORCE from the 1-10
-# start had nothing to reinforce: the SFT policy almost never sampled a bisecting guess).
+# Other SmolLM2 records: `gpu_full_path.md`, `rollout_engine.md`, `pretrained_rl_cost.jsonl` and
+# `pretrained_rl_guesses.json` (why the 1-10 start had nothing to reinforce).
 #
 # Back to {doc}`/notebooks/09_pretrained_model`.
 
