@@ -556,9 +556,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # rejected {glue:text}`cw_greedy_invalid:.3f` of its commands in games of
 # {glue:text}`cw_greedy_steps:.1f` steps. Chapter 8 takes such differences apart: after a rejected
 # command greedy decoding can write the same command again until the step limit, where sampling
-# breaks the loop. The KL to the SFT policy (bottom right), estimated from the sampled tokens, fell
-# below zero in {glue:text}`cw_kl_negative` batches, as an estimate can though the divergence
-# cannot.
+# breaks the loop. The KL to the SFT policy (bottom right) is a plain mean of log-ratios, which,
+# unlike approx-KL's $k_3$, can fall below zero: it did in {glue:text}`cw_kl_negative` batches.
 #
 # ## What goes wrong, and how to see it
 #
@@ -584,8 +583,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # {glue:text}`ttt_before_first` to {glue:text}`ttt_before_last`: approx-KL reached
 # {glue:text}`ttt_kl_ratio:.1f` times its median, the clip fraction
 # {glue:text}`ttt_clip_ratio:.1f` times (the figure's last two panels).
-# {glue:text}`ttt_peak_reading`. The small median KL would allow a higher rate, but the recipe
-# before this one used chapter 5's and raised losses to random in some runs ({ref}`the appendix
+# {glue:text}`ttt_peak_reading`. The small median KL would allow a higher rate, but chapter 5's,
+# {glue:text}`reinforce_ttt_lr`, raised losses to random in some recorded runs ({ref}`the appendix
 # <appendix-ch6>`). CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the returns'
 # variance, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction fell near 0 over
 # the last quarter because the cosine schedule had lowered the rate (to
