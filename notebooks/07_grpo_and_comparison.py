@@ -237,7 +237,7 @@ pd.DataFrame({
 # %% tags=["hide-output"]
 notes = {"steps": "an upper bound: the token budget ends the run first (the cost table's batches)",
          "token_budget": "sampled answer tokens, shared by all three algorithms",
-         "microbatch_size": "not set: each step's answers go through one forward and backward pass together"}
+         "microbatch_size": "each step's answers go through one forward and backward pass together"}
 with pd.option_context("display.max_colwidth", None):
     values = {k: "not set" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
               for k, v in math_grpo.__dict__.items() if k not in ("env_options", "extra", "first_seed", "save_steps")}

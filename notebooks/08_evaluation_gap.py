@@ -71,7 +71,7 @@ from tutorial_lib.evaluation.generalisation_gap import (
     gold_lengths,
 )
 from tutorial_lib.evaluation.parity import log_ratios, prompt_parity, ratio_row, retokenised, why_different
-from tutorial_lib.evaluation.stats import compare_paired, compare_paired_records, compare_rates, rate_noise
+from tutorial_lib.evaluation.stats import compare_paired_records, compare_rates, rate_noise
 from tutorial_lib.exercises import check_prediction, check_two_standard_errors
 from tutorial_lib.lm.policies import MAX_NEW_TOKENS, ExpertPolicy, LanguagePolicy
 from tutorial_lib.lm.prompts import prompt_spec, render_chat
@@ -404,9 +404,8 @@ decoding = pd.DataFrame({
 # both decodings played the same games: compared game by game (paired)
 decoding_changes = {games: compare_paired_records("success", runs[f"sampled, {games}"], runs[f"greedy, {games}"])
                     for games in decoding.index}
-by_seed = {name: sorted(records, key=lambda r: r.seed) for name, records in runs.items()}
-loop_changes = {games: compare_paired("loops", [looped(r) for r in by_seed[f"sampled, {games}"]],
-                                      [looped(r) for r in by_seed[f"greedy, {games}"]], higher_is_better=False)
+loop_changes = {games: compare_paired_records("loops", runs[f"sampled, {games}"], runs[f"greedy, {games}"],
+                                              key=looped, higher_is_better=False)
                 for games in decoding.index}
 tidy(decoding)
 

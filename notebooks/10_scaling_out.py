@@ -205,13 +205,13 @@ glue("local_mean_gap", float((local_means - one_process).abs().max()), display=F
 # gradient: each of the second process's 4 tokens weighs three times as much as each of the
 # first's 12.
 #
-# The all-reduce itself is a few lines, through `accelerate`'s `reduce`. The library sums the
-# gradients itself, once per optimiser step after all the micro-batches, instead of wrapping the
-# model in DDP. DDP's average could be turned into the sum by multiplying each loss by N; what
-# decides is the rest: the policy is also scored with no backward pass at all (PPO's old
-# log-probabilities, the reference model), and one all-reduce after the last micro-batch is all an
-# optimiser step needs. What the library gives
-# up is DDP's overlap of the all-reduce with the backward pass, which matters for a model whose
+# The library does not wrap the model in DDP: it sums the gradients itself, with one all-reduce per
+# optimiser step, after the last micro-batch, through `accelerate`'s `reduce` (below). DDP could
+# do the same job (its average becomes the sum if each loss is multiplied by N, and its `no_sync()`
+# skips the all-reduce on every micro-batch but the last). The explicit call keeps the one place
+# where the processes exchange gradients in the loop a reader follows, and the passes with no
+# backward at all (PPO's old log-probabilities, the reference model) need nothing. What the library
+# gives up is DDP's overlap of the all-reduce with the backward pass, which matters for a model whose
 # gradients are large next to its compute. The SFT and GRPO stages, which run in TRL's trainers
 # (chapters 4 and 7), do use DDP.
 
@@ -393,6 +393,16 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 # Turn off the gathering (compute `turn_advantages` on each process's own rollout) and run
 # `tests/test_distributed.py`: which assertion fails first, and by how much?
 #
+# ```{admonition} An answer
+# :class: dropdown
+# The first test, this chapter's "Two processes, one update", fails at its bound: the split
+# update's weights must be within 1e-10 of the update's size of the one-process weights. Each
+# process now takes its baselines over its own games, so most turns get other advantages, and the
+# weights differ by orders of magnitude more (print `largest_difference` to see how far). The
+# other tests pass: outputs, resuming and TRL's trainers do not depend on where advantages are
+# computed. The comparison is the test that guards the maths.
+# ```
+#
 # ### Exercise 10.3: seeds per process
 #
 # The seeds of process r are s + r, s + r + N, .... Why not give process r the block of seeds
@@ -416,3 +426,11 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 # `configs/accelerate/ddp.yaml` with `--num_processes 3` on a 2-core CPU: predict the turns/s from
 # the table above (`benchmarks/results/rl_scaling_cpu.jsonl`), then add the run to
 # `benchmarks/rl_scaling.py` as a fourth one and measure it.
+#
+# ```{admonition} An answer
+# :class: dropdown
+# Predict below the two-process run. Two processes share one core and do two thirds of the turns
+# on it, and every collective call waits for the slowest: at best 1.5 times the "1 process, 1
+# thread" row, against 2 for two processes, and a larger share of time synchronising (the process
+# with a core of its own waits at every call). Measure it alone, with nothing else on the cores.
+# ```

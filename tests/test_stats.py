@@ -115,3 +115,14 @@ def test_paired_records_are_matched_by_seed_not_by_position():
     assert change.difference == 0 and change.noise == pytest.approx(2 * math.sqrt(0.05 * 0.95 / 10))
     with pytest.raises(ValueError, match="same seeds"):
         stats.compare_paired_records("success", before, after[:-1])
+
+
+def test_paired_records_take_a_function_of_a_record_as_the_value():
+    from types import SimpleNamespace as Record
+
+    before = [Record(seed=s, steps=5) for s in range(10)]
+    after = [Record(seed=s, steps=30 if s < 4 else 5) for s in reversed(range(10))]
+    change = stats.compare_paired_records("long games", before, after, key=lambda record: record.steps >= 20,
+                                          higher_is_better=False)
+    # four of ten games became long: +.4, a worse change beyond the paired bar 2 sqrt(.24 / 10) = .31
+    assert change.difference == pytest.approx(0.4) and change.verdict == "worse"

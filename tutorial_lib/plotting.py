@@ -97,8 +97,8 @@ METRIC_TITLES = {
     "entropy": "entropy of the action tokens (nats)",
     "turns_per_episode": "turns per game",
     "explained_variance": "critic's explained variance",
-    "clipfrac": "share of tokens clipped",
-    "approx_kl": "KL, policy before -> after update (nats)",
+    "clipfrac": "clip fraction (share of tokens clipped)",
+    "approx_kl": "approx-KL, policy before -> after update (nats)",
     "kl_ref": "KL to the SFT policy, per token (nats)",
     "frac_reward_zero_std": "tied share (groups with one reward for all)",
 }

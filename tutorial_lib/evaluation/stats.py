@@ -106,11 +106,13 @@ def compare_paired(name: str, before: Sequence[float], after: Sequence[float], h
                   higher_is_better)
 
 
-def compare_paired_records(name: str, before: Sequence, after: Sequence, key: str = "success",
+def compare_paired_records(name: str, before: Sequence, after: Sequence, key="success",
                            higher_is_better: bool = True) -> Change:
-    """:func:`compare_paired` on two lists of episode records (``EpisodeRecord``), matched by seed;
-    ``key`` is the per-game field compared (``success``, ``truncated``...). Every seed must be in both."""
-    first, second = ({record.seed: getattr(record, key) for record in records} for records in (before, after))
+    """:func:`compare_paired` on two lists of episode records (``EpisodeRecord``), matched by seed.
+    ``key`` is the per-game value compared: a field name (``success``, ``truncated``...) or a
+    function of a record (``lambda record: record.steps >= 20``). Every seed must be in both."""
+    value = key if callable(key) else (lambda record: getattr(record, key))
+    first, second = ({record.seed: value(record) for record in records} for records in (before, after))
     if first.keys() != second.keys() or len(first) != len(before) or len(second) != len(after):
         raise ValueError("paired records need the same seeds, each once, on both sides")
     seeds = sorted(first)
