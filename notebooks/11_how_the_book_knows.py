@@ -171,13 +171,13 @@ def holds(rows) -> str:
 
 def grid(rows, episodes: int = 200) -> None:
     """A tic-tac-toe grid's summary (one row per change, over its distinct runs) and then its runs."""
-    with contextlib.redirect_stdout(io.StringIO()):  # the table below replaces tictactoe_grid's sentences
-        runs = tictactoe_grid(rows, episodes)
     distinct = distinct_runs(rows)
+    with contextlib.redirect_stdout(io.StringIO()):  # the table below replaces tictactoe_grid's sentences
+        runs = tictactoe_grid(distinct, episodes)
     if len(rows) > len(distinct):
         repeats = len(rows) - len(distinct)
         say(f"{repeats} of the {len(rows)} runs repeated another run bit for bit (their settings round alike "
-            f"on this CPU); {'it counts' if repeats == 1 else 'they count'} once in the summary.")
+            f"on this CPU); {'it appears' if repeats == 1 else 'they appear'} once, in the summary and in the runs.")
     summary({name + (" (lower is better)" if not better else ""):
              verdict_row(distinct, f"before_{key}", f"after_{key}", episodes, better)
              for name, key, better in TICTACTOE_CHANGES}, "measure (each run against its own start)")
@@ -276,6 +276,10 @@ sft_changes["at 100 games"] = [row_verdict(row) for _, row in sft_changes.iterro
 sft_changes = sft_changes.map(as_written)
 # the rows that measured training time, not play, go in a table of their own: one column, one unit
 timed = sft_changes["measure (greedy play)"].isin(["SFT seconds", "training steps a second"])
+# the rates, written .45 or .475 or 1.0 in the record, in one format: three decimals
+for column in ("before", "after"):
+    sft_changes.loc[~timed, column] = sft_changes.loc[~timed, column].map(
+        lambda text: re.sub(r"\d*\.\d+|\d+", lambda number: f"{float(number.group()):.3f}", text))
 for rows, heading in ((sft_changes[~timed], None),
                       (sft_changes[timed].rename(columns={"measure (greedy play)": "measure"}),
                        "Three rows measure speed, not play: seconds of SFT, or training steps a second:")):
