@@ -275,6 +275,22 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 # passes over shuffled minibatches, it steps on the policy loss plus `value_coef` times the value
 # loss. The summary's table lists every detail.
 #
+# **What to watch.** Every iteration logs four diagnostics; read them before the reward curve:
+#
+# - **Explained variance**, $1 - \mathrm{Var}(G - V)/\mathrm{Var}(G)$: the share of the returns'
+#   spread that the critic's values account for (1: it predicts every return; 0: no better than
+#   their mean; below 0: worse). While it stays near or below 0, the advantages are the returns minus
+#   roughly a constant, as in REINFORCE: the run can still learn, with REINFORCE's noise.
+# - **Approx-KL**, how far one update moved the policy from the one that sampled: per action token
+#   the mean of $k_3 = (r - 1) - \log r$, which is never negative (chapter 7's exercise writes it). Near
+#   0, the learning rate could go up, unless the schedule is taking it down.
+# - **Clip fraction**, the share of tokens past the clip. Above about 0.3, the epochs after the first
+#   are largely wasted: lower the learning rate or the epochs.
+# - **A fall in the return that lasts**, with the invalid rate rising beside it: the updates are
+#   pushing the policy off moves it knew and it is forfeiting games. Look at approx-KL and the clip
+#   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
+#   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
+#
 # ## Tic-tac-toe
 #
 # The first run repeats chapter 5's setting with PPO: chapter 4's checkpoint, training games
@@ -319,11 +335,9 @@ before_worst = range(max(0, worst - 3), worst)
 glue("ttt_before_first", before_worst.start + 1 if len(before_worst) else worst + 1, display=False)
 glue("ttt_before_last", worst, display=False)
 ratios = []
-for key, name in (("approx_kl", "kl"), ("clipfrac", "clip")):
+for key in ("approx_kl", "clipfrac"):
     curve = ttt_run.curve(key)
     peak = max((curve[i] for i in before_worst), default=curve[worst])
-    glue(f"ttt_peak_{name}", peak, display=False)
-    glue(f"ttt_median_{name}", statistics.median(curve), display=False)
     ratios.append(peak / max(statistics.median(curve), 1e-12))
 glue("ttt_kl_ratio", ratios[0], display=False)
 glue("ttt_clip_ratio", ratios[1], display=False)
@@ -341,6 +355,14 @@ glue("ppo_level_cells", level_counts(paths, LEVEL, ttt_settings.iterations // 2)
 heldout, heldout_reached, _ = heldout_cells("ttt-ppo")
 glue("heldout_reached", heldout_reached)
 glue("heldout_cells", len(heldout))
+# chapter 5's REINFORCE recipe, the same counts
+reinforce_settings = rl_settings("tictactoe", preset, "reinforce")
+paths = grid_paths(tictactoe_recipe_runs("ttt-reinforce", reinforce_settings, preset), "minimax_draw_rate")
+glue("reinforce_level_cells", level_counts(paths, LEVEL, reinforce_settings.iterations // 2)[1].replace("cells", "recorded runs")
+     if paths else "no recorded run", display=False)
+heldout, heldout_reached, _ = heldout_cells("ttt-reinforce")
+glue("reinforce_heldout_reached", heldout_reached, display=False)
+glue("reinforce_heldout_cells", len(heldout), display=False)
 
 # %% [markdown]
 # In this run PPO took the draws against minimax from {glue:text}`ttt_draws_before:.3f` to
@@ -350,12 +372,11 @@ glue("heldout_cells", len(heldout))
 # {glue:text}`ttt_losses_verdict`, and the invalid moves from {glue:text}`ttt_invalid_before:.3f`
 # to {glue:text}`ttt_invalid_after:.3f` per move, {glue:text}`ttt_invalid_verdict`.
 #
-# Chapter 5's REINFORCE recipe faces the same evaluation on this game; chapter 7 compares the two
-# with GRPO on math, on one budget of sampled tokens.
-#
 # One run is one draw. Over the recorded runs the recipe was chosen on, the draws ended at or above
 # 0.85 in {glue:text}`ppo_level_cells`; from starts nobody looked at while choosing it, in
-# {glue:text}`heldout_reached` of {glue:text}`heldout_cells` ({ref}`the appendix <appendix-ch6>`).
+# {glue:text}`heldout_reached` of {glue:text}`heldout_cells`. Chapter 5's REINFORCE recipe, under
+# the same evaluation, ended at or above it in {glue:text}`reinforce_level_cells` and in
+# {glue:text}`reinforce_heldout_reached` of {glue:text}`reinforce_heldout_cells` held-out starts ({ref}`the appendix <appendix-ch6>`).
 #
 # The training curves, one point per batch (faint) and a running mean over three (solid):
 
@@ -369,8 +390,7 @@ fig = learning_curves({"tictactoe": ttt_run.history},
 # against minimax), the invalid rate near 0 and the clip fraction low. The invalid rate averaged
 # {glue:text}`ttt_invalid_mean:.3f` per move; its worst batch had {glue:text}`ttt_invalid_peak:.3f`
 # at iteration {glue:text}`ttt_invalid_peak_at`. Over the second half of
-# this run the critic's *explained variance* (the share of the returns' spread its values account
-# for; the diagnostics below define it) was {glue:text}`ttt_ev_late:.2f`, and {glue:text}`ttt_clipfrac_late:.3f` of the tokens were past the clip. The
+# this run the critic's explained variance was {glue:text}`ttt_ev_late:.2f`, and {glue:text}`ttt_clipfrac_late:.3f` of the tokens were past the clip. The
 # critic cannot explain much here: the prompt does not name the opponent, and from the same early
 # position a game against random is mostly won and one against minimax at best drawn. So PPO's
 # advantages are close to REINFORCE's, and what PPO adds on this game is the reuse of each batch
@@ -378,7 +398,8 @@ fig = learning_curves({"tictactoe": ttt_run.history},
 #
 # ## Math answers
 #
-# PPO on math answers, scaled to the tiny model: reward 1.0 for the right number, 0.1
+# PPO on math answers (word problems in the style of GSM8K {cite}`cobbe2021gsm8k`; chapter 1), scaled to
+# the tiny model: reward 1.0 for the right number, 0.1
 # for the right format with a wrong number, 0 otherwise; γ = λ = 1 (an answer is one turn, so the
 # advantage is the reward minus the critic's prediction); no reference model (β = 0); clip 0.2,
 # value clip 0.5. Training draws from a fixed *training split*: the very problems chapter 4
@@ -406,11 +427,6 @@ pd.set_option("display.max_colwidth", None)  # the explanations are sentences: s
 pd.DataFrame({"value": [str(getattr(math_settings, k)) for k in MEANING], "what it is": list(MEANING.values())},
              index=list(MEANING))
 
-# %% tags=["hide-output"]
-# every setting of the run, for reference
-pd.Series({k: str(v) for k, v in math_settings.__dict__.items() if k not in ("env_options", "normalise")}).to_frame("value")
-
-
 # %%
 # greedy accuracy on 200 training problems and on 400 new ones (the test split), before and after
 before["math"] = math_accuracy(math_policy, math_settings.env_options)
@@ -431,8 +447,6 @@ glue("math_ev_late", float(halves(math_run.history, "explained_variance")[1]), d
 glue("math_ev_words", "so its advantages were close to the reward minus a constant"
      if halves(math_run.history, "explained_variance")[1] < 0.2 else "a useful share", display=False)
 last_quarter = math_run.history[-max(1, len(math_run.history) // 4):]
-glue("math_kl_end", statistics.fmean(row["approx_kl"] for row in last_quarter), display=False)
-glue("math_clip_end", statistics.fmean(row["clipfrac"] for row in last_quarter), display=False)
 glue("math_lr_end", f"{statistics.fmean(row.get('learning_rate', 0.0) for row in last_quarter):.1e}", display=False)
 # the record: this recipe from three SFT data orders and RL seeds (benchmarks/math_rl_seeds.py)
 math_records = [row for row in recorded_runs("math_rl_seeds.jsonl", preset) if row["study"] == "chapter 6"]
@@ -498,29 +512,21 @@ glue("cw_turns_per_episode", float(statistics.fmean(row["turns"] / max(row["epis
 glue("cw_games", int(before["cookingworld test"]["episodes"]), display=False)
 glue("cw_batch_turns", float(statistics.fmean(row["turns"] for row in cw_run.history)), display=False)
 glue("cw_sampled_invalid", float(statistics.fmean(cw_run.curve("invalid_rate"))), display=False)
-glue("cw_sampled_return", float(statistics.fmean(cw_run.curve("mean_return"))), display=False)
 glue("cw_greedy_invalid", float(after["cookingworld train"]["invalid_rate"]), display=False)
-glue("cw_greedy_score", float(after["cookingworld train"]["mean_score"]), display=False)
 glue("cw_greedy_steps", float(after["cookingworld train"]["mean_steps"]), display=False)
 for fold in ("train", "test"):
     glue_change(f"cw_{fold}", compare_summaries("success", before[f"cookingworld {fold}"],
                                                 after[f"cookingworld {fold}"], "success_rate"))
-# what the sampled return's curve did: its start and end (means of three batches), its lowest
-# point (the running mean of the figure), and the halves
+# what the sampled return's curve did: its start and end (means of three batches)
 returns = [row["mean_return"] for row in cw_run.history]
-line = pd.Series(returns).rolling(3, min_periods=1).mean()
 start, end = statistics.fmean(returns[:3]), statistics.fmean(returns[-3:])
 noise = 2 * math.sqrt(2 * statistics.variance(returns) / 3)  # two standard errors of a difference of 3-batch means
 glue("cw_return_start", float(start), display=False)
 glue("cw_return_end", float(end), display=False)
-glue("cw_return_low", float(line.min()), display=False)
-glue("cw_return_low_at", int(cw_run.history[int(line.idxmin())]["step"]), display=False)
 glue("cw_return_ending", "about where it began, within the batches' noise" if abs(end - start) <= noise
      else ("above" if end > start else "below") + " where it began, by more than the batches' noise", display=False)
-glue_halves("cw_halves", cw_run.history, "mean_return", "return")
 glue("cw_ev_late", float(halves(cw_run.history, "explained_variance")[1]), display=False)
 cw_ev = float(halves(cw_run.history, "explained_variance")[1])
-glue("cw_test_invalid", after["cookingworld test"]["invalid_rate"])
 glue("cw_kl_negative", sum(row["kl_ref"] < 0 for row in cw_run.history))
 cw_invalid = cw_run.curve("invalid_rate")
 glue("cw_invalid_peak", max(cw_invalid))
@@ -530,23 +536,32 @@ glue("cw_ev_words", ("at or below 0: no better than a constant" if cw_ev <= 0 el
                      "barely above 0: little better than a constant baseline") +
      ", so its advantages carried nearly REINFORCE's noise" if cw_ev < 0.2 else
      "a useful share, so its advantages had less noise than REINFORCE's", display=False)
-glue("cw_return_at_peak", float(cw_run.history[peak]["mean_return"]), display=False)
 glue("cw_return_after_peak", float(cw_run.history[min(peak + 1, len(cw_run.history) - 1)]["mean_return"]),
      display=False)
+glue("cw_dip_words", "a dip that did not last (with so few episodes a batch, one batch's return varies that much), "
+     "not the lasting fall of the fourth signal" if abs(end - start) <= noise or end > start else
+     "a fall that lasted, the fourth signal's warning", display=False)
+# the two folds before PPO: are the test games easier, or is it 50 games' noise?
+folds = compare_rates("folds", before["cookingworld train"]["success_rate"], before["cookingworld test"]["success_rate"],
+                      int(before["cookingworld test"]["episodes"]))
+glue("cw_folds_noise", folds.noise, display=False)
+glue("cw_folds_words", "within that noise: at this size the folds cannot be told apart" if folds.verdict == "noise"
+     else "beyond that noise: for this policy the test games were easier", display=False)
 
 # %%
 fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid_rate", "explained_variance", "kl_ref"],
                       title="PPO on CookingWorld (training batches, sampled, train fold)")
 
 # %% [markdown]
-# In this run a batch held {glue:text}`cw_episodes:.1f` episodes and
-# {glue:text}`cw_batch_turns:.0f` turns on average: new episodes start until the batch has its
-# turns, and those under way then finish. The sampled return began at
+# A batch held {glue:text}`cw_episodes:.1f` episodes ({glue:text}`cw_batch_turns:.0f` turns) on
+# average. The sampled return began at
 # {glue:text}`cw_return_start:.3f` (the first three batches) and ended at
 # {glue:text}`cw_return_end:.3f`, {glue:text}`cw_return_ending`. Greedy success went from
 # {glue:text}`cw_train_before:.3f` to {glue:text}`cw_train_after:.3f` on the training fold
 # ({glue:text}`cw_train_verdict`) and from {glue:text}`cw_test_before:.3f` to
-# {glue:text}`cw_test_after:.3f` on the test games ({glue:text}`cw_test_verdict`). With so few
+# {glue:text}`cw_test_after:.3f` on the test games ({glue:text}`cw_test_verdict`). The test fold
+# started higher, but two standard errors of the folds' difference over these games are
+# {glue:text}`cw_folds_noise:.2f`, and the gap was {glue:text}`cw_folds_words`. With so few
 # episodes per update, a `ci` run of PPO on CookingWorld checks that the machinery runs; it is not
 # a result.
 #
@@ -554,30 +569,12 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # averaged {glue:text}`cw_sampled_invalid:.3f`, in episodes of
 # {glue:text}`cw_turns_per_episode:.1f` turns, while greedy play on the training fold after PPO
 # rejected {glue:text}`cw_greedy_invalid:.3f` of its commands in games of
-# {glue:text}`cw_greedy_steps:.1f` steps. Chapter 8 takes such differences apart: after a rejected
-# command greedy decoding can write the same command again until the step limit, where sampling
-# breaks the loop. The KL to the SFT policy (bottom right) is a plain mean of log-ratios, which,
+# {glue:text}`cw_greedy_steps:.1f` steps. Chapter 8 takes such differences apart. The KL to the SFT policy (bottom right) is a plain mean of log-ratios, which,
 # unlike approx-KL's $k_3$, can fall below zero: it did in {glue:text}`cw_kl_negative` batches.
 #
 # ## What goes wrong, and how to see it
 #
-# Read a PPO run's diagnostics before its reward curve:
-#
-# - **Explained variance**, $1 - \mathrm{Var}(G - V)/\mathrm{Var}(G)$: the share of the returns'
-#   spread that the critic's values account for (1: it predicts every return; 0: no better than
-#   their mean; below 0: worse). While it stays near or below 0, the advantages are the returns minus
-#   roughly a constant, as in REINFORCE: the run can still learn, with REINFORCE's noise.
-# - **Approx-KL**, how far one update moved the policy from the one that sampled: per action token
-#   the mean of $k_3 = (r - 1) - \log r$, which is never negative (chapter 7's exercise writes it).
-#   Near 0, the learning rate could go up, unless the schedule is taking it down.
-# - **Clip fraction**, the share of tokens past the clip. Above about 0.3, the epochs after the first
-#   are largely wasted: lower the learning rate or the epochs.
-# - **A fall in the return that lasts**, with the invalid rate rising beside it: the updates are
-#   pushing the policy off moves it knew and it is forfeiting games. Look at approx-KL and the clip
-#   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
-#   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
-#
-# Read on this chapter's runs, with a value above three times its median counted as a spike:
+# The four signals, read on this chapter's runs, with a value above three times its median counted as a spike:
 # tic-tac-toe's worst batch of invalid moves was iteration {glue:text}`ttt_invalid_peak_at`. An
 # iteration logs the update made *after* its batch, so the updates to read are iterations
 # {glue:text}`ttt_before_first` to {glue:text}`ttt_before_last`: approx-KL reached
@@ -585,8 +582,11 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # {glue:text}`ttt_clip_ratio:.1f` times (the figure's last two panels).
 # {glue:text}`ttt_peak_reading`. The small median KL would allow a higher rate, but chapter 5's,
 # {glue:text}`reinforce_ttt_lr`, raised losses to random in some recorded runs ({ref}`the appendix
-# <appendix-ch6>`). CookingWorld's critic explained {glue:text}`cw_ev_late:.2f` of the returns'
-# variance, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction fell near 0 over
+# <appendix-ch6>`). On CookingWorld the invalid commands peaked at iteration
+# {glue:text}`cw_invalid_peak_at` ({glue:text}`cw_invalid_peak:.2f` of a batch's commands) and the
+# next batch's return was {glue:text}`cw_return_after_peak:.2f`, with the run ending at
+# {glue:text}`cw_return_end:.2f`: {glue:text}`cw_dip_words`. Its critic explained
+# {glue:text}`cw_ev_late:.2f` of the returns' variance, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction fell near 0 over
 # the last quarter because the cosine schedule had lowered the rate (to
 # {glue:text}`math_lr_end` on average): small steps, not room for a higher rate.
 #
