@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -480,7 +481,30 @@ def test_guard_cells_pair_each_start_with_and_without_validation(monkeypatch, tm
                                  "perturbed (seed 15)"]
     assert frame.loc["AMD EPYC (AVX2) build, perturbed (seed 12)", ("validation kept", "iteration")] == 40
     assert counts == {"no guard": 2, "validation": 3, "no guard, worse losses": 1, "validation, worse losses": 0,
-                      "time ratio": 1.1}
+                      "no guard, starts": 3, "validation, starts": 3, "time ratio": 1.1}
+
+
+def test_guard_cells_add_a_column_for_each_other_guard_on_the_starts_it_ran(monkeypatch, tmp_path):
+    def line(seed, overrides, draws, losses):
+        return {"recipe": "ttt-reinforce", "perturbation": {"seed": seed, "scale": 1e-6}, "overrides": overrides,
+                "before_minimax_draw_rate": 0.585, "after_minimax_draw_rate": draws, "before_random_loss_rate": 0.015,
+                "after_random_loss_rate": losses, "rl_seconds": 100.0,
+                **({"validation": {"best_iteration": 10}} if "validate_every" in overrides else {})}
+
+    validate = {"validate_every": 10, "validation_episodes": 100}
+    lines = [line(13, {}, 0.62, 0.11), line(13, validate, 0.595, 0.03), line(13, {"kl_coef": 0.1}, 0.85, 0.0),
+             line(13, {"learning_rate": 5e-4}, 0.845, 0.01), line(11, {}, 0.93, 0.005), line(11, validate, 0.945, 0.005),
+             line(11, {"kl_coef": 0.1, "learning_rate": 5e-4}, 0.9, 0.0)]  # a combination: not a column
+    (tmp_path / records.TICTACTOE_GUARDS_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    frame, counts = report.guard_cells()
+    assert [g for m, g in frame.columns if m == "draws vs minimax"] == [
+        "SFT start", "no guard", "validation", "KL penalty β 0.1", "learning rate 0.0005"]
+    assert frame.loc["perturbed (seed 13)", ("draws vs minimax", "KL penalty β 0.1")] == 0.85
+    assert math.isnan(frame.loc["perturbed (seed 11)", ("draws vs minimax", "KL penalty β 0.1")])  # not run there
+    assert (counts["KL penalty β 0.1"], counts["KL penalty β 0.1, starts"]) == (1, 1)
+    assert (counts["learning rate 0.0005"], counts["learning rate 0.0005, starts"]) == (0, 1)  # .845 < .85
+    assert (counts["no guard, worse losses"], counts["no guard"]) == (1, 1)
 
 
 def test_metrics_table_says_metrics_in_words_and_means_with_one_decimal():

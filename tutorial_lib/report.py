@@ -232,49 +232,76 @@ def heldout_cells(recipe: str, level: float = 0.85):
     return frame, reached, collapsed
 
 
+def guard_name(overrides: dict | None) -> str | None:
+    """The guard a guards-record line ran with, from its RL-setting overrides: ``"no guard"``,
+    ``"validation"`` (``validate_every``), ``"KL penalty β 0.1"``, ``"learning rate 0.0005"``;
+    ``None`` for a combination :func:`guard_cells` does not show."""
+    overrides = overrides or {}
+    if not overrides:
+        return "no guard"
+    if "validate_every" in overrides and set(overrides) <= {"validate_every", "validation_episodes"}:
+        return "validation"
+    if set(overrides) == {"kl_coef"}:
+        return f"KL penalty β {overrides['kl_coef']:g}"
+    if set(overrides) == {"learning_rate"}:
+        return f"learning rate {overrides['learning_rate']:g}"
+    return None
+
+
 def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: int = 200):
     """Each perturbed tuning start of ``recipe`` run without a guard and with validation
-    (``validate_every``), from :data:`~tutorial_lib.records.TICTACTOE_GUARDS_RECORD`: one row a start,
-    draws against minimax and losses to random after each run, and the iteration validation kept.
-    Returns ``(frame, summary)``: the starts at or above ``level`` without and with the guard, the
-    starts whose losses to random ended worse than their start's beyond noise, and ``"time ratio"``,
-    the guarded runs' seconds over the unguarded ones' (what validating costs), over the pairs not timed
-    beside other work (a line with ``shared_cpu``)."""
+    (``validate_every``), and with any other guard recorded for it (a KL penalty, a lower learning
+    rate: :func:`guard_name`), from :data:`~tutorial_lib.records.TICTACTOE_GUARDS_RECORD`: one row a
+    start, draws against minimax and losses to random after each run, and the iteration validation
+    kept. Returns ``(frame, summary)``: for each guard, the starts at or above ``level``, the starts
+    whose losses to random ended worse than their start's beyond noise (``"<guard>, worse losses"``)
+    and the starts it ran on (``"<guard>, starts"``); and ``"time ratio"``, the validated runs' seconds
+    over the unguarded ones' (what validating costs), over the pairs not timed beside other work (a
+    line with ``shared_cpu``)."""
     import pandas as pd
 
     rows = [row for row in recorded_runs(TICTACTOE_GUARDS_RECORD) if row["recipe"] == recipe]
     cells: dict[int, dict[str, dict]] = {}
+    guards = ["no guard", "validation"]
     for row in rows:
-        guarded = bool((row.get("overrides") or {}).get("validate_every"))
-        cells.setdefault(row["perturbation"]["seed"], {})["validation" if guarded else "no guard"] = row
-    table, counts = {}, {"no guard": 0, "validation": 0, "no guard, worse losses": 0, "validation, worse losses": 0}
-    seconds = {"no guard": 0.0, "validation": 0.0}
-    for seed, pair in sorted(cells.items()):
-        if len(pair) < 2:  # a start still waiting for its second run
+        name = guard_name(row.get("overrides"))
+        if name is None:
+            continue
+        if name not in guards:
+            guards.append(name)
+        cells.setdefault(row["perturbation"]["seed"], {})[name] = row
+    counts = {key: 0 for guard in guards for key in (guard, f"{guard}, worse losses", f"{guard}, starts")}
+    table, seconds = {}, {"no guard": 0.0, "validation": 0.0}
+    for seed, runs in sorted(cells.items()):
+        if "no guard" not in runs or "validation" not in runs:  # a start still waiting for its pair
             continue
         line = {}
-        for guard in ("no guard", "validation"):
-            run = pair[guard]
+        for guard in guards:
+            run = runs.get(guard)
+            if run is None:
+                continue
             worse = compare_rates("losses", run["before_random_loss_rate"], run["after_random_loss_rate"], episodes,
                                   higher_is_better=False).verdict == "worse"
             line[("draws vs minimax", guard)] = run["after_minimax_draw_rate"]
             line[("losses to random", guard)] = run["after_random_loss_rate"]
             counts[guard] += run["after_minimax_draw_rate"] >= level
             counts[f"{guard}, worse losses"] += worse
-            if not any(pair[g].get("shared_cpu") for g in pair):  # a pair timed beside other work is no timing
-                seconds[guard] += run.get("rl_seconds", 0.0)
-        line[("draws vs minimax", "SFT start")] = pair["no guard"]["before_minimax_draw_rate"]
-        line[("losses to random", "SFT start")] = pair["no guard"]["before_random_loss_rate"]
-        line[("validation kept", "iteration")] = pair["validation"]["validation"]["best_iteration"]
+            counts[f"{guard}, starts"] += 1
+        if not any(runs[g].get("shared_cpu") for g in ("no guard", "validation")):  # beside other work: no timing
+            for guard in seconds:
+                seconds[guard] += runs[guard].get("rl_seconds", 0.0)
+        line[("draws vs minimax", "SFT start")] = runs["no guard"]["before_minimax_draw_rate"]
+        line[("losses to random", "SFT start")] = runs["no guard"]["before_random_loss_rate"]
+        line[("validation kept", "iteration")] = runs["validation"]["validation"]["best_iteration"]
         # the machine that trained the SFT start: the same perturbation seed on another build's
         # checkpoint is another start (the held-out table's starts came from other builds)
-        first = pair["no guard"]
+        first = runs["no guard"]
         build = f"{first['cpu']} ({first['cpu_capability']}) build, " if first.get("cpu") and first.get("cpu_capability") else ""
         table[f"{build}perturbed (seed {seed})"] = line
     frame = pd.DataFrame(table).T
     if len(frame):
-        frame = frame[[(m, g) for m in ("draws vs minimax", "losses to random") for g in ("SFT start", "no guard", "validation")]
-                      + [("validation kept", "iteration")]]
+        frame = frame[[(m, g) for m in ("draws vs minimax", "losses to random") for g in ("SFT start", *guards)
+                       if (m, g) in frame.columns] + [("validation kept", "iteration")]]
     summary = {key: int(value) for key, value in counts.items()}
     summary["time ratio"] = seconds["validation"] / seconds["no guard"] if seconds["no guard"] else float("nan")
     return frame, summary
