@@ -71,9 +71,11 @@ runs_dir = cache_root() / "runs" / preset.name
 import math
 import statistics
 
+pd.set_option("display.max_colwidth", None)  # table cells that are sentences: show them whole
+
 from tutorial_lib.evaluation.evaluate import MATH_TRAINING_PROBLEMS
 from tutorial_lib.evaluation.stats import compare_rates, halves
-from tutorial_lib.records import recorded_runs, tictactoe_recipe_runs
+from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs, tictactoe_recipe_runs
 from tutorial_lib.report import count_phrase, grid_paths, level_counts
 
 # %% [markdown]
@@ -251,7 +253,8 @@ fig.tight_layout()
 # The critic needs a number for each state. A state here is a prompt, and the policy's last-layer
 # hidden state at the prompt's last token summarises it. A linear layer on that vector is the value head. By default it shares the
 # policy's body (`critic="shared"`: one forward pass gives both the action's log-probabilities and
-# the value); `critic="separate"` puts it on a copy of the initial model, at twice the memory. Four answers from chapter 4's math policy:
+# the value); `critic="separate"` puts it on a copy of the initial model, at twice the memory. Scored on four answers sampled from chapter 4's math
+# policy, the head gives one value per answer:
 
 # %%
 math_policy = sft_policy("math", preset)
@@ -267,13 +270,13 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 
 # %% [markdown]
 # The head starts at zero, so every value is 0 until it has learnt something, and the first
-# advantages are the returns, normalised over the batch, much like chapter 5's.
+# advantages are the returns, normalised over the batch: chapter 5's ReBN, not its per-state default.
 #
 # **One update.** The library's `PPO.update` scores the batch once without gradients
 # ($\log\pi_\text{old}$, $V_\text{old}$), subtracts the KL penalty from the rewards where β > 0,
 # runs GAE over each episode and normalises the advantages over the batch. Then, for `ppo_epochs`
 # passes over shuffled minibatches, it steps on the policy loss plus `value_coef` times the value
-# loss. The summary's table lists every detail.
+# loss. {ref}`The library map <ppo-details>` lists every detail, with its source.
 #
 # **What to watch.** Every iteration logs four diagnostics; read them before the reward curve:
 #
@@ -341,12 +344,30 @@ for key in ("approx_kl", "clipfrac"):
     ratios.append(peak / max(statistics.median(curve), 1e-12))
 glue("ttt_kl_ratio", ratios[0], display=False)
 glue("ttt_clip_ratio", ratios[1], display=False)
-spiked = [name for name, ratio in zip(("approx-KL", "the clip fraction"), ratios) if ratio > 3]
-glue("ttt_peak_reading", f"By the rule above, {' and '.join(spiked)} spiked: an update just before the batch moved the "
-     "policy further than most updates did, though not as far as the run's first ones, and in absolute terms both "
-     "diagnostics stayed small" if spiked else
-     "By the rule above neither spiked: no update just before it stood out, so this run does not show what raised "
-     "the invalid moves there", display=False)
+# the return around the worst batch: the batch itself, and five batches either side
+returns = ttt_run.curve("mean_return")
+glue("ttt_return_at_worst", returns[worst], display=False)
+glue("ttt_return_before_worst", statistics.fmean(returns[max(0, worst - 5):worst] or returns[worst:worst + 1]), display=False)
+glue("ttt_return_after_worst", statistics.fmean(returns[worst + 1:worst + 6] or returns[worst:worst + 1]), display=False)
+# the largest approx-KL after the first ten updates (the first ones move most), and the invalid moves
+# of the three batches after it, against the run's median
+kl_curve = ttt_run.curve("approx_kl")
+top = max(range(min(10, len(kl_curve) - 1), len(kl_curve)), key=kl_curve.__getitem__)
+after_top = max(invalid_curve[top + 1:top + 4], default=invalid_curve[top])
+glue("ttt_kl_top_at", top + 1, display=False)
+glue("ttt_kl_top_ratio", kl_curve[top] / max(statistics.median(kl_curve), 1e-12), display=False)
+harmless = top not in before_worst and after_top <= 2 * statistics.median(invalid_curve)
+glue("ttt_kl_top_words", f"was followed by no rise in invalid moves (at most {after_top:.3f} a move in the next three "
+     "batches): in this run a spike in approx-KL did not predict trouble, and the diagnostics do not show what "
+     "caused the dip" if harmless else
+     f"was followed by invalid moves of up to {after_top:.3f} a move in the next three batches: there, an update "
+     "that moved the policy further than most came before the trouble", display=False)
+# PPO at chapter 5's rate: the earlier recipe's runs against the same mixed opponent
+earlier = [row for row in tictactoe_opponent_runs("ttt-ppo", "mixed", preset)
+           if row.get("settings", {}).get("learning_rate") == rl_settings("tictactoe", preset, "reinforce").learning_rate]
+glue("earlier_worse", sum(compare_rates("losses", row["before_random_loss_rate"], row["after_random_loss_rate"], 200,
+                                        higher_is_better=False).verdict == "worse" for row in earlier), display=False)
+glue("earlier_runs", len(earlier), display=False)
 # the record: this recipe's grid cells, how many ended at or above the level it was chosen for
 LEVEL = 0.85  # chapter 5's level of draws against minimax
 paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "minimax_draw_rate")
@@ -388,13 +409,12 @@ fig = learning_curves({"tictactoe": ttt_run.history},
 # %% [markdown]
 # A healthy run has the return rising or holding near its ceiling (about +0.5 with half the games
 # against minimax), the invalid rate near 0 and the clip fraction low. The invalid rate averaged
-# {glue:text}`ttt_invalid_mean:.3f` per move; its worst batch had {glue:text}`ttt_invalid_peak:.3f`
-# at iteration {glue:text}`ttt_invalid_peak_at`. Over the second half of
-# this run the critic's explained variance was {glue:text}`ttt_ev_late:.2f`, and {glue:text}`ttt_clipfrac_late:.3f` of the tokens were past the clip. The
-# critic cannot explain much here: the prompt does not name the opponent, and from the same early
-# position a game against random is mostly won and one against minimax at best drawn. So PPO's
-# advantages are close to REINFORCE's, and what PPO adds on this game is the reuse of each batch
-# for several small steps; the clip touched few tokens.
+# {glue:text}`ttt_invalid_mean:.3f` per move, {glue:text}`ttt_invalid_peak:.3f` at its worst
+# (iteration {glue:text}`ttt_invalid_peak_at`). Over the second half the critic's explained variance
+# was {glue:text}`ttt_ev_late:.2f`, and {glue:text}`ttt_clipfrac_late:.3f` of the tokens were past
+# the clip. The critic cannot explain much here: the prompt does not name the opponent, and from
+# the same early position a game against random is mostly won and one against minimax at best
+# drawn.
 #
 # ## Math answers
 #
@@ -423,7 +443,6 @@ MEANING = {"train_seeds": "training problems (the split chapter 4 fine-tuned on)
            "kl_coef": "β, the KL penalty to the SFT policy (0: no reference model)",
            "ppo_epochs": "passes over each batch", "clip_range": "ε of the policy clip",
            "value_clip_range": "clip of the value change", "critic": "where the value head sits"}
-pd.set_option("display.max_colwidth", None)  # the explanations are sentences: show them whole
 pd.DataFrame({"value": [str(getattr(math_settings, k)) for k in MEANING], "what it is": list(MEANING.values())},
              index=list(MEANING))
 
@@ -437,6 +456,8 @@ metrics_table(pd.DataFrame({"SFT": before["math"], "SFT + PPO": after["math"]}).
 # %% tags=["hide-input"]
 math_train, math_new = compare_math(before["math"], after["math"])
 glue_change("math_train", math_train)
+glue("math_train_words", {"noise": "within noise", "better": "up, beyond noise", "worse": "down, beyond noise"}[
+    math_train.verdict], display=False)
 glue_change("math_new", math_new)
 glue_halves("math_sampled", math_run.history, "accuracy", "sampled accuracy")
 glue("math_iterations", int(math_settings.iterations), display=False)
@@ -476,13 +497,12 @@ fig = learning_curves({"math": math_run.history}, ["accuracy", "explained_varian
 # {glue:text}`math_ev_words`.
 #
 # The new problems were not expected to move: they likely need arithmetic the tiny model never
-# learnt. The training problems are where PPO has room, but a gain of this recipe is about the
-# size of the noise of 200 problems: its {glue:text}`math_record_runs` recorded runs, from
-# other SFT data orders, gained between {glue:text}`math_record_low:.3f` and
-# {glue:text}`math_record_high:.3f` in accuracy, and only {glue:text}`math_record_rose` rose
-# beyond two standard errors. The recipe is short ({glue:text}`math_iterations` batches,
-# {glue:text}`math_schedule`), so a run within noise is what it often gives, not a sign of a bug.
-# Chapter 7 runs PPO on the same problems with another recipe.
+# learnt. On the training problems a gain of this recipe is about the size of the noise of 200
+# problems: its {glue:text}`math_record_runs` recorded runs, from other SFT data orders, gained
+# between {glue:text}`math_record_low:.3f` and {glue:text}`math_record_high:.3f`, and only
+# {glue:text}`math_record_rose` rose beyond two standard errors. The recipe is short
+# ({glue:text}`math_iterations` batches, {glue:text}`math_schedule`): a run within noise is what it
+# often gives, not a sign of a bug.
 #
 # ## CookingWorld
 #
@@ -507,13 +527,12 @@ table
 
 # %% tags=["hide-input"]
 glue("cw_episodes", float(statistics.fmean(row["episodes"] for row in cw_run.history)), display=False)
-glue("cw_turns_per_episode", float(statistics.fmean(row["turns"] / max(row["episodes"], 1) for row in cw_run.history)),
-     display=False)
 glue("cw_games", int(before["cookingworld test"]["episodes"]), display=False)
 glue("cw_batch_turns", float(statistics.fmean(row["turns"] for row in cw_run.history)), display=False)
-glue("cw_sampled_invalid", float(statistics.fmean(cw_run.curve("invalid_rate"))), display=False)
-glue("cw_greedy_invalid", float(after["cookingworld train"]["invalid_rate"]), display=False)
-glue("cw_greedy_steps", float(after["cookingworld train"]["mean_steps"]), display=False)
+cw_settings = rl_settings("cookingworld", preset, "ppo")
+glue("cw_min_turns", int(cw_settings.turns_per_iteration), display=False)
+glue("cw_num_envs", int(cw_settings.num_envs), display=False)
+glue("cw_kl_max", max(cw_run.curve("kl_ref")), display=False)
 for fold in ("train", "test"):
     glue_change(f"cw_{fold}", compare_summaries("success", before[f"cookingworld {fold}"],
                                                 after[f"cookingworld {fold}"], "success_rate"))
@@ -554,7 +573,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 
 # %% [markdown]
 # A batch held {glue:text}`cw_episodes:.1f` episodes ({glue:text}`cw_batch_turns:.0f` turns) on
-# average. The sampled return began at
+# average, more than the {glue:text}`cw_min_turns` turns asked for: new games start until the
+# batch has them, and the {glue:text}`cw_num_envs` games then in play all run to their end. The sampled return began at
 # {glue:text}`cw_return_start:.3f` (the first three batches) and ended at
 # {glue:text}`cw_return_end:.3f`, {glue:text}`cw_return_ending`. Greedy success went from
 # {glue:text}`cw_train_before:.3f` to {glue:text}`cw_train_after:.3f` on the training fold
@@ -562,33 +582,52 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # {glue:text}`cw_test_after:.3f` on the test games ({glue:text}`cw_test_verdict`). The test fold
 # started higher, but two standard errors of the folds' difference over these games are
 # {glue:text}`cw_folds_noise:.2f`, and the gap was {glue:text}`cw_folds_words`. With so few
-# episodes per update, a `ci` run of PPO on CookingWorld checks that the machinery runs; it is not
-# a result.
+# episodes per update, a run at the `ci` preset (the book's quick CPU setting) checks that PPO
+# runs on CookingWorld; it is not a result.
 #
-# The sampled curve and the greedy table measure different play: the batches' invalid rate
-# averaged {glue:text}`cw_sampled_invalid:.3f`, in episodes of
-# {glue:text}`cw_turns_per_episode:.1f` turns, while greedy play on the training fold after PPO
-# rejected {glue:text}`cw_greedy_invalid:.3f` of its commands in games of
-# {glue:text}`cw_greedy_steps:.1f` steps. Chapter 8 takes such differences apart. The KL to the SFT policy (bottom right) is a plain mean of log-ratios, which,
-# unlike approx-KL's $k_3$, can fall below zero: it did in {glue:text}`cw_kl_negative` batches.
+# The KL to the SFT policy (bottom right) is the mean over action tokens of
+# $\log\pi_\text{old} - \log\pi_\text{SFT}$, which, unlike approx-KL's $k_3$, can fall below
+# zero (it did in {glue:text}`cw_kl_negative` batches). It grew from 0, as it must, to at most
+# {glue:text}`cw_kl_max:.3f` nats a token: too short a run to say whether β = 0.1 would hold it.
 #
 # ## What goes wrong, and how to see it
 #
-# The four signals, read on this chapter's runs, with a value above three times its median counted as a spike:
-# tic-tac-toe's worst batch of invalid moves was iteration {glue:text}`ttt_invalid_peak_at`. An
-# iteration logs the update made *after* its batch, so the updates to read are iterations
+# The four signals, read on this chapter's runs (a value above three times its median counts as a
+# spike).
+#
+# **Tic-tac-toe.** The worst batch of invalid moves was iteration
+# {glue:text}`ttt_invalid_peak_at`, and the return fell with it, to
+# {glue:text}`ttt_return_at_worst:+.2f`; the five batches after it averaged
+# {glue:text}`ttt_return_after_worst:+.2f`, against {glue:text}`ttt_return_before_worst:+.2f` for
+# the five before: a dip that recovered, not the lasting fall of the fourth signal. An iteration
+# logs the update made *after* its batch, so the updates to read are iterations
 # {glue:text}`ttt_before_first` to {glue:text}`ttt_before_last`: approx-KL reached
-# {glue:text}`ttt_kl_ratio:.1f` times its median, the clip fraction
-# {glue:text}`ttt_clip_ratio:.1f` times (the figure's last two panels).
-# {glue:text}`ttt_peak_reading`. The small median KL would allow a higher rate, but chapter 5's,
-# {glue:text}`reinforce_ttt_lr`, raised losses to random in some recorded runs ({ref}`the appendix
-# <appendix-ch6>`). On CookingWorld the invalid commands peaked at iteration
-# {glue:text}`cw_invalid_peak_at` ({glue:text}`cw_invalid_peak:.2f` of a batch's commands) and the
-# next batch's return was {glue:text}`cw_return_after_peak:.2f`, with the run ending at
-# {glue:text}`cw_return_end:.2f`: {glue:text}`cw_dip_words`. Its critic explained
-# {glue:text}`cw_ev_late:.2f` of the returns' variance, {glue:text}`cw_ev_words`. On math, approx-KL and the clip fraction fell near 0 over
-# the last quarter because the cosine schedule had lowered the rate (to
-# {glue:text}`math_lr_end` on average): small steps, not room for a higher rate.
+# {glue:text}`ttt_kl_ratio:.1f` times its median there, the clip fraction
+# {glue:text}`ttt_clip_ratio:.1f` times. But the largest approx-KL after the first ten updates,
+# {glue:text}`ttt_kl_top_ratio:.0f` times the median at iteration {glue:text}`ttt_kl_top_at`,
+# {glue:text}`ttt_kl_top_words`.
+#
+# The small median approx-KL suggests room for a higher learning rate. The record says otherwise:
+# PPO at chapter 5's rate, {glue:text}`reinforce_ttt_lr`, raised losses to random beyond noise in
+# {glue:text}`earlier_worse` of {glue:text}`earlier_runs` recorded runs against the same opponents
+# ({ref}`the appendix <appendix-ch6>`).
+#
+# **CookingWorld.** The invalid commands peaked at iteration {glue:text}`cw_invalid_peak_at`
+# ({glue:text}`cw_invalid_peak:.2f` of a batch's commands) and the next batch's return was
+# {glue:text}`cw_return_after_peak:.2f`, with the run ending at {glue:text}`cw_return_end:.2f`:
+# {glue:text}`cw_dip_words`. Over the second half its critic explained
+# {glue:text}`cw_ev_late:.2f` of the returns' variance, {glue:text}`cw_ev_words`.
+#
+# **Math.** Approx-KL and the clip fraction fell near 0 over the last quarter because the cosine
+# schedule had lowered the rate (to {glue:text}`math_lr_end` on average): small steps, not room
+# for a higher rate.
+#
+# **What the critic added.** In all three runs the critic explained little of the returns'
+# variance, so PPO's advantages stayed close to REINFORCE's; what PPO added here was several small,
+# clipped steps on each batch. On tic-tac-toe the record does not separate the two algorithms:
+# both reached the level in every tuning run, and {glue:text}`heldout_reached` of
+# {glue:text}`heldout_cells` held-out starts against {glue:text}`reinforce_heldout_reached` of
+# {glue:text}`reinforce_heldout_cells` are too few to rank them.
 #
 # ## Summary
 #
@@ -601,9 +640,6 @@ changes = {(name, key): compare_summaries(key, before[name], after[name], key) f
            for key in metrics}
 changes |= {("math", f"accuracy ({which} problems)"): change
             for which, change in zip(("training", "new"), compare_math(before["math"], after["math"]))}
-math_train = changes[("math", "accuracy (training problems)")]
-glue("math_train_words", {"noise": "within noise", "better": "up, beyond noise", "worse": "down, beyond noise"}[
-    math_train.verdict], display=False)
 tidy(pd.DataFrame([{"workload": name, "metric": METRIC_WORDS.get(key, key), "SFT": change.before,
                     "SFT + PPO": change.after, "verdict": "within noise" if change.verdict == "noise" else change.verdict}
                    for (name, key), change in changes.items()]).set_index(["workload", "metric"]))
@@ -613,31 +649,14 @@ tidy(pd.DataFrame([{"workload": name, "metric": METRIC_WORDS.get(key, key), "SFT
 # and in this run they moved {glue:text}`math_train_words`; CookingWorld at `ci` has too few episodes
 # per update for a result.
 #
-# The implementation, detail by detail (numbered as the `# detail N` comments in the library's
-# `rl/ppo.py`, which {doc}`the library map </book/library_map>` locates; the PPO details follow Huang et al. {cite}`huang2022ppodetails` and
-# CleanRL's `ppo.py`):
+# PPO's thirteen implementation details, each with why and its source (Huang et al.
+# {cite}`huang2022ppodetails`, CleanRL's `ppo.py`), are listed in {ref}`the library map
+# <ppo-details>`, numbered as the `# detail N` comments in `rl/ppo.py`.
 #
-# | # | detail | why | source |
-# |---|---|---|---|
-# | 1 | one value per turn, at the last prompt token | the turn is the time step | this book; chapter 5 |
-# | 2 | value head on the shared body, or a separate critic | memory vs interference | this book (both) |
-# | 3 | KL penalty to a frozen reference in the reward, β | stay near the SFT policy | {cite}`ziegler2019finetuning` |
-# | 4 | optional reward whitening (scale only) | reward scale independence | TRL's old `PPOTrainer` |
-# | 5 | GAE(γ, λ) over turns, bootstrap on truncation | bias/variance; cut ≠ ended | {cite}`schulman2016gae` |
-# | 6 | advantages normalised over the batch | step size independent of reward scale | Huang et al. #7 |
-# | 7 | clipped surrogate per action token | bounded policy change per batch | {cite}`schulman2017ppo` |
-# | 8 | clipped value loss | no gradient for a value moved past the clip | Huang et al. #9 |
-# | 9 | entropy bonus (off here: `entropy_coef` 0) | keeps exploration | {cite}`schulman2017ppo` |
-# | 10 | epochs × shuffled minibatches, global grad-norm clip 1.0 | sample reuse; stability | Huang et al. #5, #11 |
-# | 11 | separate actor and critic learning rates, warm-up + cosine | the critic must learn faster | this book |
-# | 12 | skip a step whose loss or gradient is not finite | one NaN would ruin the weights | this book |
-# | 13 | approx-KL (k3), clip fraction, explained variance | is the run healthy? | Schulman, *Approximating KL divergence* (2020) |
-#
-# From a terminal, resumable like chapter 5's runs:
+# From a terminal, resumable like chapter 5's runs (`--resume` continues a stopped run):
 #
 # ```bash
 # python -m tutorial_lib rl --algo ppo --game cookingworld --preset ci --out runs/ppo-cw
-# python -m tutorial_lib rl --algo ppo --game cookingworld --preset ci --out runs/ppo-cw --resume
 # python -m tutorial_lib evaluate --game cookingworld --policy runs/ppo-cw/model --fold test --json
 # ```
 #

@@ -16,10 +16,10 @@
 # %% [markdown]
 # # Appendix: How the book knows
 #
-# Each chapter teaches with the one run it makes when the book is built, and one run is one draw.
-# **The record** is the runs of each chapter's recipe over many seeds and starts, kept in
-# `benchmarks/results/`; every table below is read from it, and each section opens with its
-# chapter's claim and how far the record supports it.
+# Each chapter teaches with the one run it makes when the book is built: one draw. **The record**
+# is the runs of each chapter's recipe over many seeds and starts, kept in `benchmarks/results/`;
+# every table below is read from it, and each section opens with its chapter's claim and how far
+# the record supports it.
 #
 # | section | what it holds |
 # |---|---|
@@ -37,8 +37,8 @@
 # |---|---|
 # | run | one training run kept in the record: its own SFT checkpoint, the RL recipe, then the chapter's greedy evaluation (for tic-tac-toe, 200 games against each opponent) |
 # | better, worse, within noise | a run's change from start to end is *better* if it exceeds two standard errors of the difference, $2\sqrt{p_1(1-p_1)/n + p_2(1-p_2)/n}$ for rates $p_1$ before and $p_2$ after over $n$ games or problems, in the good direction; *worse* if it does so in the other; *within noise* otherwise |
-# | kernel set | which of torch's CPU kernels run (`ATEN_CPU_CAPABILITY`): `auto` (unset: the fastest the CPU has), `avx2` (round like a CPU without AVX-512) or `scalar` (set to `default`: unvectorised). The records vary it because CPUs round float32 differently |
-# | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a few float32 roundings that change no greedy move, a cheap stand-in for another CPU's arithmetic; "perturbed (seed 1)" names the seed of $\varepsilon$. RL from such starts can end far apart |
+# | kernel set | which of torch's CPU kernels run (`ATEN_CPU_CAPABILITY`): `auto` (the fastest the CPU has), `avx2` or `scalar` (`default`: unvectorised); CPUs round float32 differently |
+# | perturbed start | the SFT checkpoint with every weight multiplied by $1 + 10^{-6}\,\varepsilon$, $\varepsilon \sim N(0,1)$: a stand-in for another CPU's rounding that changes no greedy move; "perturbed (seed 1)" names the seed of $\varepsilon$ |
 # | seed | in the tables, a run's SFT data order and RL seed, which the record's scripts set equal |
 # | tuning runs | the runs looked at while a recipe was chosen |
 # | held-out starts | starts nobody tuned on, run once the recipe was fixed: the fair test of a recipe |
@@ -431,13 +431,12 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 # are measured on tuning starts only; a larger set of held-out starts, fixed in advance
 # (`heldout_protocol.md`), will judge the guarded recipe.
 #
-# **A guard, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
+# **Guards, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
 # against the training opponents every 10 iterations, the start included) keeps the weights that
 # scored best instead of the last ones; training itself is unchanged. The starts below reuse the
-# perturbation seeds 11-14 on another SFT checkpoint (this machine's build, not the held-out
-# build's), so they are other runs than the held-out ones above. Each ran the recipe twice, without
-# the guard and with it, and was judged on the same 200 games against each opponent. (The time ratio
-# leaves out one pair, which ran while other work shared the CPU.) *Source: `tictactoe_rl_guards.jsonl`.*
+# perturbation seeds 11-14 on another build's SFT checkpoint, so they are other runs than the
+# held-out ones above; each was judged on 200 games against each opponent. *Source:
+# `tictactoe_rl_guards.jsonl`.*
 
 # %% tags=["remove-input"]
 from tutorial_lib.report import guard_cells
@@ -449,6 +448,10 @@ glue("guard_level_with", guard_counts["validation"])
 glue("guard_worse_without", guard_counts["no guard, worse losses"])
 glue("guard_worse_with", guard_counts["validation, worse losses"])
 glue("guard_time", guard_counts["time ratio"] - 1)
+# the guards that change training itself, on the starts they ran on
+for key, name in (("kl", "KL penalty β 0.1"), ("lr", "learning rate 0.0005")):
+    for suffix, count in (("level", name), ("starts", f"{name}, starts"), ("worse", f"{name}, worse losses")):
+        glue(f"guard_{key}_{suffix}", guard_counts.get(count, 0))
 if len(guards):
     display(tidy(guards))
 else:
@@ -461,6 +464,13 @@ else:
 # {glue:text}`guard_worse_with` with it. Validation can only choose among the weights a run passed
 # through: it keeps a collapsing run at its best point, and cannot lift a run that never reached the
 # level. Its cost is the validation games: the guarded runs took {glue:text}`guard_time:.0%` longer.
+#
+# Two guards that change training itself ran on the same starts, beside other work (no timing): a
+# KL penalty to the SFT policy (β = 0.1) reached the level in {glue:text}`guard_kl_level` of
+# {glue:text}`guard_kl_starts`, half the learning rate in {glue:text}`guard_lr_level` of
+# {glue:text}`guard_lr_starts`; losses to random ended worse beyond noise in
+# {glue:text}`guard_kl_worse` and {glue:text}`guard_lr_worse`. The verdict on a guarded recipe
+# belongs to the held-out starts.
 #
 # Back to {doc}`/notebooks/05_policy_gradients`.
 
