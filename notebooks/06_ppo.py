@@ -270,7 +270,8 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 
 # %% [markdown]
 # The head starts at zero, so every value is 0 until it has learnt something, and the first
-# advantages are the returns, normalised over the batch: chapter 5's ReBN, not its per-state default.
+# advantages are the returns discounted by γλ ($\sum_k (\gamma\lambda)^k r_{t+k}$), normalised over the
+# batch: close to chapter 5's ReBN (return batch normalisation), not its per-state default.
 #
 # **One update.** The library's `PPO.update` scores the batch once without gradients
 # ($\log\pi_\text{old}$, $V_\text{old}$), subtracts the KL penalty from the rewards where β > 0,
@@ -278,7 +279,8 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 # passes over shuffled minibatches, it steps on the policy loss plus `value_coef` times the value
 # loss. {ref}`The library map <ppo-details>` lists every detail, with its source.
 #
-# **What to watch.** Every iteration logs four diagnostics; read them before the reward curve:
+# **What to watch.** Every iteration logs three diagnostics; read them, and look for one pattern,
+# before the reward curve:
 #
 # - **Explained variance**, $1 - \mathrm{Var}(G - V)/\mathrm{Var}(G)$: the share of the returns'
 #   spread that the critic's values account for (1: it predicts every return; 0: no better than
@@ -286,12 +288,13 @@ print("value head parameters:", sum(p.numel() for p in ppo.value_model.parameter
 #   roughly a constant, as in REINFORCE: the run can still learn, with REINFORCE's noise.
 # - **Approx-KL**, how far one update moved the policy from the one that sampled: per action token
 #   the mean of $k_3 = (r - 1) - \log r$, which is never negative (chapter 7's exercise writes it). Near
-#   0, the learning rate could go up, unless the schedule is taking it down.
+#   0, the learning rate might go up, unless the schedule is taking it down; check that losses
+#   hold (on tic-tac-toe below they did not).
 # - **Clip fraction**, the share of tokens past the clip. Above about 0.3, the epochs after the first
 #   are largely wasted: lower the learning rate or the epochs.
 # - **A fall in the return that lasts**, with the invalid rate rising beside it: the updates are
 #   pushing the policy off moves it knew and it is forfeiting games. Look at approx-KL and the clip
-#   fraction at the same iterations; a spike says one update went too far. With a KL penalty, a
+#   fraction at the same iterations; a spike can say one update went too far. With a KL penalty, a
 #   growing KL to the SFT policy says the policy is drifting from what it imitated (raise β).
 #
 # ## Tic-tac-toe
@@ -409,8 +412,8 @@ fig = learning_curves({"tictactoe": ttt_run.history},
 # %% [markdown]
 # A healthy run has the return rising or holding near its ceiling (about +0.5 with half the games
 # against minimax), the invalid rate near 0 and the clip fraction low. The invalid rate averaged
-# {glue:text}`ttt_invalid_mean:.3f` per move, {glue:text}`ttt_invalid_peak:.3f` at its worst
-# (iteration {glue:text}`ttt_invalid_peak_at`). Over the second half the critic's explained variance
+# {glue:text}`ttt_invalid_mean:.3f` per move, {glue:text}`ttt_invalid_peak:.3f` in its worst single
+# batch (iteration {glue:text}`ttt_invalid_peak_at`; the solid line is a three-batch mean). Over the second half the critic's explained variance
 # was {glue:text}`ttt_ev_late:.2f`, and {glue:text}`ttt_clipfrac_late:.3f` of the tokens were past
 # the clip. The critic cannot explain much here: the prompt does not name the opponent, and from
 # the same early position a game against random is mostly won and one against minimax at best
@@ -558,8 +561,8 @@ glue("cw_ev_words", ("at or below 0: no better than a constant" if cw_ev <= 0 el
 glue("cw_return_after_peak", float(cw_run.history[min(peak + 1, len(cw_run.history) - 1)]["mean_return"]),
      display=False)
 glue("cw_dip_words", "a dip that did not last (with so few episodes a batch, one batch's return varies that much), "
-     "not the lasting fall of the fourth signal" if abs(end - start) <= noise or end > start else
-     "a fall that lasted, the fourth signal's warning", display=False)
+     "not the lasting fall warned of above" if abs(end - start) <= noise or end > start else
+     "a fall that lasted, the pattern warned of above", display=False)
 # the two folds before PPO: are the test games easier, or is it 50 games' noise?
 folds = compare_rates("folds", before["cookingworld train"]["success_rate"], before["cookingworld test"]["success_rate"],
                       int(before["cookingworld test"]["episodes"]))
@@ -592,14 +595,14 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 #
 # ## What goes wrong, and how to see it
 #
-# The four signals, read on this chapter's runs (a value above three times its median counts as a
+# The diagnostics and the pattern, read on this chapter's runs (a value above three times its median counts as a
 # spike).
 #
 # **Tic-tac-toe.** The worst batch of invalid moves was iteration
 # {glue:text}`ttt_invalid_peak_at`, and the return fell with it, to
 # {glue:text}`ttt_return_at_worst:+.2f`; the five batches after it averaged
 # {glue:text}`ttt_return_after_worst:+.2f`, against {glue:text}`ttt_return_before_worst:+.2f` for
-# the five before: a dip that recovered, not the lasting fall of the fourth signal. An iteration
+# the five before: a dip that recovered, not the lasting fall warned of above. An iteration
 # logs the update made *after* its batch, so the updates to read are iterations
 # {glue:text}`ttt_before_first` to {glue:text}`ttt_before_last`: approx-KL reached
 # {glue:text}`ttt_kl_ratio:.1f` times its median there, the clip fraction
@@ -623,8 +626,9 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # for a higher rate.
 #
 # **What the critic added.** In all three runs the critic explained little of the returns'
-# variance, so PPO's advantages stayed close to REINFORCE's; what PPO added here was several small,
-# clipped steps on each batch. On tic-tac-toe the record does not separate the two algorithms:
+# variance, so PPO's advantages stayed close to REINFORCE's. Nor did the clip bind often (the clip
+# fractions above): what PPO added here was reuse, several passes over each batch at a lower rate,
+# with the clip a rail these small steps seldom reached. On tic-tac-toe the record does not separate the two algorithms:
 # both reached the level in every tuning run, and {glue:text}`heldout_reached` of
 # {glue:text}`heldout_cells` held-out starts against {glue:text}`reinforce_heldout_reached` of
 # {glue:text}`reinforce_heldout_cells` are too few to rank them.
