@@ -366,11 +366,9 @@ glue("wander_words", (f"So on the {' and the '.join(wandered)} the policy failed
 #
 # How did the games that were not won end? Of them, {glue:text}`seen_cut_of_lost:.2f` (training
 # games), {glue:text}`unseen_cut_of_lost:.2f` (unseen train-fold games) and
-# {glue:text}`test_cut_of_lost:.2f` (test games) ran out of steps: each set's cut share divided by
-# its share not won (the rest were lost before the limit).
+# {glue:text}`test_cut_of_lost:.2f` (test games) ran out of steps (the rest were lost before the
+# limit).
 # {glue:text}`wander_words`
-#
-# Whichever the cause, the number to report is success on the held-out fold.
 #
 # ## b. Sampled against greedy
 #
@@ -854,8 +852,8 @@ glue("limit_answer",
 #   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`), for this policy in this world.
 # - {glue:text}`limit_answer`
 # - A prompt laid out unlike the data's can lower whichever curve reads it: here
-#   {glue:text}`layout_words`. This run does not test whether the tutorial's evaluation built its
-#   prompts unlike its training.
+#   {glue:text}`layout_words`; whether the tutorial's evaluation built its prompts unlike its
+#   training, this run does not test.
 #
 # What to take away:
 #

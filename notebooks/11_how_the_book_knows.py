@@ -439,7 +439,7 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 # `tictactoe_rl_guards.jsonl`.*
 
 # %% tags=["remove-input"]
-from tutorial_lib.report import guard_cells
+from tutorial_lib.report import guard_cells, guard_name
 
 guards, guard_counts = guard_cells("ttt-reinforce", LEVEL)
 glue("guard_starts", len(guards))
@@ -449,7 +449,7 @@ glue("guard_worse_without", guard_counts["no guard, worse losses"])
 glue("guard_worse_with", guard_counts["validation, worse losses"])
 glue("guard_time", guard_counts["time ratio"] - 1)
 # the guards that change training itself, on the starts they ran on
-for key, name in (("kl", "KL penalty β 0.1"), ("lr", "learning rate 0.0005")):
+for key, name in (("kl", guard_name({"kl_coef": 0.1})), ("lr", guard_name({"learning_rate": 5e-4}))):
     for suffix, count in (("level", name), ("starts", f"{name}, starts"), ("worse", f"{name}, worse losses")):
         glue(f"guard_{key}_{suffix}", guard_counts.get(count, 0))
 if len(guards):
