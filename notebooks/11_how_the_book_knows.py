@@ -274,6 +274,8 @@ def row_verdict(row, games: int = 100) -> str:
 sft_changes = table_under("sft_recipe.md", "Summary: what changed the results")
 sft_changes["at 100 games"] = [row_verdict(row) for _, row in sft_changes.iterrows()]
 sft_changes = sft_changes.map(as_written)
+sft_changes["measure (greedy play)"] = [m + " (lower is better)" if m.startswith(("invalid", "losses")) else m
+                                        for m in sft_changes["measure (greedy play)"]]
 # the rows that measured training time, not play, go in a table of their own: one column, one unit
 timed = sft_changes["measure (greedy play)"].isin(["SFT seconds", "training steps a second"])
 # the rates, written .45 or .475 or 1.0 in the record, in one format: three decimals
