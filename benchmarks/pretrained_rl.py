@@ -33,6 +33,8 @@ keeps the game's own rules, so its success rate compares with runs on the game's
 ``--update-dtype bfloat16`` runs the update's forward and backward passes under bfloat16 autocast
 (the weights, sampling and evaluation stay float32): 1.5-2x on a CPU that computes bfloat16
 natively (``benchmarks/results/pretrained_rl_cost.jsonl``); its own runs show what it does to learning.
+``--train-top-layers N`` trains only the adapters of the top N decoder layers (the lower ones keep
+the SFT start's), so the backward pass runs through N layers instead of all of them.
 ``--kl-coef`` takes a KL penalty to the SFT start from each turn's reward (the ``kl_coef`` of the
 RL settings; the per-iteration ``kl_ref`` curve shows how far the policy went).
 ``--validate-every N`` chooses the run's model on held-out games (:mod:`tutorial_lib.rl.validation`):
@@ -183,11 +185,12 @@ def rl_run_settings(task: str, seed: int, preset, args):
     return rl_settings(spec["game"], preset, spec["algo"], seed=seed, env_options=options, save_every=1,
                        iterations=args.iterations, learning_rate=args.learning_rate, num_envs=args.num_envs,
                        turns_per_iteration=args.turns, temperature=args.temperature,
-                       kl_coef=args.kl_coef, update_dtype=args.update_dtype, **validation)
+                       kl_coef=args.kl_coef, update_dtype=args.update_dtype,
+                       train_top_layers=args.train_top_layers, **validation)
 
 
 #: settings added after the first runs were recorded (their folders were named without them)
-LATER_SETTINGS = ("update_dtype", "validate_every", "validation_episodes", "validation_metric",
+LATER_SETTINGS = ("update_dtype", "train_top_layers", "validate_every", "validation_episodes", "validation_metric",
                   "validation_env_options", "validation_first_seed")
 
 
@@ -280,7 +283,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
     row = {"task": task, "game": game, "algo": algo, "seed": seed, "iterations": settings.iterations,
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
            "learning_rate": settings.learning_rate, "temperature": settings.temperature, "kl_coef": settings.kl_coef,
-           "update_dtype": settings.update_dtype,
+           "update_dtype": settings.update_dtype, "train_top_layers": settings.train_top_layers,
            "validate_every": settings.validate_every, "validation": trained.validation,
            "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
            "train_options": settings.env_options, "sft_options": spec.get("sft"), "eval_episodes": episodes, "headline": HEADLINE[task],
@@ -332,6 +335,9 @@ def main() -> None:
                         help="the RL update's arithmetic: bfloat16 autocasts its forward and backward passes, "
                              "weights and optimiser in float32 (fast where the CPU has AVX512-BF16 or AMX; "
                              "default: the preset's, float32)")
+    parser.add_argument("--train-top-layers", type=int, default=None,
+                        help="train the LoRA adapters of the top N decoder layers only: the backward pass stops at "
+                             "the lowest of them (default: every layer's)")
     parser.add_argument("--validate-every", type=int, default=0,
                         help="choose the run's model on held-out greedy games: validate the start, every this many "
                              "iterations and the last, and keep the best weights (0: the last iteration's)")

@@ -16,8 +16,10 @@ process, one after the other, so every ratio compares like with like:
 * ``by length, bfloat16 autocast``: the update under ``torch.autocast("cpu", torch.bfloat16)``,
   weights and optimiser in float32. CPUs with bfloat16 in hardware (AVX512-BF16, AMX) compute it
   natively; others emulate it, which the row measures;
-* ``by length, top-half adapters``: only the LoRA adapters of the upper half of the layers train,
-  so the backward pass stops halfway down. What it costs the policy is not measured here.
+* ``by length, top N layers``: only the LoRA adapters of the top ``--top-layers`` layers train (the
+  RL setting ``train_top_layers``), so the backward pass stops at the lowest of them; and
+  ``by length, bfloat16 autocast, top N layers``: both changes. What training fewer layers does to
+  learning is not measured here (``pretrained_rl.py --train-top-layers`` runs it).
 
 With a KL penalty to the start (``--kl-coef``), every iteration also scores its turns under the
 frozen start (:meth:`~tutorial_lib.rl.reinforce.Reinforce.reference_kl`, a forward pass, no
@@ -41,7 +43,6 @@ import argparse
 import copy
 import json
 import platform
-import re
 import time
 from contextlib import nullcontext
 from dataclasses import replace
@@ -49,6 +50,7 @@ from pathlib import Path
 
 import torch
 
+from tutorial_lib.lm.lm_parts import train_top_layers
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.presets import get_preset, rl_settings
 from tutorial_lib.rl.kl import frozen_reference
@@ -62,23 +64,13 @@ def game_order_rows(batch: TurnBatch, size: int) -> list[torch.Tensor]:
     return list(torch.arange(len(batch)).split(size))
 
 
-def lower_half_adapters(model) -> list[torch.nn.Parameter]:
-    """The trainable LoRA parameters of the lower half of the layers."""
-    layers = model.config.num_hidden_layers
-    lower = []
-    for name, parameter in model.named_parameters():
-        found = re.search(r"layers\.(\d+)\.", name)
-        if parameter.requires_grad and "lora_" in name and found and int(found.group(1)) < layers // 2:
-            lower.append(parameter)
-    return lower
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="small")
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--turns", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--top-layers", type=int, default=8, help="the layers the 'top N layers' rows train")
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per setting here, as measured")
     parser.add_argument("--cases", nargs="+", default=None,
                         help="the rows to time, by name (default: all), e.g. 'by length' 'KL reference, merged'")
@@ -108,7 +100,8 @@ def main() -> None:
     native = cpu_bfloat16_flags()
     cases = [("game order", 8, game_order_rows, None), ("by length", 8, None, None),
              ("by length, micro-batch 16", 16, None, None), ("by length, bfloat16 autocast", 8, None, torch.bfloat16),
-             ("by length, top-half adapters", 8, None, None),
+             (f"by length, top {args.top_layers} layers", 8, None, None),
+             (f"by length, bfloat16 autocast, top {args.top_layers} layers", 8, None, torch.bfloat16),
              ("KL reference, adapters", 8, None, None), ("KL reference, merged", 8, None, None)]
     if not native and not args.emulated_bfloat16:  # emulated, the row took more than 10 minutes on 2 cores
         cases = [case for case in cases if case[3] is None]
@@ -131,9 +124,9 @@ def main() -> None:
         padded = sum(collate.numel() for collate in (
             TurnBatch.select(batch, r).model_inputs()["input_ids"] for r in (grouping or original)(batch, micro)))
         best = float("inf")
-        frozen = lower_half_adapters(policy.model) if "top-half" in name else []
-        for parameter in frozen:
-            parameter.requires_grad_(False)
+        trainable = [p for p in policy.model.parameters() if p.requires_grad]
+        if "layers" in name:  # what the setting does when an algorithm is made
+            train_top_layers(policy.model, args.top_layers)
         for _ in range(args.repeats):
             TurnBatch.microbatch_rows = grouping or original
             try:
@@ -151,7 +144,7 @@ def main() -> None:
                 best = min(best, time.perf_counter() - began)
             finally:
                 TurnBatch.microbatch_rows = original
-        for parameter in frozen:
+        for parameter in trainable:  # every layer's adapters train again for the next row
             parameter.requires_grad_(True)
         if name == "game order":
             base = best

@@ -353,3 +353,16 @@ def test_ppo_settings_hold_the_loops_fields_and_ppos_own_only():
     assert loop <= {f.name for f in fields(PPOSettings)} and loop <= {f.name for f in fields(ReinforceSettings)}
     assert "normalise" not in {f.name for f in fields(PPOSettings)}  # REINFORCE's, not PPO's
     assert PPOSettings().gamma == 1.0 and ReinforceSettings().gamma == 0.9
+
+
+def test_the_actor_trains_its_top_layer_only_and_a_separate_critic_trains_whole(tiny_cache):
+    policy = load_policy("tiny", tiny_config=SMALL, lora=True)
+    ppo = PPO(policy, small_settings(train_top_layers=1, critic="separate"))
+    actor = {n: p.requires_grad for n, p in policy.model.named_parameters() if "lora_" in n}
+    assert actor and all(trains == (".layers.1." in n) for n, trains in actor.items())
+    critic = {n: p.requires_grad for n, p in ppo.value_model.named_parameters() if "lora_" in n}
+    assert critic and all(critic.values())  # copied before the actor's lower layers were frozen
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if ".layers.0." in n}
+    ppo.update(collect(policy, "tictactoe", range(8), env_options=TTT, num_envs=8))
+    after = dict(policy.model.named_parameters())
+    assert all(torch.equal(after[n], value) for n, value in before.items())

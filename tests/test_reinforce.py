@@ -380,3 +380,30 @@ def test_a_kl_penalty_keeps_the_policy_nearer_its_start(tiny_cache, tmp_path):
     # over two runs each: seen 0.55-0.69 of the free drift for single runs, over kernels and seeds
     free, held = (sum(drift(kl_coef, seed) for seed in (0, 1)) for kl_coef in (0.0, 5.0))
     assert held < 0.8 * free, (held, free)
+
+
+def test_training_the_top_layer_leaves_the_lower_layer_and_its_gradient_alone(tiny_cache):
+    policy = load_policy("tiny", tiny_config=SMALL, lora=True)  # two layers, LoRA on every linear one
+    reinforce = Reinforce(policy, small_settings(train_top_layers=1))
+    named = dict(policy.model.named_parameters())
+    lower = {n: p for n, p in named.items() if "lora_" in n and ".layers.0." in n}
+    upper = {n: p for n, p in named.items() if "lora_" in n and ".layers.1." in n}
+    assert lower and upper and not any(p.requires_grad for p in lower.values())
+    trained = {id(p) for group in reinforce.optimizer.param_groups for p in group["params"]}
+    assert trained == {id(p) for p in upper.values()}
+    before = {n: p.detach().clone() for n, p in named.items()}
+    reinforce.update(collect(policy, "tictactoe", range(8), env_options=TTT, num_envs=8))
+    assert all(torch.equal(p, before[n]) for n, p in lower.items())  # the start's lower adapters, kept exactly
+    assert all(p.grad is None for p in lower.values())  # no gradient was computed below the top layer
+    assert any(not torch.equal(p, before[n]) for n, p in upper.items())
+
+
+def test_training_the_top_layers_rejects_counts_the_model_does_not_have(tiny_cache):
+    with pytest.raises(ValueError, match="train_top_layers"):
+        ReinforceSettings(train_top_layers=0)
+    policy = load_policy("tiny", tiny_config=SMALL)
+    with pytest.raises(ValueError, match="2 layers; got 3"):
+        Reinforce(policy, small_settings(train_top_layers=3))
+    # a fully fine-tuned model: the embedding (tied to the output layer here) stops training too
+    Reinforce(policy, small_settings(train_top_layers=2))
+    assert not policy.model.get_input_embeddings().weight.requires_grad

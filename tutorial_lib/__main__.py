@@ -166,10 +166,13 @@ def _rl(args) -> int:
         raise ValueError("rl --algo grpo trains math answers (chapter 7's tic-tac-toe moves run from the notebook)")
     if args.update_dtype and args.algo == "grpo":
         raise ValueError("--update-dtype is REINFORCE's and PPO's; GRPO computes in the Trainer's dtype (bfloat16 on a GPU)")
+    if args.train_top_layers and args.algo == "grpo":
+        raise ValueError("--train-top-layers is REINFORCE's and PPO's")
     if args.validate_every and args.algo == "grpo":
         raise ValueError("--validate-every is REINFORCE's and PPO's; GRPO's Trainer keeps its own checkpoints")
     settings = rl_settings(args.game, preset, args.algo, iterations=args.iterations, save_every=args.save_every,
                            turns_per_iteration=args.turns_per_iteration, update_dtype=args.update_dtype,
+                           train_top_layers=args.train_top_layers,
                            validate_every=args.validate_every, validation_episodes=args.validation_episodes,
                            validation_metric=args.validation_metric)
     with contextlib.redirect_stdout(sys.stderr):
@@ -259,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--update-dtype", choices=["float32", "bfloat16"],
                     help="the update's arithmetic: bfloat16 autocasts its forward and backward passes (weights and "
                          "optimiser stay float32); fast on a GPU or a CPU with AVX512-BF16 or AMX")
+    rl.add_argument("--train-top-layers", type=int,
+                    help="train only the top N decoder layers (their LoRA adapters): the backward pass stops at the "
+                         "lowest of them, the lower layers keep the start's weights (default: every layer)")
     rl.add_argument("--validate-every", type=int,
                     help="choose the model on held-out greedy games: validate the start, every this many iterations "
                          "and the last, and save the best weights as the model (default: the last iteration's)")

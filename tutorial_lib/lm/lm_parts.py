@@ -15,6 +15,8 @@ soft-capping), so that every caller scores exactly what ``forward`` and ``genera
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 BODY_INPUTS = ("input_ids", "attention_mask", "position_ids")
@@ -34,6 +36,33 @@ def checkpoint_activations(model) -> None:
             base.activation_checkpointing_enable()
     elif not base.is_gradient_checkpointing:
         base.gradient_checkpointing_enable()
+
+
+def train_top_layers(model, count: int | None) -> int:
+    """Leave trainable only what ``model`` trains in its top ``count`` decoder layers and above them
+    (the final norm, an untied output layer, whatever a caller added on top); every trainable
+    parameter of a lower layer, and the input embedding, stops requiring a gradient (an output
+    layer tied to the embedding with it: a gradient into the embedding would run the backward
+    pass through every layer). No activation
+    below the lowest trained layer then needs one, so the backward pass ends there: with LoRA on
+    the top 8 of SmolLM2's 30 layers it runs through 8 layers, not 30
+    (``benchmarks/results/pretrained_rl_cost.md``). What the lower layers learnt before (an SFT
+    start's adapters) stays, unchanged. ``None`` changes nothing. Returns how many parameters it froze.
+    """
+    if count is None:
+        return 0
+    layers = unwrap_peft(model).config.num_hidden_layers
+    if not 1 <= count <= layers:
+        raise ValueError(f"train_top_layers must be between 1 and the model's {layers} layers; got {count}")
+    embedding = unwrap_peft(model).get_input_embeddings().weight
+    frozen = 0
+    for name, parameter in model.named_parameters():
+        found = re.search(r"\.layers\.(\d+)\.", name)
+        below = found is not None and int(found.group(1)) < layers - count
+        if parameter.requires_grad and (below or parameter is embedding):
+            parameter.requires_grad_(False)
+            frozen += 1
+    return frozen
 
 
 def hidden_size(model) -> int:

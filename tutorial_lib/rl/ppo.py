@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size
+from tutorial_lib.lm.lm_parts import body_hidden_states, hidden_size, train_top_layers
 from tutorial_lib.lm.tokenization import left_padded_batch, positions_from_mask
 from tutorial_lib.rl.advantages import gae
 from tutorial_lib.rl.kl import frozen_reference, masked_log_ratio, reference_kl, sampler_kl_sums
@@ -202,6 +202,7 @@ class PPO:
         backbone = copy.deepcopy(model) if settings.critic == "separate" else None  # detail 2
         self.value_model = ValueModel(hidden_size(model), backbone).to(policy.device)
         self.reference = frozen_reference(settings, model)  # detail 3: a frozen copy of the initial policy
+        train_top_layers(model, settings.train_top_layers)  # the actor's; a separate critic trains whole
         actor = [p for p in model.parameters() if p.requires_grad]
         critic = [p for p in self.value_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(  # detail 11: two learning rates, one optimiser

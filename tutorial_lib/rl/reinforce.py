@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from tutorial_lib.lm.lm_parts import train_top_layers
 from tutorial_lib.rl.advantages import batch_returns, rebn, rebn_by_state
 from tutorial_lib.rl.kl import frozen_reference, masked_log_ratio, reference_kl, sampler_kl_sums
 from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
@@ -113,6 +114,7 @@ class Reinforce:
         self.policy, self.settings = policy, settings
         model = policy.model
         self.reference = frozen_reference(settings, model)  # with kl_coef > 0: a frozen copy of the initial policy
+        train_top_layers(model, settings.train_top_layers)  # None: every trainable parameter
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                            lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
         self.scheduler = lr_scheduler(self.optimizer, settings)

@@ -66,6 +66,11 @@ class RLSettings:
     #: GPU; a CPU with AVX512-BF16 or AMX, :func:`~tutorial_lib.runtime.device.cpu_bfloat16_flags`);
     #: elsewhere it is emulated and slower. Sampling stays in the model's own dtype
     update_dtype: str = "float32"
+    #: train only the top this many decoder layers (their LoRA adapters, or their weights) and what
+    #: sits above them; the lower layers and the embedding stay as the start left them, and the
+    #: backward pass stops at the lowest trained layer (:func:`~tutorial_lib.lm.lm_parts.train_top_layers`).
+    #: ``None``: every trainable parameter trains
+    train_top_layers: int | None = None
     #: options for the game (opponent, world...)
     env_options: dict[str, Any] = field(default_factory=dict)
     #: training episodes use seeds from here up, away from the evaluation seeds (0, 1, 2...)
@@ -112,6 +117,8 @@ class RLSettings:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
         if self.update_dtype not in UPDATE_DTYPES:
             raise ValueError(f"update_dtype must be one of {', '.join(UPDATE_DTYPES)}; got {self.update_dtype!r}")
+        if self.train_top_layers is not None and self.train_top_layers < 1:
+            raise ValueError(f"train_top_layers must be at least 1 (or None); got {self.train_top_layers}")
         if self.train_seeds is not None and self.train_seeds < 1:
             raise ValueError(f"train_seeds must be at least 1 (or None); got {self.train_seeds}")
         if self.validate_every < 0 or (self.validate_every and self.validation_episodes < 1):
