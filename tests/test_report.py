@@ -469,7 +469,7 @@ def test_guard_cells_pair_each_start_with_and_without_validation(monkeypatch, tm
 
     lines = [line(12, False, 0.335, 0.225), line(12, True, 0.86, 0.02, kept=40),
              line(13, False, 0.91, 0.01), line(13, True, 0.91, 0.01, kept=120),
-             line(14, False, 0.9, 0.0),  # 14 waits for its guarded run: not in the table
+             line(14, False, 0.9, 0.0),  # 14 waits for a guarded run: not in the table
              {**line(15, False, 0.9, 0.0), "rl_seconds": 500.0, "shared_cpu": True},  # timed beside other work:
              {**line(15, True, 0.9, 0.0, kept=120), "shared_cpu": True}]  # in the table, not in the time ratio
     for row in lines[:2]:  # a start that names its build: the label says which machine trained it
@@ -477,8 +477,8 @@ def test_guard_cells_pair_each_start_with_and_without_validation(monkeypatch, tm
     (tmp_path / records.TICTACTOE_GUARDS_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
     monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
     frame, counts = report.guard_cells()
-    assert list(frame.index) == ["AMD EPYC (AVX2) build, perturbed (seed 12)", "perturbed (seed 13)",
-                                 "perturbed (seed 15)"]
+    assert list(frame.index) == ["perturbed (seed 13)", "perturbed (seed 15)",  # by build, then seed
+                                 "AMD EPYC (AVX2) build, perturbed (seed 12)"]
     assert frame.loc["AMD EPYC (AVX2) build, perturbed (seed 12)", ("validation kept", "iteration")] == 40
     assert counts == {"no guard": 2, "validation": 3, "no guard, worse losses": 1, "validation, worse losses": 0,
                       "no guard, starts": 3, "validation, starts": 3, "time ratio": 1.1}
@@ -505,6 +505,28 @@ def test_guard_cells_add_a_column_for_each_other_guard_on_the_starts_it_ran(monk
     assert (counts["KL penalty β 0.1"], counts["KL penalty β 0.1, starts"]) == (1, 1)
     assert (counts["learning rate 0.0005"], counts["learning rate 0.0005, starts"]) == (0, 1)  # .845 < .85
     assert (counts["no guard, worse losses"], counts["no guard"]) == (1, 1)
+
+
+def test_guard_cells_keep_the_same_seed_on_two_builds_apart(monkeypatch, tmp_path):
+    def line(capability, overrides, draws):
+        return {"recipe": "ttt-reinforce", "perturbation": {"seed": 13, "scale": 1e-6}, "overrides": overrides,
+                "cpu": "AMD EPYC", "cpu_capability": capability, "before_minimax_draw_rate": 0.55,
+                "after_minimax_draw_rate": draws, "before_random_loss_rate": 0.015, "after_random_loss_rate": 0.01,
+                "rl_seconds": 100.0, **({"validation": {"best_iteration": 10}} if "validate_every" in overrides else {})}
+
+    lines = [line("AVX2", {}, 0.62), line("AVX2", {"validate_every": 10}, 0.595),
+             line("AVX512", {}, 0.59), line("AVX512", {"learning_rate": 5e-4}, 0.915),  # no validation run on it
+             {**line("AVX512", {"learning_rate": 5e-4}, 0.9), "perturbation": {"seed": 11, "scale": 1e-6}}]  # one guard only
+    (tmp_path / records.TICTACTOE_GUARDS_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    frame, counts = report.guard_cells()
+    assert list(frame.index) == ["AMD EPYC (AVX2) build, perturbed (seed 13)", "AMD EPYC (AVX512) build, perturbed (seed 11)",
+                                 "AMD EPYC (AVX512) build, perturbed (seed 13)"]
+    assert frame[("draws vs minimax", "no guard")].tolist()[::2] == [0.62, 0.59]  # neither overwrote the other
+    assert math.isnan(frame.loc["AMD EPYC (AVX512) build, perturbed (seed 11)", ("draws vs minimax", "no guard")])
+    assert math.isnan(frame.loc["AMD EPYC (AVX512) build, perturbed (seed 13)", ("validation kept", "iteration")])
+    assert (counts["no guard, starts"], counts["validation, starts"], counts["learning rate 0.0005, starts"]) == (2, 1, 2)
+    assert counts["learning rate 0.0005"] == 2 and counts["no guard"] == 0
 
 
 def test_metrics_table_says_metrics_in_words_and_means_with_one_decimal():

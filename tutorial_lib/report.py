@@ -249,19 +249,20 @@ def guard_name(overrides: dict | None) -> str | None:
 
 
 def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: int = 200):
-    """Each perturbed tuning start of ``recipe`` run without a guard and with validation
-    (``validate_every``), and with any other guard recorded for it (a KL penalty, a lower learning
-    rate: :func:`guard_name`), from :data:`~tutorial_lib.records.TICTACTOE_GUARDS_RECORD`: one row a
-    start, draws against minimax and losses to random after each run, and the iteration validation
-    kept. Returns ``(frame, summary)``: for each guard, the starts at or above ``level``, the starts
-    whose losses to random ended worse than their start's beyond noise (``"<guard>, worse losses"``)
-    and the starts it ran on (``"<guard>, starts"``); and ``"time ratio"``, the validated runs' seconds
-    over the unguarded ones' (what validating costs), over the pairs not timed beside other work (a
-    line with ``shared_cpu``)."""
+    """Each perturbed tuning start of ``recipe`` run with at least one guard, and without one where recorded
+    (validation, ``validate_every``; a KL penalty, a lower learning rate: :func:`guard_name`), from
+    :data:`~tutorial_lib.records.TICTACTOE_GUARDS_RECORD`: one row a start, draws against minimax
+    and losses to random after each run, and the iteration validation kept. A start is a build's SFT
+    checkpoint (the CPU that trained it) and a perturbation seed: the same seed on another build's
+    checkpoint is another start. Returns ``(frame, summary)``: for each guard, the starts at or
+    above ``level``, the starts whose losses to random ended worse than their start's beyond noise
+    (``"<guard>, worse losses"``) and the starts it ran on (``"<guard>, starts"``); and ``"time
+    ratio"``, the validated runs' seconds over the unguarded ones' (what validating costs), over
+    the pairs not timed beside other work (a line with ``shared_cpu``)."""
     import pandas as pd
 
     rows = [row for row in recorded_runs(TICTACTOE_GUARDS_RECORD) if row["recipe"] == recipe]
-    cells: dict[int, dict[str, dict]] = {}
+    cells: dict[tuple[str, int], dict[str, dict]] = {}
     guards = ["no guard", "validation"]
     for row in rows:
         name = guard_name(row.get("overrides"))
@@ -269,11 +270,13 @@ def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: in
             continue
         if name not in guards:
             guards.append(name)
-        cells.setdefault(row["perturbation"]["seed"], {})[name] = row
+        # the machine that trained the SFT start names it (a record without one: a single build)
+        build = f"{row['cpu']} ({row['cpu_capability']}) build, " if row.get("cpu") and row.get("cpu_capability") else ""
+        cells.setdefault((build, row["perturbation"]["seed"]), {})[name] = row
     counts = {key: 0 for guard in guards for key in (guard, f"{guard}, worse losses", f"{guard}, starts")}
     table, seconds = {}, {"no guard": 0.0, "validation": 0.0}
-    for seed, runs in sorted(cells.items()):
-        if "no guard" not in runs or "validation" not in runs:  # a start still waiting for its pair
+    for (build, seed), runs in sorted(cells.items()):
+        if not set(runs) - {"no guard"}:  # a start still waiting for a guarded run
             continue
         line = {}
         for guard in guards:
@@ -287,16 +290,15 @@ def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: in
             counts[guard] += run["after_minimax_draw_rate"] >= level
             counts[f"{guard}, worse losses"] += worse
             counts[f"{guard}, starts"] += 1
-        if not any(runs[g].get("shared_cpu") for g in ("no guard", "validation")):  # beside other work: no timing
+        pair = [runs.get(g) for g in ("no guard", "validation")]
+        if all(pair) and not any(run.get("shared_cpu") for run in pair):  # beside other work: no timing
             for guard in seconds:
                 seconds[guard] += runs[guard].get("rl_seconds", 0.0)
-        line[("draws vs minimax", "SFT start")] = runs["no guard"]["before_minimax_draw_rate"]
-        line[("losses to random", "SFT start")] = runs["no guard"]["before_random_loss_rate"]
-        line[("validation kept", "iteration")] = runs["validation"]["validation"]["best_iteration"]
-        # the machine that trained the SFT start: the same perturbation seed on another build's
-        # checkpoint is another start (the held-out table's starts came from other builds)
-        first = runs["no guard"]
-        build = f"{first['cpu']} ({first['cpu_capability']}) build, " if first.get("cpu") and first.get("cpu_capability") else ""
+        start = next(iter(runs.values()))  # every run of a start evaluated the same checkpoint before RL
+        line[("draws vs minimax", "SFT start")] = start["before_minimax_draw_rate"]
+        line[("losses to random", "SFT start")] = start["before_random_loss_rate"]
+        line[("validation kept", "iteration")] = runs["validation"]["validation"]["best_iteration"] \
+            if "validation" in runs else float("nan")
         table[f"{build}perturbed (seed {seed})"] = line
     frame = pd.DataFrame(table).T
     if len(frame):
