@@ -313,7 +313,7 @@ for rows, heading in ((sft_changes[~timed], None),
 # > **Chapter 5's claim:** REINFORCE with a baseline per state raises tic-tac-toe draws against
 # > minimax to .85 or more from chapter 4's start. **The record:** every run of the tuning grid
 # > reached it, and {glue:text}`guard_level_without` of the {glue:text}`guard_none_starts` later tuning
-# > starts of the guard table (without the guard); of the held-out starts, run once the recipe was
+# > starts (without a guard); of the held-out starts, run once the recipe was
 # > fixed, {glue:text}`reinforce_heldout_reached` of {glue:text}`reinforce_heldout_cells` did, and
 # > one collapsed. The larger held-out test, fixed in
 # > advance, is not yet run: the claim over seeds is partly supported.
@@ -436,9 +436,8 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 # **Guards, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
 # against the training opponents every 10 iterations, the start included) keeps the weights that
 # scored best instead of the last ones; training itself is unchanged. The starts below reuse the
-# perturbation seeds 11-14 on the SFT checkpoints of two other builds (each row names the CPU
-# that trained its start), so they are other runs than the held-out ones above; each was judged
-# on 200 games against each opponent. *Source:
+# perturbation seeds 11-14 on two other builds' SFT checkpoints (each row names its CPU): other
+# runs than the held-out ones above, each judged on 200 games against each opponent. *Source:
 # `tictactoe_rl_guards.jsonl`.*
 
 # %% tags=["remove-input"]
@@ -465,13 +464,12 @@ else:
 # Of the {glue:text}`guard_none_starts` starts run without a guard, {glue:text}`guard_level_without`
 # reached the level; validation ran on {glue:text}`guard_val_starts` of them and reached it on
 # {glue:text}`guard_level_with`. Losses to random ended worse than the start's beyond noise in
-# {glue:text}`guard_worse_without` runs without a guard and {glue:text}`guard_worse_with` with
+# {glue:text}`guard_worse_without` runs without a guard, {glue:text}`guard_worse_with` with
 # validation. Validation can only choose among the weights a run passed
 # through: it keeps a collapsing run at its best point, and cannot lift a run that never reached the
 # level. Its cost is the validation games: the guarded runs took {glue:text}`guard_time:.0%` longer.
 #
-# Two guards that change training itself ran on the starts of both builds, beside other work (no
-# timing): a KL penalty to the SFT policy (β = 0.1) reached the level in {glue:text}`guard_kl_level` of
+# Two guards that change training itself ran beside other work (no timing): a KL penalty to the SFT policy (β = 0.1) reached the level in {glue:text}`guard_kl_level` of
 # {glue:text}`guard_kl_starts`, half the learning rate in {glue:text}`guard_lr_level` of
 # {glue:text}`guard_lr_starts`; losses to random ended worse beyond noise in
 # {glue:text}`guard_kl_worse` and {glue:text}`guard_lr_worse`. The verdict on a guarded recipe
