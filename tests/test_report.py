@@ -252,6 +252,10 @@ def test_pretrained_rl_records_keep_each_recipe_apart(capsys):
     assert records.pretrained_rl_recipe(held) == "lr 0.0001, T 1.5, 16 games, reward: the find only, KL penalty 0.1"
     fast = {**held, "update_dtype": "bfloat16"}
     assert records.pretrained_rl_recipe(fast).endswith("KL penalty 0.1, update in bfloat16")
+    top = {**fast, "train_top_layers": 8, "run_dir": "/runs/top"}
+    assert records.pretrained_rl_recipe(top).endswith("update in bfloat16, top 8 layers trained")
+    assert records.longest_runs([fast, top]) == [fast, top]  # the top layers only: another recipe
+    assert records.pretrained_rl_recipe({**fast, "train_top_layers": 0}) == records.pretrained_rl_recipe(fast)
     assert records.pretrained_rl_recipe({**find, "kl_coef": 0.0}) == records.pretrained_rl_recipe(find)
     chosen = {**held, "validate_every": 3, "validation": {"episodes": 50, "best_iteration": 6}, "run_dir": "/runs/chosen"}
     assert records.pretrained_rl_recipe(chosen).endswith("KL penalty 0.1, model chosen on 50 validation games every 3 iterations")
@@ -540,3 +544,73 @@ def test_metrics_table_says_metrics_in_words_and_means_with_one_decimal():
     assert re.findall(r">([^<>]+)</td>", html_table) == ["0.500", "11.4", "0.000"]
     by_row = report.metrics_table(frame.T, by="row").to_html()
     assert re.findall(r">([^<>]+)</td>", by_row) == ["0.500", "11.4", "0.000"]
+
+
+def test_verdict_cells_judge_a_recipe_only_once_every_cell_is_in(monkeypatch, tmp_path):
+    recipe = {"learning_rate": 5e-4, "iterations": 120}
+
+    def line(seed, draws, losses, settings=recipe, algo="ttt-reinforce"):
+        return {"recipe": algo, "perturbation": {"seed": seed, "scale": 1e-6}, "threads": 1 if seed < 9013 else 2,
+                "settings": settings, "before_minimax_draw_rate": 0.55, "after_minimax_draw_rate": draws,
+                "before_random_loss_rate": 0.015, "after_random_loss_rate": losses}
+
+    def write(lines):
+        (tmp_path / records.TICTACTOE_VERDICT_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    others = [line(9001, 0.2, 0.3, settings={**recipe, "learning_rate": 1e-3}),  # another recipe
+              line(9002, 0.2, 0.3, algo="ttt-ppo")]
+    cells = [line(seed, 0.9, 0.01) for seed in range(9002, 9019)]  # 17 cells, all at the level
+    write(others + cells)
+    frame, summary = report.verdict_cells("ttt-reinforce", recipe)
+    assert summary == {"cells": 17, "reached": 17, "worse": 0, "needed": 17, "holds": None}  # one cell missing
+    assert list(frame.index)[:2] == [9002, 9003] and frame.loc[9013, "threads"] == 2
+
+    write(others + cells + [line(9001, 0.80, 0.02)])  # the 18th cell, below the level: 17 of 18 still hold
+    frame, summary = report.verdict_cells("ttt-reinforce", recipe)
+    assert (summary["cells"], summary["reached"], summary["holds"]) == (18, 17, True)
+    assert frame.loc[9001, "reached 0.85"] == "no" and frame.index[0] == 9001
+
+    write(others + cells[1:] + [line(9001, 0.80, 0.02), line(9002, 0.80, 0.02)])  # two below: 16 of 18
+    assert report.verdict_cells("ttt-reinforce", recipe)[1]["holds"] is False
+
+    write(others + cells[:-1] + [line(9001, 0.9, 0.01), line(9018, 0.95, 0.09)])  # at the level, losses worse
+    frame, summary = report.verdict_cells("ttt-reinforce", recipe)
+    assert (summary["reached"], summary["worse"], summary["holds"]) == (18, 1, False)
+    assert frame.loc[9018, "losses vs the start"] == "worse"
+
+
+def test_collapsed_start_is_the_lowest_unguarded_run_with_a_guard_on_training(monkeypatch, tmp_path):
+    def line(capability, seed, overrides, draws):
+        return {"recipe": "ttt-reinforce", "perturbation": {"seed": seed, "scale": 1e-6}, "overrides": overrides,
+                "cpu": "AMD EPYC", "cpu_capability": capability, "before_minimax_draw_rate": 0.55,
+                "after_minimax_draw_rate": draws, "return_curve": [0.1, draws]}
+
+    lines = [line("AVX2", 13, {}, 0.5), line("AVX2", 13, {"validate_every": 10}, 0.6),  # lowest, but no training guard
+             line("AVX2", 12, {}, 0.7), line("AVX2", 12, {"kl_coef": 0.1}, 0.9),
+             line("AVX512", 13, {}, 0.59), line("AVX512", 13, {"kl_coef": 0.1}, 0.94),
+             line("AVX512", 13, {"learning_rate": 5e-4}, 0.915), line("AVX512", 11, {"learning_rate": 5e-4}, 0.9)]
+    (tmp_path / records.TICTACTOE_GUARDS_RECORD).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    label, runs = report.collapsed_start()
+    assert label == "AMD EPYC (AVX512) build, perturbed (seed 13)"
+    assert list(runs) == ["no guard", "KL penalty β 0.1", "learning rate 0.0005"]
+    assert runs["no guard"]["after_minimax_draw_rate"] == 0.59
+    assert report.collapsed_start("ttt-ppo") == (None, {})
+
+
+def test_the_verdict_record_keeps_to_the_cells_the_protocol_fixed():
+    """heldout_protocol.md fixed the verdict cells before any ran: seeds 9001-9012 with one thread,
+    9013-9018 with two, chapter 4's checkpoint perturbed at 1e-6, 200 games an opponent. A line
+    outside them, or a cell run twice for one recipe, would let a recipe be judged on chosen cells."""
+    rows = records.read_json_lines(records.RESULTS_DIR / records.TICTACTOE_VERDICT_RECORD)
+    assert rows, "the verdict record is empty"
+    seen = set()
+    for row in rows:
+        seed = row["perturbation"]["seed"]
+        assert 9001 <= seed <= 9000 + records.TICTACTOE_VERDICT_CELLS, seed
+        assert row["threads"] == (1 if seed <= 9012 else 2), (seed, row["threads"])
+        assert row["perturbation"]["scale"] == 1e-6 and row["preset"] == "ci" and row["recipe"] in ("ttt-reinforce", "ttt-ppo")
+        cell = (row["recipe"], json.dumps(row["settings"], sort_keys=True), seed)
+        assert cell not in seen, f"cell run twice: {cell[0]}, seed {seed}"
+        seen.add(cell)

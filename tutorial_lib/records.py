@@ -144,6 +144,11 @@ def read_json_lines(path: Path) -> list[dict]:
 TICTACTOE_HELDOUT_RECORD = "tictactoe_rl_heldout.jsonl"
 #: chapter 5's recipe with and without a guard on the same perturbed tuning starts (heldout_protocol.md)
 TICTACTOE_GUARDS_RECORD = "tictactoe_rl_guards.jsonl"
+#: the verdict cells of heldout_protocol.md: perturbation seeds fixed before any ran, never used to
+#: choose a recipe; one line per cell, as ``benchmarks/rl_numerics_grid.py`` writes it
+TICTACTOE_VERDICT_RECORD = "tictactoe_rl_verdict.jsonl"
+#: how many cells the protocol fixed for each recipe (seeds 9001-9012 with one thread, 9013-9018 with two)
+TICTACTOE_VERDICT_CELLS = 18
 
 
 #: the rollout engine's record (``benchmarks/rollout_engine.py``)
@@ -171,7 +176,7 @@ def latest_runs(rows: Sequence[dict]) -> list[dict]:
 def pretrained_rl_recipe(row: dict) -> str:
     """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, the
     training reward where it is not the game's own, the KL penalty to the start where there is one,
-    the update's dtype where it is not float32, the validation that chose the model where one did),
+    the update's dtype where it is not float32, the top layers where only they train, the validation that chose the model where one did),
     as far as its line records it; iterations are left out, so that the lengths of one run share a
     recipe."""
     parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
@@ -184,6 +189,8 @@ def pretrained_rl_recipe(row: dict) -> str:
         parts.append(f"KL penalty {row['kl_coef']:g}")
     if row.get("update_dtype", "float32") != "float32":
         parts.append(f"update in {row['update_dtype']}")
+    if row.get("train_top_layers"):  # LoRA trained on the top layers only (RLSettings.train_top_layers)
+        parts.append(f"top {row['train_top_layers']} layers trained")
     if row.get("validate_every"):
         episodes = (row.get("validation") or {}).get("episodes")
         parts.append(f"model chosen on {episodes or 'held-out'} validation games every {row['validate_every']} iterations")

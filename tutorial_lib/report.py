@@ -26,6 +26,8 @@ from tutorial_lib.records import (
     TICTACTOE_GUARDS_RECORD,
     TICTACTOE_HELDOUT_RECORD,
     TICTACTOE_OPPONENT_RECORDS,
+    TICTACTOE_VERDICT_CELLS,
+    TICTACTOE_VERDICT_RECORD,
     cpu_label,
     distinct_runs,
     latest_runs,
@@ -33,6 +35,7 @@ from tutorial_lib.records import (
     pretrained_rl_recipe,
     pretrained_run_name,
     recorded_runs,
+    same_recipe,
     tictactoe_opponent_runs,
 )
 
@@ -232,6 +235,41 @@ def heldout_cells(recipe: str, level: float = 0.85):
     return frame, reached, collapsed
 
 
+def verdict_cells(recipe: str, settings: dict, level: float = 0.85, share: float = 0.9, episodes: int = 200):
+    """The verdict cells of ``heldout_protocol.md`` for one tic-tac-toe recipe: ``recipe``
+    (``ttt-reinforce``, ``ttt-ppo``) run with exactly ``settings`` (:func:`~tutorial_lib.records.recipe_settings`),
+    from :data:`~tutorial_lib.records.TICTACTOE_VERDICT_RECORD`. Returns ``(frame, summary)``: one
+    row a cell (draws against minimax and losses to random before and after, and whether the losses
+    ended worse than the start's beyond two standard errors over ``episodes`` games), and the count
+    the protocol judges: ``cells``, ``reached`` (draws at or above ``level``), ``worse`` (losses worse
+    beyond noise), ``needed`` (``share`` of the protocol's cells), and ``holds``: ``None`` until every
+    cell the protocol fixed is recorded, then whether enough reached the level with none worse."""
+    import math
+
+    import pandas as pd
+
+    rows = [row for row in recorded_runs(TICTACTOE_VERDICT_RECORD)
+            if row["recipe"] == recipe and same_recipe(row["settings"], settings)]
+    rows.sort(key=lambda row: row["perturbation"]["seed"])
+    worse = [compare_rates("losses", row["before_random_loss_rate"], row["after_random_loss_rate"], episodes,
+                           higher_is_better=False).verdict == "worse" for row in rows]
+    frame = pd.DataFrame({
+        "threads": [row["threads"] for row in rows],
+        "draws vs minimax before": [row["before_minimax_draw_rate"] for row in rows],
+        "draws vs minimax after": [row["after_minimax_draw_rate"] for row in rows],
+        "losses to random before": [row["before_random_loss_rate"] for row in rows],
+        "losses to random after": [row["after_random_loss_rate"] for row in rows],
+        "losses vs the start": ["worse" if bad else "not worse" for bad in worse],
+        f"reached {level:g}": ["yes" if row["after_minimax_draw_rate"] >= level else "no" for row in rows],
+    }, index=pd.Index([row["perturbation"]["seed"] for row in rows], name="perturbation seed"))
+    reached = sum(row["after_minimax_draw_rate"] >= level for row in rows)
+    needed = math.ceil(share * TICTACTOE_VERDICT_CELLS)
+    summary = {"cells": len(rows), "reached": int(reached), "worse": int(sum(worse)), "needed": needed,
+               "holds": None if len({row["perturbation"]["seed"] for row in rows}) < TICTACTOE_VERDICT_CELLS
+               else bool(reached >= needed and not any(worse))}
+    return frame, summary
+
+
 def guard_name(overrides: dict | None) -> str | None:
     """The guard a guards-record line ran with, from its RL-setting overrides: ``"no guard"``,
     ``"validation"`` (``validate_every``), ``"KL penalty β 0.1"``, ``"learning rate 0.0005"``;
@@ -248,6 +286,34 @@ def guard_name(overrides: dict | None) -> str | None:
     return None
 
 
+def guard_runs(recipe: str) -> dict[tuple[str, int], dict[str, dict]]:
+    """The guards record's runs of ``recipe`` by start and guard (:func:`guard_name`), in the
+    record's order: ``{(build, seed): {guard: line}}``. A start is a build's SFT checkpoint (``build``
+    names the CPU that trained it, ``""`` for a record without one) and a perturbation seed."""
+    cells: dict[tuple[str, int], dict[str, dict]] = {}
+    for row in recorded_runs(TICTACTOE_GUARDS_RECORD):
+        name = guard_name(row.get("overrides"))
+        if row["recipe"] != recipe or name is None:
+            continue
+        build = f"{row['cpu']} ({row['cpu_capability']}) build, " if row.get("cpu") and row.get("cpu_capability") else ""
+        cells.setdefault((build, row["perturbation"]["seed"]), {})[name] = row
+    return cells
+
+
+def collapsed_start(recipe: str = "ttt-reinforce"):
+    """The tuning start of the guards record on which ``recipe`` without a guard ended lowest in draws
+    against minimax, among those also run with a guard on training itself (a KL penalty, a lower
+    learning rate): ``(label, {guard: line})``, the guards in the record's order; ``(None, {})``
+    if there is none. A chapter draws its recorded curves: a collapse and what held it."""
+    training_guards = {"no guard", "validation"}
+    starts = {key: runs for key, runs in guard_runs(recipe).items()
+              if "no guard" in runs and set(runs) - training_guards}
+    if not starts:
+        return None, {}
+    (build, seed), runs = min(starts.items(), key=lambda item: item[1]["no guard"]["after_minimax_draw_rate"])
+    return f"{build}perturbed (seed {seed})", {name: run for name, run in runs.items() if name != "validation"}
+
+
 def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: int = 200):
     """Each perturbed tuning start of ``recipe`` run with at least one guard, and without one where recorded
     (validation, ``validate_every``; a KL penalty, a lower learning rate: :func:`guard_name`), from
@@ -261,18 +327,8 @@ def guard_cells(recipe: str = "ttt-reinforce", level: float = 0.85, episodes: in
     the pairs not timed beside other work (a line with ``shared_cpu``)."""
     import pandas as pd
 
-    rows = [row for row in recorded_runs(TICTACTOE_GUARDS_RECORD) if row["recipe"] == recipe]
-    cells: dict[tuple[str, int], dict[str, dict]] = {}
-    guards = ["no guard", "validation"]
-    for row in rows:
-        name = guard_name(row.get("overrides"))
-        if name is None:
-            continue
-        if name not in guards:
-            guards.append(name)
-        # the machine that trained the SFT start names it (a record without one: a single build)
-        build = f"{row['cpu']} ({row['cpu_capability']}) build, " if row.get("cpu") and row.get("cpu_capability") else ""
-        cells.setdefault((build, row["perturbation"]["seed"]), {})[name] = row
+    cells = guard_runs(recipe)
+    guards = list(dict.fromkeys(["no guard", "validation", *(name for runs in cells.values() for name in runs)]))
     counts = {key: 0 for guard in guards for key in (guard, f"{guard}, worse losses", f"{guard}, starts")}
     table, seconds = {}, {"no guard": 0.0, "validation": 0.0}
     for (build, seed), runs in sorted(cells.items()):
