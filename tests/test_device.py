@@ -9,9 +9,18 @@ from tutorial_lib.runtime import device
 def test_cpu_defaults_and_bad_kind():
     assert device.get_device("cpu") == torch.device("cpu")
     assert device.default_dtype("cpu") == torch.float32
-    assert device.default_dtype("xla") == torch.bfloat16
     with pytest.raises(ValueError, match="cuda, xla, mps, cpu"):
         device.get_device("gpu")
+
+
+def test_xla_is_bfloat16_and_chosen_by_itself_only_on_a_tpu(monkeypatch):
+    # XLA's CPU device (PJRT_DEVICE=CPU) is the XLA tests' device: float32, like the CPU it is compared
+    # with, and never picked over the plain CPU by device_kind()
+    for hardware, dtype, chosen in (("TPU", torch.bfloat16, True), ("CPU", torch.float32, False),
+                                    (None, torch.float32, False)):
+        monkeypatch.setattr(device, "xla_hardware", lambda hardware=hardware: hardware)
+        assert device.default_dtype("xla") == dtype
+        assert device.xla_available() is chosen
 
 
 def test_four_bit_is_refused_off_cuda_with_a_reason(monkeypatch):

