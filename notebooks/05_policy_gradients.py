@@ -704,8 +704,11 @@ half_rate = replace(ttt_settings, learning_rate=ttt_settings.learning_rate / 2)
 _, counts = verdict_cells("ttt-reinforce", recipe_settings(half_rate))
 glue("half_rate", half_rate.learning_rate)
 glue("verdict_count", f"{counts['reached']} of its {counts['cells']} cells reached 0.85 draws against minimax, and "
-     f"losses to random ended worse beyond noise in {counts['worse']}" + (
+     f"losses to random ended worse beyond noise in {counts['worse'] or 'none'}" + (
          "" if counts["holds"] is not None else " (the cells are not all run yet)"))
+glue("verdict_advice", {True: "The recipe to copy is the one at half the rate; this chapter's run keeps the rate "
+                              "its recorded tuning runs used, so that the appendix can set it beside them.",
+                        False: "The guard fell short there too: the appendix has each cell.", None: ""}[counts["holds"]])
 
 # %% [markdown]
 # Without a guard the sampled return (a mean over 10 iterations) fell to
@@ -719,7 +722,7 @@ glue("verdict_count", f"{counts['reached']} of its {counts['cells']} cells reach
 # {glue:text}`tuning_half_level` of {glue:text}`tuning_half_starts`, the KL penalty in
 # {glue:text}`tuning_kl_level` of {glue:text}`tuning_kl_starts`. So the recipe at half the rate went
 # to the verdict: 18 perturbed starts whose seeds were fixed before any ran. There,
-# {glue:text}`verdict_count`.
+# {glue:text}`verdict_count`. {glue:text}`verdict_advice`
 #
 # ## What the baseline changes
 #
