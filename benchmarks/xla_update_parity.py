@@ -5,7 +5,7 @@ Needs an environment with torch_xla (not the project's ``.venv``)::
 
     PJRT_DEVICE=CPU V/bin/python benchmarks/xla_update_parity.py [--algos reinforce ppo] [--optimizers adamw sgd]
 
-A fixed batch of tic-tac-toe turns is collected on the CPU; the XLA policy starts from the CPU
+A fixed batch of 32 tic-tac-toe games is collected on the CPU by chapter 4's SFT checkpoint; the XLA policy starts from the CPU
 policy's weights; each algorithm's ``update`` runs once on both, and the script prints the metrics,
 whether the XLA model's output layer is still tied to its embedding, the largest weight change of the
 CPU update, the largest XLA-CPU difference and the number of graph compilations. ``sgd`` replaces the
@@ -22,6 +22,7 @@ import torch_xla
 import torch_xla.debug.metrics as met
 
 from tutorial_lib.lm.models import load_policy
+from tutorial_lib.pipeline import sft_dir, sft_policy
 from tutorial_lib.presets import get_preset, rl_settings
 from tutorial_lib.rl.ppo import PPO
 from tutorial_lib.rl.reinforce import Reinforce
@@ -47,9 +48,12 @@ def main() -> None:
     for name in args.algos:
         for optimizer in args.optimizers:
             settings = rl_settings("tictactoe", preset, name)
-            cpu = load_policy("tiny", device="cpu")
-            turns = collect(cpu, "tictactoe", range(100, 108), env_options=settings.env_options, num_envs=8)
-            xla = load_policy("tiny", device="xla")
+            # chapter 4's SFT checkpoint (trained into the cache if missing): an untrained model forfeits
+            # every game at once, so every advantage, and the update, would be zero
+            start_dir = sft_dir("tictactoe", preset) if sft_policy("tictactoe", preset) else None
+            cpu = load_policy(str(start_dir), device="cpu")
+            turns = collect(cpu, "tictactoe", range(100, 132), env_options=settings.env_options, num_envs=32)
+            xla = load_policy(str(start_dir), device="xla")
             xla.model.load_state_dict(cpu.model.state_dict())
             tied = xla.model.get_output_embeddings().weight is xla.model.get_input_embeddings().weight
             start = {k: v.detach().clone() for k, v in cpu.model.state_dict().items()}
@@ -62,7 +66,7 @@ def main() -> None:
             apart = max((xla.model.state_dict()[k].cpu() - cpu.model.state_dict()[k]).abs().max().item() for k in start)
             print(f"{name}, {optimizer}: {seconds:.1f} s on XLA; output layer tied to the embedding on XLA: {tied}; "
                   f"metrics XLA {on_xla}; CPU {on_cpu}")
-            print(f"{name}, {optimizer}: CPU update moved {moved:.2e}, XLA vs CPU {apart:.2e} ({apart / moved:.1e} of "
+            print(f"{name}, {optimizer}: CPU update moved {moved:.2e}, XLA vs CPU {apart:.2e} ({apart / max(moved, 1e-30):.1e} of "
                   f"the change); compilations so far {met.counter_value('UncachedCompile')} new, "
                   f"{met.counter_value('CachedCompile')} cached", flush=True)
 
