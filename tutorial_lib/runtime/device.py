@@ -56,7 +56,7 @@ def get_device(kind: str | None = None) -> torch.device:
     if kind == "xla":
         import torch_xla
 
-        return torch_xla.device()  # xm.xla_device() is deprecated since torch_xla 2.7
+        return torch_xla.device()  # xm.xla_device() is deprecated in torch_xla 2.9
     return torch.device(kind)
 
 
