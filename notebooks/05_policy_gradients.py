@@ -663,7 +663,7 @@ glue("hot_draws", hot_after["draw_rate"])
 # with and without them from perturbed copies of chapter 4's checkpoint (every weight nudged by one
 # part in a million, as another CPU's rounding would). The copy on which the recipe fell furthest:
 
-# %%
+# %% tags=["hide-input"]
 start_label, guarded = collapsed_start("ttt-reinforce")
 if guarded:
     order = ["no guard", *(name for name in guarded if name != "no guard")]
