@@ -305,9 +305,9 @@ def collapsed_start(recipe: str = "ttt-reinforce"):
     against minimax, among those also run with a guard on training itself (a KL penalty, a lower
     learning rate): ``(label, {guard: line})``, the guards in the record's order; ``(None, {})``
     if there is none. A chapter draws its recorded curves: a collapse and what held it."""
-    training_guards = {"no guard", "validation"}
+    not_on_training = {"no guard", "validation"}  # validation only chooses among a run's weights
     starts = {key: runs for key, runs in guard_runs(recipe).items()
-              if "no guard" in runs and set(runs) - training_guards}
+              if "no guard" in runs and set(runs) - not_on_training}
     if not starts:
         return None, {}
     (build, seed), runs = min(starts.items(), key=lambda item: item[1]["no guard"]["after_minimax_draw_rate"])
