@@ -617,7 +617,7 @@ glue("hot_return_low_at", hot_returns.index(min(hot_returns)) + 1)
 # The recipe's sampled return went from {glue:text}`ttt_return_best:.3f` (best window) to
 # {glue:text}`ttt_return_end:.3f` (last); at three times the rate, from
 # {glue:text}`hot_return_best:.3f` to {glue:text}`hot_return_end:.3f`. A few hundredths either way
-# is a batch's noise; a collapse is a fall of tenths with the other signals at least doubling.
+# is a batch's noise; a collapse is a fall of tenths with at least two of the other signals doubling.
 # So the recipe's whole run shows {glue:text}`ttt_collapse_reading`; the run at three times the rate shows
 # {glue:text}`hot_collapse_reading`. Its gradient norm went from {glue:text}`hot_grad_first:.3f` to
 # {glue:text}`hot_grad_peak:.3f` by iteration {glue:text}`hot_grad_peak_at` (the return was lowest
@@ -648,7 +648,7 @@ glue("hot_draws", hot_after["draw_rate"])
 # Over 50 games a mean return moves by chance by about ±0.2, so this guard tells a collapse from
 # the start, not a small gain from none. It cannot turn a collapse into progress; it stops a collapse from being the result.
 #
-# **Guards on training itself.** A KL penalty to the SFT policy (`kl_coef`) or a smaller learning
+# **Guards on training itself.** A KL penalty to the SFT policy (weight β, `kl_coef`) or a smaller learning
 # rate changes the run instead. The record ({ref}`appendix <appendix-ch5>`) holds the recipe run
 # with and without them from perturbed copies of chapter 4's checkpoint; the copy on which it fell
 # furthest:
@@ -668,7 +668,7 @@ if guarded:
                             for name in order}).T
     outcome.loc["the start (SFT)"] = [guarded["no guard"]["before_minimax_draw_rate"],
                                       guarded["no guard"]["before_random_loss_rate"]]
-    outcome.index.name = start_label
+    outcome.index.name = start_label.rsplit(", ", 1)[-1]  # "perturbed (seed 13)"; the appendix names its build
     display(tidy(outcome.iloc[[-1, *range(len(order))]]))
 else:
     print("The record (benchmarks/results/tictactoe_rl_guards.jsonl) is not in this installation.")
@@ -688,8 +688,8 @@ _, counts = verdict_cells("ttt-reinforce", recipe_settings(half_rate))
 glue("verdict_count", f"{counts['reached']} of the {counts['cells']} reached 0.85 draws against minimax, losses "
      f"to random worse beyond noise in {counts['worse'] or 'none'}" + (
          "" if counts["holds"] is not None else " (the cells are not all run yet)"))
-glue("verdict_advice", {True: "Copy the recipe at half the rate; this chapter's run keeps the rate of its "
-                              "recorded tuning runs.",
+glue("verdict_advice", {True: f"Copy the recipe at half the rate ({half_rate.learning_rate:g}); this chapter's run "
+                              f"keeps {ttt_settings.learning_rate:g}, the rate of its recorded tuning runs.",
                         False: "The guard fell short there too: the appendix has each cell.", None: ""}[counts["holds"]])
 
 # %% [markdown]
