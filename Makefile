@@ -22,7 +22,7 @@ GEM_WHEEL := gem-llm==0.1.0
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test smoke-full book check-notebooks sync-notebooks lint clean
+.PHONY: install test test-xla smoke-full book check-notebooks sync-notebooks lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,25 @@ TEST_JOBS ?= auto
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m alone
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not alone" --durations=15
+
+# The TPU path, on XLA's CPU device (no TPU needed): an environment of its own, since torch_xla's
+# newest release (2.9) is built for torch 2.9 and .venv keeps torch 2.13; the library's other
+# dependencies accept either. PyPI's torch 2.9 is the CUDA build (~7 GB with its CUDA wheels, ~5
+# minutes to install); XLA runs on the CPU all the same.
+XLA_VENV  := .venv-xla
+XLA_TORCH ?= torch==2.9.0 torch-xla==2.9.0
+XLA_STAMP := $(XLA_VENV)/.installed-stamp
+
+$(XLA_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(XLA_VENV)/bin/python -m pip install --quiet $(XLA_TORCH)
+	$(XLA_VENV)/bin/python -m pip install --quiet -e . "pytest>=8"
+	touch $(XLA_STAMP)
+
+# tests/xla: the library's updates, shapes and checkpoints on torch_xla's device against the CPU
+test-xla: $(XLA_STAMP)
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -q tests/xla --durations=5
 
 # Every command-line stage at the full preset with the offline pretrained model and the smallest
 # counts (a few minutes on a CPU): the path a GPU user takes, run where no GPU or hub is.

@@ -407,3 +407,14 @@ def test_training_the_top_layers_rejects_counts_the_model_does_not_have(tiny_cac
     # a fully fine-tuned model: the embedding (tied to the output layer here) stops training too
     Reinforce(policy, small_settings(train_top_layers=2))
     assert not policy.model.get_input_embeddings().weight.requires_grad
+
+
+def test_metric_sums_stay_on_the_device_until_read_once():
+    from tutorial_lib.rl.update_step import MetricSums
+
+    sums = MetricSums(("loss", "entropy", "unused"))
+    for loss in (0.5, 0.25):
+        sums.add(loss=torch.tensor(loss), entropy=torch.tensor([1.0, 2.0]).sum())
+    assert all(isinstance(sums.sums[name], torch.Tensor) for name in ("loss", "entropy"))  # nothing read yet
+    assert sums.read() == {"loss": 0.75, "entropy": 6.0, "unused": 0.0}
+    assert MetricSums(("a",)).read() == {"a": 0.0}

@@ -281,6 +281,30 @@ def test_a_turn_batch_selects_rows_laid_out_as_collating_them_would():
     assert [p.advantages.tolist() for p in pieces] == [[2.0, 3.0], [1.0]]
 
 
+def test_widths_rounded_to_a_multiple_pad_on_the_left_and_score_the_same(tiny_policy, sharp_model):
+    """XLA compiles a graph per shape, so there batches are padded to a few widths
+    (``multiple``): the padding is masked, so every action token scores as without it."""
+    turns = [Sample("", [5, 6, 7], [8, 9], [-0.5, -0.25]), Sample("", [5], [8], [-1.0])]
+    padded = collate_turns(turns, pad_token_id=0, multiple=4)
+    assert padded["input_ids"].tolist() == [[0, 0, 0, 5, 6, 7, 8, 9], [0, 0, 0, 0, 0, 0, 5, 8]]  # 5 -> 8 columns
+    assert padded["action_mask"].tolist() == [[False, False, True, True], [False, False, False, True]]  # 2 -> 4
+    assert padded["position_ids"][1].tolist()[-2:] == [0, 1]
+    # a width of actions that fills the multiple still leaves the column that predicts the first one
+    assert collate_turns([Sample("", [5], [8, 9, 10, 11], [-1.0] * 4)], 0, multiple=4)["input_ids"].shape == (1, 8)
+    batch = TurnBatch.of(turns, 0, multiple=4, advantages=torch.tensor([1.0, 2.0]))
+    assert batch.select([1]).action_mask.shape == (1, 4) and batch.select([1]).multiple == 4
+    assert torch.equal(batch.select([1, 0]).model_inputs()["input_ids"], collate_turns(turns[::-1], 0, multiple=4)["input_ids"])
+
+    samples = fresh(tiny_policy, sharp_model, sampling="rl", seed=0).sample(PROMPTS, max_new_tokens=12)
+    pad = tiny_policy.tokenizer.pad_token_id
+    with torch.no_grad():
+        plain = action_logprobs(sharp_model, collate_turns(samples, pad)).logprobs
+        wide = action_logprobs(sharp_model, collate_turns(samples, pad, multiple=32)).logprobs
+    # the same positions and keys (padding is masked out of attention), summed in another layout: float32 rounding
+    assert torch.allclose(wide[:, -plain.shape[1]:], plain, atol=1e-5)
+    assert not wide[:, : -plain.shape[1]].any()
+
+
 def test_micro_batches_group_turns_of_like_length_so_little_is_padding():
     # a game's turns in order: each prompt holds the history before it, so they grow
     games = [[Sample("", [1] * (10 * t), [2, 3], [-0.1, -0.2]) for t in range(1, 5)] for _ in range(2)]

@@ -24,16 +24,18 @@ def masked_log_ratio(logprobs: torch.Tensor, reference_logprobs: torch.Tensor, m
     return (logprobs - reference_logprobs).masked_fill(~mask, 0.0)
 
 
-def sampler_kl_sums(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+def sampler_kl_sums(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Two estimators of KL(sampler || trainer), summed over the masked action tokens.
 
     ``log_ratio`` is log pi_trainer - log pi_sampler on the sampler's own tokens (Schulman,
     "Approximating KL divergence", 2020): k1 = E[-log r] is unbiased but noisy and can go negative;
     k3 = E[r - 1 - log r] is unbiased and never negative. Both ~0 when the sampler is the policy.
+    Returned as 0-d tensors where they were computed: an update reads its metrics to the host once
+    (:class:`~tutorial_lib.rl.update_step.MetricSums`), not once per micro-batch.
     """
     with torch.no_grad():
-        k1 = float((-log_ratio)[mask].sum())
-        k3 = float((log_ratio.exp() - 1 - log_ratio)[mask].sum())
+        k1 = torch.where(mask, -log_ratio, 0.0).sum()
+        k3 = torch.where(mask, log_ratio.exp() - 1 - log_ratio, 0.0).sum()
     return k1, k3
 
 

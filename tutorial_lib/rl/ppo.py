@@ -41,7 +41,9 @@ from tutorial_lib.rl.rollout import ActionScores, Rollout, TurnBatch, action_log
 from tutorial_lib.rl.schedules import lr_scheduler, step_schedule
 from tutorial_lib.rl.settings import RLSettings
 from tutorial_lib.rl.update_step import (
+    MetricSums,
     MicroBatches,
+    optimizer_options,
     synchronised_step,
     update_precision,
 )
@@ -52,6 +54,7 @@ from tutorial_lib.rl.whole_batch import (
     shared_minibatches,
     whiten_whole_batch,
 )
+from tutorial_lib.runtime.device import shape_multiple
 
 CRITICS = ("shared", "separate")
 
@@ -207,7 +210,7 @@ class PPO:
         critic = [p for p in self.value_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(  # detail 11: two learning rates, one optimiser
             [{"params": actor, "lr": settings.learning_rate}, {"params": critic, "lr": settings.critic_learning_rate}],
-            betas=settings.adam_betas, weight_decay=0.0,
+            betas=settings.adam_betas, weight_decay=0.0, **optimizer_options(model),
         )
         self.scheduler = lr_scheduler(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, model)
@@ -247,7 +250,8 @@ class PPO:
         """The rollout as a :class:`TurnBatch` ready for the update -- pi_old, V_old, advantages and
         value targets attached (details 3-6) -- and what to log of it."""
         settings = self.settings
-        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
+        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
+                             multiple=shape_multiple(next(self.policy.model.parameters()).device))  # few shapes on XLA
         old = self.score_old(batch)
         rewards = torch.tensor([t.reward for t in rollout.turns], dtype=torch.float32)  # (T,)
         rewards = rewards - settings.kl_coef * old.ref_kl  # detail 3: KL penalty to the reference
@@ -286,7 +290,7 @@ class PPO:
         self.policy.model.eval()
 
         def score_in_micro_batches(size: int) -> dict[str, float]:
-            kl_sums = {"kl_k1": 0.0, "kl_k3": 0.0}
+            kl_sums = MetricSums(("kl_k1", "kl_k3"))
             for rows in batch.microbatch_rows(size):
                 micro = batch.select(rows)
                 inputs = micro.model_inputs()
@@ -294,13 +298,12 @@ class PPO:
                 micro = micro.to(scores.logprobs.device)
                 mask = micro.action_mask  # (turns, a) with a <= A: this micro-batch's longest action
                 k1, k3 = sampler_kl_sums(masked_log_ratio(scores.logprobs, micro.sampler_logprobs, mask), mask)
-                kl_sums["kl_k1"] += k1
-                kl_sums["kl_k3"] += k3
+                kl_sums.add(kl_k1=k1, kl_k3=k3)
                 logprobs[rows, logprobs.shape[1] - mask.shape[1] :] = scores.logprobs.cpu()  # right-aligned
                 values[rows] = micro_values.float().cpu()
                 if self.reference is not None:
                     ref_kl[rows] = reference_kl(self.reference, inputs, scores.logprobs, mask, self.settings.temperature)
-            return kl_sums
+            return kl_sums.read()
 
         kl_sums = self.micro_batches.run(batch, score_in_micro_batches)
         return OldScores(logprobs, values, ref_kl, kl_sums)
@@ -332,7 +335,7 @@ class PPO:
 
         def forward_backward(size: int) -> tuple[dict[str, float], bool]:
             self.optimizer.zero_grad(set_to_none=True)
-            sums = dict.fromkeys(STEP_STATS, 0.0)
+            sums = MetricSums(STEP_STATS)
             for micro in minibatch.split(size):
                 scores, values = self.logprobs_and_values(micro.model_inputs(), with_entropy=True)  # (turns, a), (turns,)
                 micro = micro.to(values.device)
@@ -340,20 +343,18 @@ class PPO:
                 policy_loss, ratio = clipped_surrogate(  # detail 7
                     scores.logprobs, micro.old_logprobs, micro.advantages.unsqueeze(1), mask, settings.clip_range, tokens)
                 value_loss = clipped_value_loss(values, micro.old_values, micro.returns, settings.value_clip_range, turns)  # detail 8
-                entropy = scores.entropy[mask].sum() / tokens  # detail 9
+                entropy = torch.where(mask, scores.entropy, 0.0).sum() / tokens  # detail 9
                 loss = policy_loss + settings.value_coef * value_loss
                 if settings.entropy_coef:  # without a bonus the entropy is only measured (no backward pass)
                     loss = loss - settings.entropy_coef * entropy
-                if not torch.isfinite(loss):  # never step on a non-finite loss
-                    return sums, False
+                if not torch.isfinite(loss):  # never step on a non-finite loss (a read of the device)
+                    return sums.read(), False
                 loss.backward()
                 with torch.no_grad():  # detail 13: how far this minibatch's policy has moved
-                    sums["policy_loss"] += float(policy_loss)
-                    sums["value_loss"] += float(value_loss)
-                    sums["entropy"] += float(entropy)
-                    sums["approx_kl"] += float((ratio - 1 - ratio.log())[mask].sum()) / tokens
-                    sums["clipfrac"] += float(((ratio - 1).abs() > settings.clip_range)[mask].sum()) / tokens
-            return sums, True
+                    sums.add(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+                             approx_kl=torch.where(mask, ratio - 1 - ratio.log(), 0.0).sum() / tokens,
+                             clipfrac=torch.where(mask, (ratio - 1).abs() > settings.clip_range, False).sum() / tokens)
+            return sums.read(), True
 
         if minibatch:
             self.micro_batches.checkpoint_if_needed(minibatch)

@@ -30,11 +30,14 @@ from tutorial_lib.rl.rollout import Rollout, TurnBatch, action_logprobs
 from tutorial_lib.rl.schedules import lr_scheduler, step_schedule
 from tutorial_lib.rl.settings import RLSettings
 from tutorial_lib.rl.update_step import (
+    MetricSums,
     MicroBatches,
+    optimizer_options,
     synchronised_step,
     update_precision,
 )
 from tutorial_lib.rl.whole_batch import gathered, global_sums, global_token_count, own_rows, whole_batch
+from tutorial_lib.runtime.device import shape_multiple
 
 NORMALISATIONS = ("rebn_state", "rebn", "none")
 
@@ -116,7 +119,8 @@ class Reinforce:
         self.reference = frozen_reference(settings, model)  # with kl_coef > 0: a frozen copy of the initial policy
         train_top_layers(model, settings.train_top_layers)  # None: every trainable parameter
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                           lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
+                                           lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0,
+                                           **optimizer_options(model))
         self.scheduler = lr_scheduler(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, model)
 
@@ -144,7 +148,8 @@ class Reinforce:
         and scale taken over the whole batch, from rewards less the KL penalty to the reference when
         ``kl_coef`` > 0), and what to log of it (``kl_ref``, with a reference)."""
         settings = self.settings
-        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id)
+        batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
+                             multiple=shape_multiple(next(self.policy.model.parameters()).device))  # few shapes on XLA
         penalties, info = None, {}
         if self.reference is not None:
             ref_kl = gathered(self.reference_kl(batch))  # (T,) every process's turns, in rank order
@@ -184,7 +189,7 @@ class Reinforce:
 
         def forward_backward(size: int) -> dict[str, float]:  # in micro-batches: memory, not maths
             self.optimizer.zero_grad(set_to_none=True)
-            sums = dict.fromkeys(("loss", "entropy", "kl_k1", "kl_k3", "ratio"), 0.0)
+            sums = MetricSums(("loss", "entropy", "kl_k1", "kl_k3", "ratio"))
             for micro in batch.split(size):
                 scores = action_logprobs(model, micro.model_inputs(), with_entropy=True, temperature=settings.temperature)
                 micro = micro.to(scores.logprobs.device)
@@ -193,13 +198,10 @@ class Reinforce:
                     scores.logprobs, micro.sampler_logprobs, micro.advantages.unsqueeze(1), mask, tokens)
                 loss.backward()  # gradients add up over the micro-batches into one step
                 with torch.no_grad():
-                    sums["loss"] += float(loss)
-                    sums["entropy"] += float(scores.entropy[mask].sum())
                     k1, k3 = sampler_kl_sums(log_ratio, mask)  # KL(sampler || policy): ~0, chapter 5
-                    sums["kl_k1"] += k1
-                    sums["kl_k3"] += k3
-                    sums["ratio"] += float(log_ratio.exp()[mask].sum())
-            return sums
+                    sums.add(loss=loss, entropy=torch.where(mask, scores.entropy, 0.0).sum(), kl_k1=k1, kl_k3=k3,
+                             ratio=torch.where(mask, log_ratio.exp(), 0.0).sum())
+            return sums.read()  # one read of the device an update
 
         sums = self.micro_batches.run(batch, forward_backward)
         grad_norm, skipped = synchronised_step(self.optimizer, settings.max_grad_norm)

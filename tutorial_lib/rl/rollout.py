@@ -186,15 +186,22 @@ class _WithPreset:
 
 
 # -- the trainer's side: scoring actions under the current weights ------------------------------
-def action_columns(turns: Sequence[TokenizedTurn]) -> tuple[torch.Tensor, torch.Tensor]:
+def round_up(width: int, multiple: int) -> int:
+    """``width`` rounded up to a multiple of ``multiple`` (1: unchanged)."""
+    return -(-width // multiple) * multiple
+
+
+def action_columns(turns: Sequence[TokenizedTurn], multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``action_mask`` (bool) and ``sampler_logprobs`` (0 outside the mask), (turns, A), each
-    action right-aligned on the last ``A`` columns (``A`` = longest action): the per-token layout of
-    :func:`collate_turns`, without the token ids."""
+    action right-aligned on the last ``A`` columns (``A`` = longest action, rounded up to a multiple
+    of ``multiple``: XLA's few fixed shapes): the per-token layout of :func:`collate_turns`, without
+    the token ids."""
     if not turns:
         raise ValueError("no turns to collate")
     actions = max(len(t.action_ids) for t in turns)
     if actions == 0:
         raise ValueError("no action tokens to score")
+    actions = round_up(actions, multiple)
     action_mask = torch.zeros((len(turns), actions), dtype=torch.bool)
     sampler_logprobs = torch.zeros((len(turns), actions), dtype=torch.float32)
     for row, turn in enumerate(turns):
@@ -205,7 +212,7 @@ def action_columns(turns: Sequence[TokenizedTurn]) -> tuple[torch.Tensor, torch.
     return action_mask, sampler_logprobs
 
 
-def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int) -> dict[str, torch.Tensor]:
+def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int, multiple: int = 1) -> dict[str, torch.Tensor]:
     """Batch ``prompt + action`` sequences for a forward pass, laid out as ``generate`` saw them.
 
     Rows are *left*-padded, so every action ends in the last column and all action tokens lie in
@@ -216,9 +223,12 @@ def collate_turns(turns: Sequence[TokenizedTurn], pad_token_id: int) -> dict[str
     Returns ``input_ids``, ``attention_mask`` and ``position_ids`` (batch, length), with positions
     counted from each row's first real token as ``generate`` counts them; and, right-aligned on the
     last ``A`` columns, ``action_mask`` (bool) and ``sampler_logprobs`` (0 outside the mask).
+    ``multiple`` > 1 rounds both widths up to its multiples (more left padding, masked out), so
+    that a compiling device (XLA) sees a few shapes (:func:`~tutorial_lib.runtime.device.shape_multiple`).
     """
-    action_mask, sampler_logprobs = action_columns(turns)  # checks for turns and action tokens
-    width = max(len(t.prompt_ids) + len(t.action_ids) for t in turns)
+    action_mask, sampler_logprobs = action_columns(turns, multiple)  # checks for turns and action tokens
+    # one column more than the actions: the logit that predicts the first action token
+    width = round_up(max(max(len(t.prompt_ids) + len(t.action_ids) for t in turns), action_mask.shape[1] + 1), multiple)
     input_ids = torch.full((len(turns), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(turns), width), dtype=torch.long)
     for row, turn in enumerate(turns):
@@ -244,6 +254,7 @@ class TurnBatch:
     long prompt would otherwise pad every forward pass of the update.
 
     REINFORCE fills ``advantages``; PPO also ``old_logprobs``, ``old_values`` and ``returns``.
+    ``multiple``: the widths are rounded up to its multiples (:func:`collate_turns`), on XLA.
     """
 
     turns: list[TurnSample]
@@ -254,11 +265,13 @@ class TurnBatch:
     old_logprobs: torch.Tensor | None = None  # (T, A) log pi_old(a_t): the policy before this update
     old_values: torch.Tensor | None = None  # (T,) V_old(s): the critic before this update
     returns: torch.Tensor | None = None  # (T,) the critic's regression targets
+    multiple: int = 1  # widths rounded up to multiples of this (XLA's fixed shapes)
 
     @classmethod
-    def of(cls, turns: Sequence[TurnSample], pad_token_id: int, **tensors: torch.Tensor) -> TurnBatch:
+    def of(cls, turns: Sequence[TurnSample], pad_token_id: int, multiple: int = 1, **tensors: torch.Tensor) -> TurnBatch:
         """Collate ``turns``; ``tensors`` (e.g. ``advantages=``) are attached as they are."""
-        return cls(list(turns), pad_token_id, *action_columns(turns), **tensors)  # token ids: per micro-batch
+        return cls(list(turns), pad_token_id, *action_columns(turns, multiple), multiple=multiple,
+                   **tensors)  # token ids: per micro-batch
 
     def __len__(self) -> int:
         return len(self.turns)
@@ -271,15 +284,16 @@ class TurnBatch:
     def select(self, rows: torch.Tensor | Sequence[int]) -> TurnBatch:
         """The turns at ``rows`` (a minibatch), per-token tensors trimmed to their longest action."""
         rows = torch.as_tensor(rows, dtype=torch.long)
-        width = int(self.action_mask[rows].sum(1).max())
+        width = round_up(int(self.action_mask[rows].sum(1).max()), self.multiple)
 
         def take(tensor):
             if tensor is None:
                 return None
             return tensor[rows, -width:] if tensor.dim() == 2 else tensor[rows]
 
-        return TurnBatch([self.turns[i] for i in rows.tolist()], self.pad_token_id,
-                         **{f.name: take(getattr(self, f.name)) for f in fields(self) if f.name not in ("turns", "pad_token_id")})
+        return TurnBatch([self.turns[i] for i in rows.tolist()], self.pad_token_id, multiple=self.multiple,
+                         **{f.name: take(getattr(self, f.name)) for f in fields(self)
+                            if f.name not in ("turns", "pad_token_id", "multiple")})
 
     def microbatch_rows(self, size: int) -> list[torch.Tensor]:
         """The rows of each micro-batch of at most ``size`` turns, turns of like length together.
@@ -299,7 +313,7 @@ class TurnBatch:
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """``input_ids``, ``attention_mask``, ``position_ids`` and ``action_mask`` for a forward pass."""
-        return collate_turns(self.turns, self.pad_token_id)
+        return collate_turns(self.turns, self.pad_token_id, self.multiple)
 
     def to(self, device: torch.device | str) -> TurnBatch:
         """The same batch with its tensors on ``device``."""

@@ -21,6 +21,7 @@ import torch
 
 from tutorial_lib.rl.settings import UPDATE_DTYPES, RLSettings
 from tutorial_lib.runtime import distributed
+from tutorial_lib.runtime.device import end_of_step
 from tutorial_lib.runtime.memory_plan import microbatch_size, plan_update, release_device_memory
 
 T = TypeVar("T")
@@ -79,6 +80,35 @@ class MicroBatches:
             checkpoint_activations(self.model)
 
 
+class MetricSums:
+    """An update's metric sums, kept where they are computed (0-d tensors on the model's device) and
+    read to the host once, at the end. Each read of a device value waits for the device: on XLA it
+    also cuts the traced graph in two, so a ``float()`` per micro-batch would cost a sync each."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.sums: dict[str, torch.Tensor | float] = dict.fromkeys(names, 0.0)
+
+    def add(self, **values: torch.Tensor) -> None:
+        for name, value in values.items():
+            self.sums[name] = self.sums[name] + value.detach().float()
+
+    def read(self) -> dict[str, float]:
+        """Every sum as a float, in one transfer (a sum nothing was added to is 0.0)."""
+        added = [value for value in self.sums.values() if isinstance(value, torch.Tensor)]
+        if not added:
+            return {name: 0.0 for name in self.sums}
+        device = added[0].device
+        values = torch.stack([torch.as_tensor(value, dtype=torch.float32, device=device) for value in self.sums.values()])
+        return dict(zip(self.sums, values.tolist()))
+
+
+def optimizer_options(model) -> dict:
+    """Options an AdamW needs on ``model``'s device: on XLA ``capturable``, which keeps the step
+    count on the device. Without it the bias correction is a Python number that changes every step,
+    a new constant in the traced graph, and every update compiles a new graph."""
+    return {"capturable": True} if next(model.parameters()).device.type == "xla" else {}
+
+
 def trainable_parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
     """Every parameter ``optimizer`` steps, over its groups."""
     return [p for group in optimizer.param_groups for p in group["params"]]
@@ -91,6 +121,7 @@ def clip_and_step(optimizer: torch.optim.Optimizer, max_grad_norm: float, finite
     grad_norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(optimizer), max_grad_norm) if finite_loss else torch.tensor(float("nan"))
     if finite_loss and torch.isfinite(grad_norm):
         optimizer.step()
+        end_of_step(grad_norm.device)  # XLA: the step is computed here, its graph cut
         return float(grad_norm), 0.0
     optimizer.zero_grad(set_to_none=True)
     # counted in the metrics too; said here because a run whose every step is skipped learns nothing

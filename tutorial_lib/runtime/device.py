@@ -60,6 +60,29 @@ def get_device(kind: str | None = None) -> torch.device:
     return torch.device(kind)
 
 
+#: on XLA, the widths a batch's tensors are padded up to a multiple of (its sequences and its
+#: actions): XLA compiles one graph per shape, so a width that followed each batch's longest turn
+#: would compile a new graph nearly every update; multiples of 16 leave a few shapes for a game's
+#: turns (torch_xla's guide: pad to a few fixed sizes) and little padding on a short action
+XLA_SHAPE_MULTIPLE = 16
+
+
+def shape_multiple(device: torch.device | str) -> int:
+    """What a batch's widths are rounded up to on ``device``: :data:`XLA_SHAPE_MULTIPLE` on XLA, 1
+    (no padding beyond the longest row) elsewhere, where every shape runs without compiling."""
+    return XLA_SHAPE_MULTIPLE if torch.device(device).type == "xla" else 1
+
+
+def end_of_step(device: torch.device | str) -> None:
+    """On XLA, cut the traced graph after an optimiser step (``torch_xla.sync()``): the step's
+    updates are computed now, and the next step traces a graph of its own. Without it the graph
+    of every step so far grows into the next, each a new graph to compile. Nothing elsewhere."""
+    if torch.device(device).type == "xla":
+        import torch_xla
+
+        torch_xla.sync()
+
+
 def cpu_name() -> str:
     """The CPU's model name (``"AMD EPYC"``, ``"Intel(R) Xeon(R) ..."``), for records: floating point
     differs between CPUs, so a recorded number says which one computed it."""

@@ -151,6 +151,19 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read: the message names it and says what to do."""
 
 
+def on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in it copied to the CPU (a CPU tensor is kept as it is): a
+    checkpoint then loads on any machine, and an XLA tensor, whose storage is the device's, can be
+    pickled at all (torch_xla's ``xm.save`` does the same)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: on_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_cpu(item) for item in value)
+    return value
+
+
 def save_checkpoint(
     folder: str | Path,
     model,
@@ -165,14 +178,14 @@ def save_checkpoint(
 
     ``modules`` are trained modules besides ``model`` (PPO's value head or critic), saved by name.
     """
-    payload = {
+    payload = on_cpu({
         "step": step,
         "weights": trainable_state(model),
         "optimizer": optimizer.state_dict(),
         "rng": rng_state(),
         "state": state or {},
         "modules": {name: trainable_state(module) for name, module in (modules or {}).items()},
-    }
+    })
     with durable.building(folder) as staging:
         torch.save(payload, staging / "training_state.pt")
         (staging / "step.json").write_text(json.dumps({"step": step}))
