@@ -1,11 +1,12 @@
 """REINFORCE and PPO updates and checkpoints on torch_xla's device, against the eager CPU path.
 
 Bounds: both paths compute in float32 (bfloat16 is chosen on a TPU only), but XLA fuses and
-reorders the reductions, so a result agrees with the CPU's to float32 rounding accumulated over the
-network, not bit for bit. A plain SGD step is the learning rate times the (clipped) gradient, so the
-difference of the two steps over the step itself measures how far the gradients agree: rounding
-leaves it near 1e-6, and a wrong mask, a lost token or a missing term would move it by order one;
-1e-3 sits between the two.
+reorders the reductions, so a result agrees with the CPU's to float32 rounding, not bit for bit. A
+plain SGD step is the learning rate times the (clipped) gradient, so the difference of the two steps
+over the step itself measures how far the gradients agree. float32 rounds each operation by at most
+6e-8 of its value; through sums of a few thousand terms and a few dozen layers' products that grows
+to about 1e-5 at most, and 1e-4 leaves room for it (3.7e-6 was seen for REINFORCE, 3.6e-6 for PPO,
+on an AMD EPYC). A wrong mask, a lost token or a missing term moves it by order one.
 """
 
 import pytest
@@ -68,7 +69,7 @@ def test_an_update_on_xla_agrees_with_the_cpu(tiny_cache, algo):
         results[name] = with_sgd(algorithm).update(rollout)
     step_cpu, step_xla = flat(cpu.model) - start, flat(xla.model) - start
     assert step_cpu.norm() > 0  # the update moved the weights
-    assert (step_xla - step_cpu).norm() <= 1e-3 * step_cpu.norm()
+    assert (step_xla - step_cpu).norm() <= 1e-4 * step_cpu.norm()
     for metric in ("grad_norm", "entropy") if algo == "reinforce" else ("grad_norm", "entropy", "policy_loss", "value_loss"):
         assert results["xla"][metric] == pytest.approx(results["cpu"][metric], rel=1e-4, abs=1e-6)
 
