@@ -43,7 +43,6 @@ from tutorial_lib.rl.settings import RLSettings
 from tutorial_lib.rl.update_step import (
     MetricSums,
     MicroBatches,
-    optimizer_options,
     synchronised_step,
     update_precision,
 )
@@ -210,7 +209,7 @@ class PPO:
         critic = [p for p in self.value_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(  # detail 11: two learning rates, one optimiser
             [{"params": actor, "lr": settings.learning_rate}, {"params": critic, "lr": settings.critic_learning_rate}],
-            betas=settings.adam_betas, weight_decay=0.0, **optimizer_options(model),
+            betas=settings.adam_betas, weight_decay=0.0,
         )
         self.scheduler = lr_scheduler(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, model)

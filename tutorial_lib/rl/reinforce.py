@@ -32,7 +32,6 @@ from tutorial_lib.rl.settings import RLSettings
 from tutorial_lib.rl.update_step import (
     MetricSums,
     MicroBatches,
-    optimizer_options,
     synchronised_step,
     update_precision,
 )
@@ -119,8 +118,7 @@ class Reinforce:
         self.reference = frozen_reference(settings, model)  # with kl_coef > 0: a frozen copy of the initial policy
         train_top_layers(model, settings.train_top_layers)  # None: every trainable parameter
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                           lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0,
-                                           **optimizer_options(model))
+                                           lr=settings.learning_rate, betas=settings.adam_betas, weight_decay=0.0)
         self.scheduler = lr_scheduler(self.optimizer, settings)
         self.micro_batches = MicroBatches(settings, model)
 

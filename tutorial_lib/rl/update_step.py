@@ -102,13 +102,6 @@ class MetricSums:
         return dict(zip(self.sums, values.tolist()))
 
 
-def optimizer_options(model) -> dict:
-    """Options an AdamW needs on ``model``'s device: on XLA ``capturable``, which keeps the step
-    count on the device. Without it the bias correction is a Python number that changes every step,
-    a new constant in the traced graph, and every update compiles a new graph."""
-    return {"capturable": True} if next(model.parameters()).device.type == "xla" else {}
-
-
 def trainable_parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
     """Every parameter ``optimizer`` steps, over its groups."""
     return [p for group in optimizer.param_groups for p in group["params"]]
