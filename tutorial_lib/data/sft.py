@@ -41,7 +41,7 @@ from tutorial_lib.lm.tokenization import IGNORE_INDEX, encode_prompt_completion
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cache import folder_lock
 from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
-from tutorial_lib.runtime.device import default_dtype, device_kind
+from tutorial_lib.runtime.device import XLA_SHAPE_MULTIPLE, default_dtype, device_kind
 from tutorial_lib.runtime.progress import quiet_transformers
 
 
@@ -407,8 +407,9 @@ def sized_to_device(settings: SFTSettings, model, dataset) -> SFTSettings:
                    gradient_checkpointing=plan.checkpointing)
 
 
-def sft_config(settings: SFTSettings, output_dir: Path):
-    """TRL's ``SFTConfig`` for ``settings``: where each of our settings goes in the Trainer's terms."""
+def sft_config(settings: SFTSettings, output_dir: Path, device: torch.device | None = None):
+    """TRL's ``SFTConfig`` for ``settings``: where each of our settings goes in the Trainer's terms.
+    ``device``: the model's; on XLA the batches are padded to a few fixed lengths."""
     from trl import SFTConfig
 
     return SFTConfig(
@@ -440,7 +441,9 @@ def sft_config(settings: SFTSettings, output_dir: Path):
         # mixed precision where the hardware has it; full float32 on CPU (exact, and as fast there)
         bf16=default_dtype() == torch.bfloat16,
         use_cpu=device_kind() == "cpu",
-        **settings.extra,
+        # on XLA a few fixed lengths, not each batch's longest: every new shape compiles a graph
+        **{**({"pad_to_multiple_of": XLA_SHAPE_MULTIPLE} if device is not None and device.type == "xla" else {}),
+           **settings.extra},
     )
 
 
@@ -498,7 +501,7 @@ def _train_sft(policy: LanguagePolicy, examples: Sequence[dict[str, Any]], setti
     num_examples = sum(weights)
     if settings.merge_duplicates:
         dataset = _whole_global_batches(dataset, per_process_batch(settings) * distributed.num_processes())
-    config = sft_config(settings, output_dir)
+    config = sft_config(settings, output_dir, next(policy.model.parameters()).device)
     # The Trainer's informational lines are not the chapter's point; its progress bars are shown
     # when settings.progress asks for them.
     with quiet_transformers(progress_bars=settings.progress):
