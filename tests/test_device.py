@@ -62,3 +62,9 @@ def test_a_second_measurement_in_the_same_process_sees_the_same_growth():
     with device.PeakMemory(interval=0.005) as second:
         churn()
     assert first.mib > 120 and second.mib > 0.7 * first.mib, (first.mib, second.mib)
+
+
+def test_batches_are_padded_to_a_few_widths_on_xla_only():
+    assert device.shape_multiple(torch.device("xla")) == device.XLA_SHAPE_MULTIPLE > 1
+    assert device.shape_multiple("cpu") == 1 and device.shape_multiple(torch.device("cuda")) == 1
+    device.end_of_step("cpu")  # nothing to cut off the XLA device: a no-op that must not import torch_xla

@@ -2,6 +2,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from tutorial_lib.data.expert_data import expert_examples
 from tutorial_lib.data.sft import (
@@ -276,3 +277,14 @@ def test_a_checkpoint_moved_with_its_cache_is_complete_and_loads_where_it_lands(
     assert recover(moved)  # what sft_policy asks before loading instead of training again
     prompt = ["<|user|>\nGuess.<|end|>\n<|assistant|>\n"]
     assert load_policy(str(moved)).generate(prompt, max_new_tokens=6) == policy.generate(prompt, max_new_tokens=6)
+
+
+def test_sft_pads_to_a_few_lengths_only_for_a_model_on_xla(tmp_path):
+    from tutorial_lib.data.sft import sft_config
+    from tutorial_lib.runtime.device import XLA_SHAPE_MULTIPLE
+
+    settings = SFTSettings(epochs=1, report_to="none")
+    assert sft_config(settings, tmp_path, torch.device("xla")).pad_to_multiple_of == XLA_SHAPE_MULTIPLE
+    assert sft_config(settings, tmp_path, torch.device("cpu")).pad_to_multiple_of != XLA_SHAPE_MULTIPLE
+    mine = SFTSettings(epochs=1, report_to="none", extra={"pad_to_multiple_of": 8})  # the user's choice wins
+    assert sft_config(mine, tmp_path, torch.device("xla")).pad_to_multiple_of == 8
