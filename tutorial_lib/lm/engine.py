@@ -36,8 +36,8 @@ from tutorial_lib.lm.tokenization import positions_from_mask
 CACHE_KEYWORD = "cache" if Version(transformers.__version__) >= Version("5.24.0") else "past_key_values"
 
 #: ``generate``: transformers' loop, every row to the slowest one's end (the plain baseline);
-#: ``compact``: :func:`decode`, finished rows leave the batch; ``static``: ``generate`` with a
-#: preallocated key/value cache and a compiled step (CUDA)
+#: ``compact``: :func:`decode`, finished rows leave the batch; ``static``: a preallocated key/value
+#: cache and a compiled step (CUDA: ``generate`` with a static cache; XLA: :func:`static_decode`)
 ENGINES = ("generate", "compact", "static")
 
 #: below this many parameters a model is the book's tiny model (0.2 M), which keeps ``generate``
@@ -45,14 +45,14 @@ TINY_PARAMETERS = 5_000_000
 
 
 def pick_engine(model, device_kind: str | None = None) -> str:
-    """The engine for ``model`` where it lives: ``static`` on CUDA, ``compact`` elsewhere.
+    """The engine for ``model`` where it lives: ``static`` on CUDA and XLA, ``compact`` elsewhere.
 
     The tiny model of the ``ci`` preset samples with ``generate``: the book's recorded tic-tac-toe
     runs were sampled by it, and the random stream of the compacting loop differs (a shrinking
     batch draws fewer numbers per step), so a reader's build reproduces the records only with it.
     """
     kind = device_kind or next(model.parameters()).device.type
-    if kind == "cuda":
+    if kind in ("cuda", "xla"):  # XLA: a growing batch or cache would compile a graph per step
         return "static"
     if unwrap_peft(model).num_parameters() < TINY_PARAMETERS:
         return "generate"
@@ -210,3 +210,58 @@ def decode(
                        **{CACHE_KEYWORD: cache})
         logits = output.logits[:, -1]
     return tokens[:, :steps].cpu(), logprobs[:, :steps].cpu()
+
+
+def static_decode(
+    model,
+    batch: dict[str, torch.Tensor],
+    sampler: TokenSampler,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`decode` for a compiling device (XLA): every tensor keeps its shape for the whole call,
+    so each step runs one graph compiled once. The key/value cache is preallocated for the prompt
+    and ``max_new_tokens`` (``StaticCache``), the attention mask spans it from the start (the new
+    columns switched on as they are written), the step index is a tensor on the device, and no
+    value is read to the host until the end: rows that have ended keep computing tokens, which are
+    dropped afterwards. ``batch`` should be :func:`bucketed`, so that the next call reuses the
+    graphs. The repetition penalty, if the sampler has one, reads the prompt only. Returns what
+    :func:`decode` returns: ``(tokens, logprobs)`` on the CPU, ``pad_token_id`` and 0 after a row's end.
+    """
+    from transformers import StaticCache
+
+    from tutorial_lib.runtime.device import end_of_step
+
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    rows, columns = input_ids.shape
+    device = input_ids.device
+    base = unwrap_peft(model)
+    cache = StaticCache(config=base.config, max_cache_len=columns + max_new_tokens)
+    mask = torch.cat([attention_mask, attention_mask.new_zeros((rows, max_new_tokens))], dim=1)
+    positions = positions_from_mask(attention_mask)
+    output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                   cache_position=torch.arange(columns, device=device), **{CACHE_KEYWORD: cache})
+    logits = output.logits[:, -1]
+    position = positions[:, -1:]
+    column = torch.full((1,), columns, dtype=torch.long, device=device)  # the cache column of the next token
+    tokens = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
+    for _ in range(max_new_tokens):
+        chosen, chosen_logprobs = sampler.choose(input_ids, logits)
+        step = column - columns
+        tokens = tokens.index_copy(1, step, chosen)
+        logprobs = logprobs.index_copy(1, step, chosen_logprobs.float())
+        mask = mask.index_fill(1, column, 1)
+        position = position + 1
+        output = model(input_ids=chosen, attention_mask=mask, position_ids=position, use_cache=True,
+                       cache_position=column, **{CACHE_KEYWORD: cache})
+        logits = output.logits[:, -1]
+        column = column + 1
+        end_of_step(device)  # one graph a step, the same each step; nothing read to the host
+    tokens, logprobs = tokens.cpu(), logprobs.cpu()
+    ended = (tokens == eos_token_id).cumsum(1) - (tokens == eos_token_id).long() > 0  # after a row's end
+    tokens[ended], logprobs[ended] = pad_token_id, 0.0
+    steps = int((~ended).sum(1).max())  # the longest row, its end included
+    return tokens[:, :steps], logprobs[:, :steps]

@@ -26,7 +26,15 @@ import torch
 from transformers import LogitsProcessorList
 
 from tutorial_lib.envs.base import TextEnv
-from tutorial_lib.lm.engine import CACHE_KEYWORD, ENGINES, SamplingWeights, bucketed, decode, pick_engine
+from tutorial_lib.lm.engine import (
+    CACHE_KEYWORD,
+    ENGINES,
+    SamplingWeights,
+    bucketed,
+    decode,
+    pick_engine,
+    static_decode,
+)
 from tutorial_lib.lm.lm_parts import unwrap_peft
 from tutorial_lib.lm.prompts import PromptSpec, Turn, build_messages, render_chat
 from tutorial_lib.lm.sampling import SAMPLING, TokenSampler
@@ -204,6 +212,13 @@ class LanguagePolicy:
                 new_tokens, logprobs = decode(model, batch, sampler, max_new_tokens=max_new_tokens,
                                               eos_token_id=self.tokenizer.eos_token_id,
                                               pad_token_id=self.tokenizer.pad_token_id, cache=cache)
+            elif self.engine == "static" and batch["input_ids"].device.type == "xla":
+                # XLA: every shape fixed and no read per token (generate's loop would compile each step)
+                batch, real = bucketed(batch, self.tokenizer.pad_token_id)
+                new_tokens, logprobs = static_decode(model, batch, sampler, max_new_tokens=max_new_tokens,
+                                                     eos_token_id=self.tokenizer.eos_token_id,
+                                                     pad_token_id=self.tokenizer.pad_token_id)
+                new_tokens, logprobs = new_tokens[:real], logprobs[:real]
             else:
                 new_tokens = self._generate(model, batch, cache, sampler, max_new_tokens)
                 logprobs = sampler.logprobs(new_tokens.shape[1])[: new_tokens.shape[0]]  # real rows only
