@@ -133,3 +133,12 @@ def test_a_checkpoint_written_on_xla_loads_on_the_cpu_and_back(tiny_cache, tmp_p
     assert next(again.model.parameters()).device == get_device("xla")
     assert all(torch.equal(again.model.state_dict()[k].cpu(), v) for k, v in on_xla.items())
     assert next(iter(on_xla_again.optimizer.state.values()))["exp_avg"].device.type == "xla"
+
+
+def test_memory_free_on_the_xla_device_is_the_hosts_on_a_cpu():
+    """A TPU reports its own memory (``get_memory_info``); XLA's CPU device cannot, and training
+    there is sized to the host's memory, as on the CPU, rather than failing."""
+    from tutorial_lib.runtime.memory_plan import free_memory_bytes
+
+    free = free_memory_bytes(get_device("xla"))
+    assert 0 < free and abs(free - free_memory_bytes("cpu")) < 0.2 * free_memory_bytes("cpu")

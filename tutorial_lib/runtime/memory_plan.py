@@ -71,12 +71,21 @@ def sizes_by_memory(model) -> bool:
 
 
 def free_memory_bytes(device: torch.device | str | None = None) -> int:
-    """Memory free for training on ``device``: the CUDA allocator's view of the card, or the
-    operating system's available memory on a CPU."""
+    """Memory free for training on ``device``: the CUDA allocator's view of the card, a TPU's own
+    report (torch_xla's ``get_memory_info``: its limit less what is in use), or the operating
+    system's available memory on a CPU (and on XLA's CPU device, which keeps no such count)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        try:
+            info = xm.get_memory_info(device)
+            return int(info["bytes_limit"] - info["bytes_used"])
+        except RuntimeError:  # "GetAllocatorStats is not supported": XLA on a CPU, whose memory is the host's
+            pass
     import psutil
 
     return int(psutil.virtual_memory().available)
