@@ -19,7 +19,7 @@ from tutorial_lib.lm.models import load_policy  # noqa: E402
 from tutorial_lib.rl.ppo import PPO, PPOSettings  # noqa: E402
 from tutorial_lib.rl.reinforce import Reinforce, ReinforceSettings  # noqa: E402
 from tutorial_lib.rl.rollout import TurnBatch, collate_turns, collect  # noqa: E402
-from tutorial_lib.runtime.device import XLA_SHAPE_MULTIPLE, get_device  # noqa: E402
+from tutorial_lib.runtime.device import XLA_SHAPE_MULTIPLE, get_device, shape_multiple  # noqa: E402
 from tutorial_lib.runtime.tracking import load_checkpoint, save_checkpoint  # noqa: E402
 
 from ..conftest import SMALL  # noqa: E402
@@ -86,8 +86,11 @@ def compiled_graphs() -> int:
     return met.counter_value("UncachedCompile") or 0
 
 
-def reinforce_steps(policy, batches_of_lengths, multiple):
+def reinforce_steps(policy, batches_of_lengths, multiple=None):
+    """One REINFORCE step per batch; the graphs compiled so far, after each. ``multiple``: the
+    batches' width multiple, by default the library's own for the device (as ``prepare`` pads)."""
     reinforce = Reinforce(policy, settings("reinforce", microbatch_turns=4))
+    multiple = multiple or shape_multiple(next(policy.model.parameters()).device)
     counts = []
     for lengths in batches_of_lengths:
         batch = TurnBatch.of(turns_of_lengths(lengths), policy.tokenizer.pad_token_id, multiple=multiple,
@@ -108,7 +111,7 @@ def test_updates_compile_no_new_graph_after_the_first(tiny_cache):
     widths = [collate_turns(turns_of_lengths(row), 0)["input_ids"].shape[1] for row in lengths]
     assert len(set(widths)) == 4  # every batch of its own width ...
     assert len({collate_turns(turns_of_lengths(row), 0, XLA_SHAPE_MULTIPLE)["input_ids"].shape for row in lengths}) == 1
-    counts = reinforce_steps(xla, lengths, multiple=XLA_SHAPE_MULTIPLE)  # ... and of one shape in a bucket
+    counts = reinforce_steps(xla, lengths)  # ... and of one shape in the library's bucket
     assert counts[2:] == [counts[1]] * 2, f"graphs compiled, counted after each update: {counts}"
     unbucketed = reinforce_steps(xla, lengths, multiple=1)
     assert unbucketed[3] > unbucketed[2] > unbucketed[1], f"widths that change every update compile every update: {unbucketed}"
