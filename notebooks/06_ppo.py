@@ -75,8 +75,14 @@ pd.set_option("display.max_colwidth", None)  # table cells that are sentences: s
 
 from tutorial_lib.evaluation.evaluate import MATH_TRAINING_PROBLEMS
 from tutorial_lib.evaluation.stats import compare_rates, halves
-from tutorial_lib.records import recorded_runs, tictactoe_opponent_runs, tictactoe_recipe_runs
-from tutorial_lib.report import count_phrase, grid_paths, level_counts
+from tutorial_lib.records import (
+    TICTACTOE_REINFORCE_TUNED_RATE,
+    recipe_settings,
+    recorded_runs,
+    tictactoe_opponent_runs,
+    tictactoe_recipe_runs,
+)
+from tutorial_lib.report import count_phrase, grid_paths, level_counts, verdict_cells
 
 # %% [markdown]
 # Every run of this chapter goes through one function (collapsed below): evaluate chapter 4's
@@ -365,9 +371,10 @@ glue("ttt_kl_top_words", f"was followed by no rise in invalid moves (at most {af
      "caused the dip" if harmless else
      f"was followed by invalid moves of up to {after_top:.3f} a move in the next three batches: there, an update "
      "that moved the policy further than most came before the trouble", display=False)
-# PPO at chapter 5's rate: the earlier recipe's runs against the same mixed opponent
+# PPO at the rate chapter 5's recipe was tuned at: the earlier recipe's runs against the same mixed opponent
 earlier = [row for row in tictactoe_opponent_runs("ttt-ppo", "mixed", preset)
-           if row.get("settings", {}).get("learning_rate") == rl_settings("tictactoe", preset, "reinforce").learning_rate]
+           if row.get("settings", {}).get("learning_rate") == TICTACTOE_REINFORCE_TUNED_RATE]
+glue("earlier_rate", f"{TICTACTOE_REINFORCE_TUNED_RATE:g}", display=False)
 glue("earlier_worse", sum(compare_rates("losses", row["before_random_loss_rate"], row["after_random_loss_rate"], 200,
                                         higher_is_better=False).verdict == "worse" for row in earlier), display=False)
 glue("earlier_runs", len(earlier), display=False)
@@ -376,17 +383,35 @@ LEVEL = 0.85  # chapter 5's level of draws against minimax
 paths = grid_paths(tictactoe_recipe_runs("ttt-ppo", ttt_settings, preset), "minimax_draw_rate")
 glue("ppo_level_cells", level_counts(paths, LEVEL, ttt_settings.iterations // 2)[1].replace("cells", "recorded runs")
      if paths else "no recorded run")
-heldout, heldout_reached, _ = heldout_cells("ttt-ppo")
-glue("heldout_reached", heldout_reached)
-glue("heldout_cells", len(heldout))
+
+
+def untuned(recipe, settings):
+    """A recipe's count on starts nobody chose it on: its verdict cells once all are run, else its
+    held-out starts; and the share at the level, for comparing two recipes."""
+    _, counts = verdict_cells(recipe, recipe_settings(settings), LEVEL)
+    if counts["holds"] is not None:
+        return f"in {counts['reached']} of the {counts['cells']} verdict cells fixed in advance", counts
+    heldout, reached, _ = heldout_cells(recipe)
+    return f"from starts nobody looked at while choosing it, in {reached} of {len(heldout)}", None
+
+
+ppo_untuned, ppo_verdict = untuned("ttt-ppo", ttt_settings)
+glue("ppo_untuned", ppo_untuned, display=False)
 # chapter 5's REINFORCE recipe, the same counts
 reinforce_settings = rl_settings("tictactoe", preset, "reinforce")
 paths = grid_paths(tictactoe_recipe_runs("ttt-reinforce", reinforce_settings, preset), "minimax_draw_rate")
 glue("reinforce_level_cells", level_counts(paths, LEVEL, reinforce_settings.iterations // 2)[1].replace("cells", "recorded runs")
      if paths else "no recorded run", display=False)
-heldout, heldout_reached, _ = heldout_cells("ttt-reinforce")
-glue("reinforce_heldout_reached", heldout_reached, display=False)
-glue("reinforce_heldout_cells", len(heldout), display=False)
+reinforce_untuned, reinforce_verdict = untuned("ttt-reinforce", reinforce_settings)
+glue("reinforce_untuned", reinforce_untuned, display=False)
+if ppo_verdict and reinforce_verdict:  # both judged on the same 18 starts: is the gap beyond noise?
+    gap = compare_rates("share at the level", reinforce_verdict["reached"] / reinforce_verdict["cells"],
+                        ppo_verdict["reached"] / ppo_verdict["cells"], ppo_verdict["cells"])
+    rank = {"noise": "too close to rank the two algorithms", "better": "PPO's above REINFORCE's beyond noise",
+            "worse": "REINFORCE's above PPO's beyond noise"}[gap.verdict]
+else:
+    rank = "too few to rank the two algorithms until PPO's verdict cells are all run"
+glue("ttt_rank_words", rank, display=False)
 
 # %% [markdown]
 # In this run PPO took the draws against minimax from {glue:text}`ttt_draws_before:.3f` to
@@ -397,10 +422,9 @@ glue("reinforce_heldout_cells", len(heldout), display=False)
 # to {glue:text}`ttt_invalid_after:.3f` per move, {glue:text}`ttt_invalid_verdict`.
 #
 # One run is one draw. Over the recorded runs the recipe was chosen on, the draws ended at or above
-# 0.85 in {glue:text}`ppo_level_cells`; from starts nobody looked at while choosing it, in
-# {glue:text}`heldout_reached` of {glue:text}`heldout_cells`. Chapter 5's REINFORCE recipe, under
-# the same evaluation, ended at or above it in {glue:text}`reinforce_level_cells` and in
-# {glue:text}`reinforce_heldout_reached` of {glue:text}`reinforce_heldout_cells` held-out starts ({ref}`the appendix <appendix-ch6>`).
+# 0.85 in {glue:text}`ppo_level_cells`; {glue:text}`ppo_untuned`. Chapter 5's REINFORCE recipe,
+# under the same evaluation, ended at or above it in {glue:text}`reinforce_level_cells` and
+# {glue:text}`reinforce_untuned` ({ref}`the appendix <appendix-ch6>`).
 #
 # The training curves, one point per batch (faint) and a running mean over three (solid):
 
@@ -611,7 +635,7 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # {glue:text}`ttt_kl_top_words`.
 #
 # The small median approx-KL suggests room for a higher learning rate. The record says otherwise:
-# PPO at chapter 5's rate, {glue:text}`reinforce_ttt_lr`, raised losses to random beyond noise in
+# PPO at {glue:text}`earlier_rate`, the rate chapter 5's recipe was tuned at, raised losses to random beyond noise in
 # {glue:text}`earlier_worse` of {glue:text}`earlier_runs` recorded runs against the same opponents
 # ({ref}`the appendix <appendix-ch6>`).
 #
@@ -628,10 +652,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # **What the critic added.** In all three runs the critic explained little of the returns'
 # variance, so PPO's advantages stayed close to REINFORCE's. Nor did the clip bind often (the clip
 # fractions above): what PPO added here was reuse, several passes over each batch at a lower rate,
-# with the clip a rail these small steps seldom reached. On tic-tac-toe the record does not separate the two algorithms:
-# both reached the level in every tuning run, and {glue:text}`heldout_reached` of
-# {glue:text}`heldout_cells` held-out starts against {glue:text}`reinforce_heldout_reached` of
-# {glue:text}`reinforce_heldout_cells` are too few to rank them.
+# with the clip a rail these small steps seldom reached. On tic-tac-toe the counts above are
+# {glue:text}`ttt_rank_words`.
 #
 # ## Summary
 #

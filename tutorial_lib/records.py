@@ -149,6 +149,9 @@ TICTACTOE_GUARDS_RECORD = "tictactoe_rl_guards.jsonl"
 TICTACTOE_VERDICT_RECORD = "tictactoe_rl_verdict.jsonl"
 #: how many cells the protocol fixed for each recipe (seeds 9001-9012 with one thread, 9013-9018 with two)
 TICTACTOE_VERDICT_CELLS = 18
+#: the learning rate chapter 5's REINFORCE recipe was tuned at (its earlier grid, held-out and
+#: guard runs, and chapter 6's first PPO recipe) before the verdict cells sent it at half that rate
+TICTACTOE_REINFORCE_TUNED_RATE = 1e-3
 
 
 #: the rollout engine's record (``benchmarks/rollout_engine.py``)
