@@ -180,8 +180,8 @@ def pretrained_rl_recipe(row: dict) -> str:
     """A recorded run's RL recipe in words (learning rate, temperature, games per iteration, the
     training reward where it is not the game's own, the KL penalty to the start where there is one,
     the update's dtype where it is not float32, the top layers where only they train, the validation
-    that chose the model where one did), as far as its line records it; iterations are left out, so that the lengths of one run share a
-    recipe."""
+    that chose the model where one did), as far as its line records it; iterations are left out, so
+    that the lengths of one run share a recipe."""
     parts = [f"{label} {row[key]:g}" for key, label in (("learning_rate", "lr"), ("temperature", "T"))
              if row.get(key) is not None]
     if row.get("num_envs") is not None:

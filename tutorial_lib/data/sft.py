@@ -41,7 +41,7 @@ from tutorial_lib.lm.tokenization import IGNORE_INDEX, encode_prompt_completion
 from tutorial_lib.runtime import distributed, durable
 from tutorial_lib.runtime.cache import folder_lock
 from tutorial_lib.runtime.cpu_threads import trainer_callback as threads_callback
-from tutorial_lib.runtime.device import XLA_SHAPE_MULTIPLE, default_dtype, device_kind
+from tutorial_lib.runtime.device import default_dtype, device_kind, shape_multiple
 from tutorial_lib.runtime.progress import quiet_transformers
 
 
@@ -442,7 +442,7 @@ def sft_config(settings: SFTSettings, output_dir: Path, device: torch.device | N
         bf16=default_dtype() == torch.bfloat16,
         use_cpu=device_kind() == "cpu",
         # on XLA a few fixed lengths, not each batch's longest: every new shape compiles a graph
-        **{**({"pad_to_multiple_of": XLA_SHAPE_MULTIPLE} if device is not None and device.type == "xla" else {}),
+        **{**({"pad_to_multiple_of": multiple} if (multiple := shape_multiple(device or "cpu")) > 1 else {}),
            **settings.extra},
     )
 
