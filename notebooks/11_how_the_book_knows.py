@@ -383,13 +383,12 @@ else:
 
 # %% [markdown]
 # **How the recipe was chosen.** The recipe is {glue:text}`ttt_recipe_words`. A change one noise
-# width (two standard errors) above its start is a verdict another CPU
-# can flip, so the recipe was chosen for a level far from every start: draws of at least .85
-# against minimax in every tuning run, with losses to random rising beyond noise in none. It was
-# tuned at twice its rate, {glue:text}`ttt_tuned_rate`; the verdict below halved it. The
-# figures show the tuning runs evaluated every 30 iterations, at a constant rate (left) and with
-# the rate held and then lowered linearly over the last iterations (right), both for
-# {glue:text}`ttt_iterations` iterations: one line a run, the dotted line the level.
+# width above its start is a verdict another CPU can flip, so the recipe was chosen for a level far
+# from every start: draws of at least .85 against minimax in every tuning run, losses to random
+# worse beyond noise in none. It was tuned at twice its rate, {glue:text}`ttt_tuned_rate`; the
+# verdict below halved it. The figures show the tuning runs, evaluated every 30 iterations, at a
+# constant rate (left) and with the rate lowered over the last iterations (right): one line a run,
+# the dotted line the level.
 
 # %% tags=["remove-input"]
 constant = replace(tuned, lr_schedule="constant", decay_iterations=0)
@@ -419,11 +418,10 @@ else:
 # down as well as up, so where the run stops decides part of its verdict; lowering the rate at the
 # end limits how far the last iterations move it.
 #
-# **Held-out starts.** The recipe, at its tuning rate, was then run from starts nobody tuned on: chapter 4's tic-tac-toe
-# checkpoint of a fresh build on a 2-core AMD EPYC (AVX-512), perturbed under seeds the grid had
-# not used (11-14; the second build's were not kept), with one thread. For the second build's
-# starts the record kept the verdict on losses to random, not their value. *Source:
-# `tictactoe_rl_heldout.jsonl`.*
+# **Held-out starts.** At its tuning rate the recipe then ran from starts nobody tuned on: chapter
+# 4's checkpoint of two fresh builds on a 2-core AMD EPYC (AVX-512), perturbed under seeds the grid
+# had not used, one thread (for the second build the record kept only the verdict on losses to
+# random). *Source: `tictactoe_rl_heldout.jsonl`.*
 
 # %% tags=["remove-input"]
 heldout, reached, _ = heldout_cells("ttt-reinforce")
@@ -438,10 +436,9 @@ heldout.style.format({"draws vs minimax before": "{:.3f}", "draws vs minimax aft
 #
 # **Guards, on tuning starts.** Validation (`validate_every=10`: 100 greedy validation games
 # against the training opponents every 10 iterations, the start included) keeps the weights that
-# scored best instead of the last ones; training itself is unchanged. The starts below reuse the
-# perturbation seeds 11-14 on two other builds' SFT checkpoints (each row names its CPU): other
-# runs than the held-out ones above, each judged on 200 games against each opponent. *Source:
-# `tictactoe_rl_guards.jsonl`.*
+# scored best instead of the last ones; training itself is unchanged. The starts below reuse
+# perturbation seeds 11-14 on two other builds' checkpoints (each row names its CPU), judged on
+# 200 games against each opponent. *Source: `tictactoe_rl_guards.jsonl`.*
 
 # %% tags=["remove-input"]
 from tutorial_lib.report import guard_cells, guard_name
@@ -478,8 +475,8 @@ else:
 #
 # **The verdict, on starts fixed in advance.** Before any ran, `heldout_protocol.md` fixed 18
 # verdict cells (perturbation seeds, one and two threads) and the test: at least .85 draws in 17,
-# losses to random worse beyond noise in none. Sent to it: the recipe at half
-# its tuning rate, the guard that held most tuning starts, which chapter 5 now trains with. *Source: `tictactoe_rl_verdict.jsonl`.*
+# losses to random worse beyond noise in none. Sent to it: the recipe at half its tuning rate,
+# chapter 5's now. *Source: `tictactoe_rl_verdict.jsonl`.*
 
 # %% tags=["remove-input"]
 from tutorial_lib.records import TICTACTOE_VERDICT_CELLS, recipe_settings
@@ -592,10 +589,8 @@ if ppo_paths:
     summary({"chapter 6's recipe": reach_table(ppo_paths, PPO_LEVEL, ppo_ttt.iterations // 2)}, "recipe")
 
 # %% [markdown]
-# **Held-out starts.** As for chapter 5's recipe, PPO's was then run from starts nobody tuned on,
-# made and judged the same way. Fewer were run: four, two from each build, against REINFORCE's
-# eight; the larger held-out set fixed in `heldout_protocol.md` gives both recipes eighteen.
-# *Source: `tictactoe_rl_heldout.jsonl`.*
+# **Held-out starts.** PPO's recipe then ran from four starts nobody tuned on, made and judged as
+# chapter 5's. *Source: `tictactoe_rl_heldout.jsonl`.*
 
 # %% tags=["remove-input"]
 heldout, reached, _ = heldout_cells("ttt-ppo")
