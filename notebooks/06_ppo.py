@@ -344,20 +344,22 @@ glue("ttt_invalid_mean", statistics.fmean(invalid_curve))
 # the updates made just before the worst batch was sampled (an iteration logs the update made after
 # its batch), against their medians over the run: above three times the median counts as a spike
 before_worst = range(max(0, worst - 3), worst)
-glue("ttt_before_first", before_worst.start + 1 if len(before_worst) else worst + 1, display=False)
-glue("ttt_before_last", worst, display=False)
 ratios = []
 for key in ("approx_kl", "clipfrac"):
     curve = ttt_run.curve(key)
     peak = max((curve[i] for i in before_worst), default=curve[worst])
     ratios.append(peak / max(statistics.median(curve), 1e-12))
-glue("ttt_kl_ratio", ratios[0], display=False)
-glue("ttt_clip_ratio", ratios[1], display=False)
 # the return around the worst batch: the batch itself, and five batches either side
 returns = ttt_run.curve("mean_return")
 glue("ttt_return_at_worst", returns[worst], display=False)
-glue("ttt_return_before_worst", statistics.fmean(returns[max(0, worst - 5):worst] or returns[worst:worst + 1]), display=False)
-glue("ttt_return_after_worst", statistics.fmean(returns[worst + 1:worst + 6] or returns[worst:worst + 1]), display=False)
+# the worst batch can be the first, sampled by the SFT policy before any update: then no update caused it
+glue("ttt_worst_words", "That batch was sampled before any update, by the SFT policy itself, so no update caused "
+     "it, and no later batch had more invalid moves" if worst == 0 else
+     f"The five batches after it averaged {statistics.fmean(returns[worst + 1:worst + 6] or returns[worst:worst + 1]):+.2f}, "
+     f"against {statistics.fmean(returns[max(0, worst - 5):worst]):+.2f} for the five before: a dip that recovered, not "
+     "the lasting fall warned of above. An iteration logs the update made *after* its batch, so the updates to read "
+     f"are iterations {before_worst.start + 1} to {worst}: approx-KL reached {ratios[0]:.1f} times its median there, "
+     f"the clip fraction {ratios[1]:.1f} times", display=False)
 # the largest approx-KL after the first ten updates (the first ones move most), and the invalid moves
 # of the three batches after it, against the run's median
 kl_curve = ttt_run.curve("approx_kl")
@@ -410,7 +412,7 @@ if ppo_verdict and reinforce_verdict:  # both judged on the same 18 starts: is t
     rank = {"noise": "too close to rank the two algorithms", "better": "PPO's above REINFORCE's beyond noise",
             "worse": "REINFORCE's above PPO's beyond noise"}[gap.verdict]
 else:
-    rank = "too few to rank the two algorithms until PPO's verdict cells are all run"
+    rank = "not yet comparable: PPO's verdict cells are not all run"
 glue("ttt_rank_words", rank, display=False)
 
 # %% [markdown]
@@ -423,7 +425,7 @@ glue("ttt_rank_words", rank, display=False)
 #
 # One run is one draw. Over the recorded runs the recipe was chosen on, the draws ended at or above
 # 0.85 in {glue:text}`ppo_level_cells`; {glue:text}`ppo_untuned`. Chapter 5's REINFORCE recipe,
-# under the same evaluation, ended at or above it in {glue:text}`reinforce_level_cells` and
+# under the same evaluation, ended at or above it in {glue:text}`reinforce_level_cells` from unperturbed starts and
 # {glue:text}`reinforce_untuned` ({ref}`the appendix <appendix-ch6>`).
 #
 # The training curves, one point per batch (faint) and a running mean over three (solid):
@@ -623,14 +625,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # spike).
 #
 # **Tic-tac-toe.** The worst batch of invalid moves was iteration
-# {glue:text}`ttt_invalid_peak_at`, and the return fell with it, to
-# {glue:text}`ttt_return_at_worst:+.2f`; the five batches after it averaged
-# {glue:text}`ttt_return_after_worst:+.2f`, against {glue:text}`ttt_return_before_worst:+.2f` for
-# the five before: a dip that recovered, not the lasting fall warned of above. An iteration
-# logs the update made *after* its batch, so the updates to read are iterations
-# {glue:text}`ttt_before_first` to {glue:text}`ttt_before_last`: approx-KL reached
-# {glue:text}`ttt_kl_ratio:.1f` times its median there, the clip fraction
-# {glue:text}`ttt_clip_ratio:.1f` times. But the largest approx-KL after the first ten updates,
+# {glue:text}`ttt_invalid_peak_at`, its return {glue:text}`ttt_return_at_worst:+.2f`.
+# {glue:text}`ttt_worst_words`. But the largest approx-KL after the first ten updates,
 # {glue:text}`ttt_kl_top_ratio:.0f` times the median at iteration {glue:text}`ttt_kl_top_at`,
 # {glue:text}`ttt_kl_top_words`.
 #
