@@ -600,6 +600,22 @@ glue("cw_folds_words", "within that noise: at this size the folds cannot be told
 fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid_rate", "explained_variance", "kl_ref"],
                       title="PPO on CookingWorld (training batches, sampled, train fold)")
 
+# %% tags=["hide-input"]
+# what the critic and the clip did in the three runs (second halves), said in words
+late = {name: {key: float(halves(run.history, key)[1]) for key in ("explained_variance", "clipfrac")}
+        for name, run in (("tic-tac-toe", ttt_run), ("math", math_run), ("CookingWorld", cw_run))}
+useful = [name for name, row in late.items() if row["explained_variance"] >= 0.2]
+glue("critic_words", "In all three runs the critic explained less than a fifth of the returns' variance over "
+     "the second half, so PPO's advantages stayed close to REINFORCE's (the return minus a baseline)"
+     if not useful else f"The critic explained at least a fifth of the returns' variance over the second half in "
+     f"{' and '.join(useful)}, where its advantages carried less noise than REINFORCE's; less elsewhere", display=False)
+clip_top = max(row["clipfrac"] for row in late.values())
+glue("clip_words", f"Nor did the clip bind often: at most {clip_top:.3f} of the tokens were past it over a second "
+     "half. So the likeliest difference from REINFORCE here is reuse, several passes over each batch, with the clip "
+     "a rail these small steps seldom reached; this chapter does not test that (a run with one pass, or without "
+     "the clip, would)" if clip_top < 0.05 else f"The clip did bind: up to {clip_top:.3f} of the tokens were past it "
+     "over a second half, so it shaped the updates as well as the reuse of each batch", display=False)
+
 # %% [markdown]
 # A batch held {glue:text}`cw_episodes:.1f` episodes ({glue:text}`cw_batch_turns:.0f` turns) on
 # average, more than the {glue:text}`cw_min_turns` turns asked for: new games start until the
@@ -645,11 +661,8 @@ fig = learning_curves({"cookingworld": cw_run.history}, ["mean_return", "invalid
 # schedule had lowered the rate (to {glue:text}`math_lr_end` on average): small steps, not room
 # for a higher rate.
 #
-# **What the critic added.** In all three runs the critic explained little of the returns'
-# variance, so PPO's advantages stayed close to REINFORCE's. Nor did the clip bind often (the clip
-# fractions above): what PPO added here was reuse, several passes over each batch at a lower rate,
-# with the clip a rail these small steps seldom reached. On tic-tac-toe the counts above are
-# {glue:text}`ttt_rank_words`.
+# **What the critic added.** {glue:text}`critic_words`. {glue:text}`clip_words`. On tic-tac-toe
+# the counts above are {glue:text}`ttt_rank_words`.
 #
 # ## Summary
 #

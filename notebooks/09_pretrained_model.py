@@ -392,7 +392,7 @@ print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny mod
 # `benchmarks/pretrained_rl.py` trains SmolLM2 from its SFT checkpoint for 12 iterations of
 # REINFORCE on GuessTheNumber 1-50 in 7 turns, on a CPU, and judges it by greedy success on 200
 # held-out test games before and after. A seed sets the order of the SFT examples and the RL games,
-# so each seed is its own start. Its runs, several recipes over several seeds each, are kept in
+# so each seed is its own start. Its runs, each a recipe on one seed or several, are kept in
 # the repository's `benchmarks/results/pretrained_rl_cpu.jsonl`: *the record*, which the
 # {ref}`appendix <appendix-ch9>` shows recipe by recipe. The cell below reads
 # the record, groups its runs by recipe, and takes the recipe with the most seeds better beyond two
@@ -473,6 +473,12 @@ glue("best_recipe", best[2], display=False)
 # the prose below explains these three settings of the recipe: fail loudly if the record chose another
 assert all(part in best[2] for part in ("the find only", "KL penalty", "validation")), best[2]
 glue("best_start", best[0], display=False)
+# the record's starts are the benchmark's own SFT, not this page's: say how they were made
+bench_sft = PRESETS["small"].game(game).sft.get("max_steps")
+glue("start_bridge", f"These starts are not the SFT policy this page trained ({steps} steps on easy games, which won "
+     f"{success[(smol_name, 'hard')]:.3f} of the hard ones): the benchmark runs the `small` preset's SFT, "
+     f"{bench_sft} steps, on games from those ranges, and the seed table's \"before RL\" column is each seed's start on 1-50",
+     display=False)
 glue("record_lines", len(lines), display=False)
 glue("record_lines_worse", sum("worse" in v for v in verdicts.values()), display=False)
 glue("record_runs", sum(len(runs) for runs in lines.values()), display=False)
@@ -503,13 +509,14 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # %% [markdown]
 # The recipe, from the first table: SFT on GuessTheNumber games drawn from the ranges
 # {glue:text}`best_start` (so the policy learns to halve the range it is told rather than one fixed
-# sequence of guesses), then REINFORCE on 1-50. Five of its settings need a word. The training
+# sequence of guesses), then REINFORCE on 1-50. {glue:text}`start_bridge`. Five of its settings need
+# a word. The training
 # reward pays 1 for finding the number and 0 otherwise, dropping the game's partial reward for a
-# near guess. The KL penalty (chapter 6) holds the policy near its SFT start. The weights judged
+# near guess. The KL penalty (chapter 5's guard) holds the policy near its SFT start. The weights judged
 # after RL are those of the iteration that scored best on separate validation games, the start
 # included (this picks a checkpoint within one run; the choice among recipes above used the test
-# games). So a run whose RL never beat its start on validation keeps its start and ends where it
-# began: a seed with the same success before and after did that, and a fall is then unlikely. The temperature above 1 makes the sampler try moves its greedy answer never makes, which
+# games). So a run whose RL never beat its start on validation keeps its start: a seed with the
+# same success before and after did that, and with this guard a fall needs a lucky validation score. The temperature above 1 makes the sampler try moves its greedy answer never makes, which
 # REINFORCE needs in order to reinforce them. The CPU is named because the same seed on another
 # CPU rounds differently and trains other weights, so the record keeps runs of each CPU apart.
 #

@@ -20,7 +20,7 @@
 # games in flight, a bigger batch) runs the same loop on several: one process per GPU, each playing
 # its share of the games and training on its share of the turns. The command `accelerate launch`
 # (from Hugging Face's `accelerate` library) starts the processes, numbers them 0 to N-1 (a
-# process's number is its *rank*) and connects them. This chapter shows what changes in the book's
+# process's number is its *rank*, not to be confused with LoRA's rank r) and connects them. This chapter shows what changes in the book's
 # own REINFORCE and PPO loops for that, and what must not change: the update N processes take must
 # be the update one process would take on all of their turns. The terms new here (all-reduce, DDP,
 # micro-batch, rank) are also in the {doc}`glossary </book/glossary>`.
@@ -411,9 +411,11 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 #
 # ```{admonition} An answer
 # :class: dropdown
-# Interleaved, the N processes together play seeds s, s + 1, s + 2, ...: the same starting seeds
-# one process plays, whatever N (the sampled moves differ, each process drawing from its own random
-# stream), so a run on two processes trains on the games a run on one process starts. In
+# Interleaved, the N processes together play seeds s, s + 1, s + 2, ...: nearly the starting seeds
+# one process plays, whatever N (under a turn budget the processes play slightly different numbers
+# of games, so a few seeds near the end of an iteration may be skipped; the sampled moves differ too,
+# each process drawing from its own random stream), so a run on two processes trains on nearly the
+# games a run on one process starts. In
 # blocks, process r starts at s + r × `turns_per_iteration`: the processes together play other
 # games than one process would, so the games, and the result, depend on N. And the blocks must be
 # sized before play, while how many games an iteration uses depends on how long they last (the
@@ -429,8 +431,9 @@ say(f"8 tokens each: largest difference from the one-process gradient {differenc
 #
 # ```{admonition} An answer
 # :class: dropdown
-# Predict below the two-process run. Two processes share one core and do two thirds of the turns
-# on it, and every collective call waits for the slowest: at best 1.5 times the "1 process, 1
-# thread" row, against 2 for two processes, and a larger share of time synchronising (the process
-# with a core of its own waits at every call). Measure it alone, with nothing else on the cores.
+# Predict below the two-process run. The system time-shares three processes over two cores, so
+# each runs at about two thirds of a core, and every collective call waits for the slowest
+# process: at best 1.5 times the "1 process, 1 thread" row (three processes at two thirds of a
+# core each), against 2 for two processes, less the larger share of time spent waiting at each
+# collective call. Measure it alone, with nothing else on the cores.
 # ```
