@@ -31,6 +31,15 @@ backward). Two more rows time that scoring alone, grouped by length:
 
 ``--cases`` picks rows by name (without ``game order``, no speed relative to it is written).
 
+What a cheaper row does to the update's direction, beside its seconds (when ``by length`` runs
+first, the float32 gradient of every layer's adapters): ``gradient_cosine``, the cosine between
+the row's gradient and float32's over the adapters the row trains (1 up to rounding for the top
+layers alone: the loss is the same function of them; below 1 where bfloat16's rounding turns the
+direction), and for rows that train the top layers only, ``top_layers_share_l2`` and
+``top_layers_share_l1``, the share of float32's whole gradient (squared norm, absolute sum) that
+lies in those layers: roughly the share of a first SGD step's (L2) or a first Adam step's (L1,
+Adam moving each parameter about equally far) first-order gain that the top layers keep.
+
 The optimiser is SGD with learning rate 0, so every setting updates the same weights. Each
 setting runs ``--repeats`` times and keeps its fastest. Prints seconds, trained tokens per second
 (prompt and action tokens through the forward and backward), the share of padding, and each
@@ -62,6 +71,26 @@ from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
 def game_order_rows(batch: TurnBatch, size: int) -> list[torch.Tensor]:
     """Consecutive turns, as the update grouped them before it grouped them by length."""
     return list(torch.arange(len(batch)).split(size))
+
+
+def gradient_direction(model: torch.nn.Module, reference: dict[str, torch.Tensor] | None) -> dict[str, float]:
+    """How the gradient the last update left in ``model`` (the optimiser is SGD at rate 0, so it
+    stays) points against ``reference``, float32's gradient of every trained parameter: the cosine
+    over the parameters this row trained, and, where it trained fewer, the share of ``reference``'s
+    squared norm and absolute sum that those parameters hold. Empty without a reference."""
+    if reference is None:
+        return {}
+    grads = {key: p.grad.detach() for key, p in model.named_parameters() if p.grad is not None and key in reference}
+    if not grads:
+        return {}
+    mine = torch.cat([grad.flatten().double() for grad in grads.values()])
+    theirs = torch.cat([reference[key].flatten().double() for key in grads])
+    result = {"gradient_cosine": float(torch.nn.functional.cosine_similarity(mine, theirs, dim=0))}
+    if len(grads) < len(reference):  # the top layers only: what share of the whole gradient they hold
+        whole = torch.cat([grad.flatten().double() for grad in reference.values()])
+        result["top_layers_share_l2"] = float(theirs.square().sum() / whole.square().sum())
+        result["top_layers_share_l1"] = float(theirs.abs().sum() / whole.abs().sum())
+    return result
 
 
 def main() -> None:
@@ -119,7 +148,7 @@ def main() -> None:
                "turns": len(turns), "tokens": tokens, "action_tokens": action_tokens,
                "sample_seconds": round(sample_seconds, 1)}
     original = TurnBatch.microbatch_rows
-    rows, base = [], None
+    rows, base, reference = [], None, None  # reference: float32's gradient, every layer ("by length")
     for name, micro, grouping, dtype in cases:
         padded = sum(collate.numel() for collate in (
             TurnBatch.select(batch, r).model_inputs()["input_ids"] for r in (grouping or original)(batch, micro)))
@@ -144,15 +173,20 @@ def main() -> None:
                 best = min(best, time.perf_counter() - began)
             finally:
                 TurnBatch.microbatch_rows = original
+        direction = {} if name.startswith("KL reference") else gradient_direction(policy.model, reference)
+        if name == "by length":
+            reference = {key: p.grad.detach().clone() for key, p in policy.model.named_parameters() if p.grad is not None}
         for parameter in trainable:  # every layer's adapters train again for the next row
             parameter.requires_grad_(True)
         if name == "game order":
             base = best
         row = {"setting": name, "microbatch_turns": micro, "update_seconds": round(best, 2),
                "tokens_per_second": round(tokens / best, 1), "padding_share": round(1 - tokens / padded, 3),
-               "speed_vs_game_order": round(base / best, 2) if base else None}  # where game order ran first
+               "speed_vs_game_order": round(base / best, 2) if base else None,  # where game order ran first
+               **direction}
         print(f"{name:32s} {best:7.1f} s  {row['tokens_per_second']:7.1f} tokens/s  padding {row['padding_share']:.0%}"
-              + (f"  {row['speed_vs_game_order']:.2f}x" if base else ""), flush=True)
+              + (f"  {row['speed_vs_game_order']:.2f}x" if base else "")
+              + "".join(f"  {key} {value:.4f}" for key, value in direction.items()), flush=True)
         rows.append(row)
         if args.out:  # at once: a run cut off keeps what it measured
             with open(args.out, "a") as handle:
