@@ -328,17 +328,28 @@ if memorisation.verdict == "worse" and whole_gap.verdict == "worse":
 elif memorisation.verdict == "worse":
     reading = ("New games of the training fold went worse beyond noise, but new games of the test fold did not. A drop "
                "that the held-out fold does not share is not shown to be memorisation, and this run does not "
-               "identify its cause.")
+               "identify its cause: the expert's own success on those seeds, or a second block of unseen seeds, "
+               "would say whether these games are simply harder.")
 elif whole_gap.verdict == "worse":
     reading = ("The test games went worse than the training games beyond noise, and the unseen train-fold games "
                "did not: that is fold shift, what the test fold asks that the training fold did not show.")
 else:
     reading = ("No set of new games went worse than the training games beyond noise in success: by that measure "
                "this run shows no memorisation larger than its two standard errors.")
-reading += (" Plan length does not explain any difference: the sets' gold paths are of about the same mean length."
-            if lengths_alike else " The sets' gold paths differ in mean length by "
-            f"{max(L) - min(L):.2f} steps: one visible way in which the sets differ, which could move "
-            "success, since a shorter plan leaves more steps for detours.")
+# plan length, read for each change beyond noise on the pair of sets that change compares
+pairs = [(memorisation, 0, 1, "the training games to the unseen train-fold games"),
+         (fold_shift, 1, 2, "the unseen train-fold games to the test games"),
+         (whole_gap, 0, 2, "the training games to the test games")]
+changed = [(a, b, words) for change, a, b, words in pairs if change.verdict != "noise"]
+if not changed:
+    reading += (" Plan length does not explain any difference: the sets' gold paths are of about the same mean length."
+                if lengths_alike else " The sets' gold paths differ in mean length by "
+                f"{max(L) - min(L):.2f} steps, with no change of success beyond noise to explain.")
+for a, b, words in changed[:1]:  # the first change beyond noise, in the order the prose reads them
+    reading += (f" Plan length does not explain the change from {words}: their gold paths average "
+                f"{L.iloc[a]:.2f} and {L.iloc[b]:.2f} steps." if abs(L.iloc[a] - L.iloc[b]) < 0.5 else
+                f" The gold paths of the change from {words} differ in mean length ({L.iloc[a]:.2f} against "
+                f"{L.iloc[b]:.2f} steps), which could move success: a shorter plan leaves more steps for detours.")
 glue("folds_reading", reading, display=False)
 # how the games that were not won ended: at the step limit, or earlier (a loss the game declared)
 cut = folds["truncated_rate"]
