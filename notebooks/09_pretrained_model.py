@@ -494,6 +494,17 @@ draws = {(row["before_minimax_draw_rate"], row["after_minimax_draw_rate"]) for r
 glue("ttt_draw_words", f"stayed at {draws.pop()[0]:.3f}" if len(draws) == 1 and len({*next(iter(draws))}) == 1
      else "moved: " + "; ".join(f"{b:.3f} to {a:.3f}" for b, a in sorted(draws)), display=False)
 glue("ttt_games", ttt[0]["eval_episodes"], display=False)
+wins = sorted({(row["before_random_win_rate"], row["after_random_win_rate"]) for row in ttt})
+glue("ttt_wins_words", f"{wins[0][0]:.3f} to {wins[0][1]:.3f} in each run" if len(wins) == 1 else
+     "; ".join(f"{before:.3f} to {after:.3f}" for before, after in wins), display=False)
+same = {(row["iterations"], row["turns_per_iteration"], row["temperature"], row.get("kl_coef") or 0,
+         row.get("validate_every") or 0) for row in ttt}
+iterations, turns, temperature, kl, validate = same.pop() if len(same) == 1 else (None,) * 5
+glue("ttt_recipe_words", f"{iterations} iterations of at least {turns} turns at temperature {temperature:g}, the game's "
+     "own reward" + (f", a KL penalty β {kl:g}" if kl else ", no KL penalty")
+     + (", weights chosen on validation games" if validate else " and no validation: the weights judged are the "
+        "last, so, unlike the GuessTheNumber recipe's, nothing kept the start if RL made it worse")
+     if iterations else "recipes that differ in more than the learning rate (the appendix lists each)", display=False)
 glue("ttt_noise", max(compare_rates("", row["before_random_loss_rate"], row["after_random_loss_rate"],
                                     row["eval_episodes"], higher_is_better=False).noise for row in ttt), display=False)
 glue("ttt_worse", sum(compare_rates("", row["before_random_loss_rate"], row["after_random_loss_rate"],
@@ -529,8 +540,9 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # {glue:text}`record_lines_worse:d` fell in at least one seed (the appendix shows each).
 #
 # Tic-tac-toe went the other way. The record also holds {glue:text}`ttt_runs:d` runs of REINFORCE
-# on SmolLM2 playing x against chapter 5's mixture of opponents: one seed's SFT start, at two
-# learning rates, each judged on {glue:text}`ttt_games:d` greedy games against each opponent:
+# on SmolLM2 playing x against chapter 5's mixture of opponents, from one seed's SFT start (the
+# `small` preset's tic-tac-toe SFT, on chapter 3's expert games), at two learning rates:
+# {glue:text}`ttt_recipe_words`. Each was judged on {glue:text}`ttt_games:d` greedy games against each opponent:
 
 # %%
 ttt = [row for row in record if row["task"] == "ttt-x"]  # the record's tic-tac-toe runs
@@ -542,7 +554,8 @@ pd.DataFrame({f"seed {row['seed']}, lr {row['learning_rate']:g}": {
     for row in ttt}).style.format("{:.3f}")
 
 # %% [markdown]
-# Losses to the random opponent rose from {glue:text}`ttt_loss_before` to
+# Wins against the random opponent went from {glue:text}`ttt_wins_words`, and losses to it rose from
+# {glue:text}`ttt_loss_before` to
 # {glue:text}`ttt_loss_after` (worse beyond two standard errors, about {glue:text}`ttt_noise:.3f`, in
 # {glue:text}`ttt_worse:d` runs), and draws
 # against minimax {glue:text}`ttt_draw_words`. {glue:text}`ttt_minimax_words` So RL made the
