@@ -379,9 +379,12 @@ print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny mod
 # %% [markdown]
 # On this machine an iteration of {glue:text}`rl_turns:.0f` turns took {glue:text}`rl_seconds:.0f` s
 # ({glue:text}`rl_turns_per_second:.2f` turns a second), {glue:text}`rl_sample_share:.0%` of it
-# sampling the actions and the rest the update, a forward and backward pass over every turn. An SFT
-# step of SmolLM2 took {glue:text}`sft_step_ratio:.0f` times the tiny model's, and this process has
-# held up to {glue:text}`peak_gb:.1f` GB of memory. Chapter 5's tiny-model GuessTheNumber run plays at
+# sampling the actions and the rest the update, a forward and backward pass over every turn. (The
+# mean return counts the game's partial reward for a last guess near the secret, so it can sit well
+# above the sampled success; a batch holds more turns than asked because the games in play finish.)
+# An SFT step of SmolLM2 took {glue:text}`sft_step_ratio:.0f` times the tiny model's, and this
+# notebook's process, with both models, their copies and every evaluation so far, has held up to
+# {glue:text}`peak_gb:.1f` GB of memory. Chapter 5's tiny-model GuessTheNumber run plays at
 # least {glue:text}`tiny_rl_turns:,d` turns; at this speed that many SmolLM2 turns would take
 # {glue:text}`rl_hours:.1f` hours. RL long enough to help this model does not fit a chapter built on
 # a CPU, so the next section reads runs recorded by `benchmarks/pretrained_rl.py`.
