@@ -605,12 +605,14 @@ glue("differ_rejected",
 glue("token_stand_in",
      f"The row 'tokens differ' holds this run's {differ_count['sampled (T=1)']} differing sampled turns."
      if differ_count["sampled (T=1)"] else
-     "No sampled turn of this run differs, so one turn cut two tokens early by hand stands in for them.")
+     "In this run re-tokenisation changed no sampled action, so the trap is shown on one action cut two tokens "
+     "early by hand, as the token limit cuts one: re-encoded, the cut text gains an end-of-turn token the sampler "
+     "never drew, and the trainer scores that token too.")
 
 # %% [markdown]
 # Measured here: {glue:text}`sampled_differ:d` of {glue:text}`sampled_turns:d` sampled turns and
 # {glue:text}`greedy_differ:d` of {glue:text}`greedy_turns:d` greedy turns give other ids when their
-# text is tokenised again (every row of the table but `same tokens`). {glue:text}`differ_rejected`
+# text is tokenised again (the table's rows other than `same tokens`, if any). {glue:text}`differ_rejected`
 # The table below gives, per group of sampled turns, the gap
 # between the log-probability the sampler recorded and the one the trainer computes, on the sampled
 # ids and on the text tokenised again. At unchanged weights it is the log of the importance ratio
