@@ -294,9 +294,8 @@ for label, key in (("ReBN (batch baseline)", "toy_rebn"), ("baseline per state",
 # {glue:text}`toy_rebn_start:.4f` to {glue:text}`toy_rebn_end:.4f` with ReBN, and from
 # {glue:text}`toy_state_start:.4f` to {glue:text}`toy_state_end:.4f` with a baseline per state.
 # That is the toy's lesson, from one seed: a baseline that ignores the state can push a confident
-# policy off its best moves. On the language model the recorded runs do not show it: there the
-# two baselines ended within noise of each other (see {ref}`the appendix
-# <appendix-ch5>`, and the short runs at the end of this chapter).
+# policy off its best moves. On the language model the recorded runs do not show it
+# ({ref}`the appendix <appendix-ch5>`, and the short runs at the end of this chapter).
 #
 # The library's baseline per state (`rebn_by_state`, the default) takes the state to be the
 # prompt; a state seen once in the batch falls back to the batch mean, and the centred returns are
@@ -541,15 +540,14 @@ fig = learning_curves({"the recipe": ttt_run.history}, ["mean_return", "invalid_
 # from any run's `history`:
 #
 # - **the sampled return falls** and stays down;
-# - **the invalid rate rises**: the policy writes moves the game rejects, which forfeit;
-# - **the entropy rises**: learnt moves are lost (a collapse of performance, not of entropy);
+# - **the invalid rate rises**: moves the game rejects, each a forfeit;
+# - **the entropy rises**: learnt moves are lost;
 # - **the gradient norm rises**: large advantages fall on tokens of low probability.
 #
-# The surest way to see a collapse is to cause one: below, this chapter's tic-tac-toe recipe with
+# The surest way to see a collapse is to cause one: this chapter's tic-tac-toe recipe with
 # six times its learning rate, from the same start, on the same games. It also *validates*
-# (`validate_every`): every two iterations it plays 50 greedy games on seeds of their own and, at
-# the end, keeps the weights that scored best, the start included. The figure puts its curves beside the recipe's first
-# iterations. Half the training games are against minimax, where a draw is the best result, so
+# (`validate_every`): every two iterations it plays 50 greedy games on seeds of their own and keeps
+# the weights that scored best, the start included. The figure puts its curves beside the recipe's. Half the training games are against minimax, where a draw is the best result, so
 # the sampled return tops out near +0.5.
 
 # %%
@@ -696,13 +694,11 @@ glue("verdict_advice", {True: f"That is this chapter's recipe: its run above tra
 # Without a guard the sampled return (10-iteration mean) fell to {glue:text}`collapse_low:+.2f` by
 # iteration {glue:text}`collapse_low_at`, and losses to random rose from
 # {glue:text}`collapse_start_losses:.3f` to {glue:text}`collapse_none_losses:.3f`. A smaller step is
-# the cheaper guard (no extra forward pass through the frozen SFT model), so the recipe at half the rate was run on 18
+# the cheaper guard (no pass through a frozen SFT model), so the recipe at half the rate was run on 18
 # {term}`verdict cells <Verdict cells>`, starts whose seeds were fixed before any ran: {glue:text}`verdict_count`.
-# {glue:text}`verdict_advice` The level, 0.85 of greedy games drawn against minimax, was written down
-# before those cells ran: a perfect player draws every such game and this chapter's SFT start drew
-# {glue:text}`ttt_draws_before:.2f`, so 0.85 asks for most of the way, and two standard errors over 200
-# games there (about 0.05) keep a run that reaches it clear of the start. A recipe holds if at least
-# 90% of its verdict cells reach the level and none loses to random more often beyond noise.
+# {glue:text}`verdict_advice` The level, fixed before those cells ran, asks for most of the way from
+# the start's {glue:text}`ttt_draws_before:.2f` to a perfect player's 1; a recipe holds if 90% of its
+# cells reach it and none loses to random more often beyond noise.
 #
 # ## What the baseline changes
 #
@@ -739,7 +735,6 @@ prompts = Counter(tuple(turn.prompt_ids) for turn in ttt_batch.turns)  # the bat
 glue("ablation_iterations", short, display=False)
 for name, key in (("baseline per state", "state"), ("GEM's ReBN", "rebn"), ("raw returns", "raw")):
     glue(f"ablation_{key}_draws", ablation_draws[name], display=False)
-    glue(f"ablation_{key}_return", table.loc[name, "mean sampled return"], display=False)
 glue("ablation_noise", widest.noise, display=False)
 glue("ablation_start_draws", before_minimax["draw_rate"], display=False)
 glue("ablation_spread", "within" if widest.verdict == "noise" else "larger than", display=False)
@@ -750,9 +745,7 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 # with room to move, were {glue:text}`ablation_state_draws:.3f` with the baseline per state,
 # {glue:text}`ablation_rebn_draws:.3f` with ReBN and {glue:text}`ablation_raw_draws:.3f` with raw
 # returns (the SFT start drew {glue:text}`ablation_start_draws:.3f`): a spread {glue:text}`ablation_spread` the noise of 200 games (two standard errors:
-# {glue:text}`ablation_noise:.3f`). The mean sampled returns over the runs were
-# {glue:text}`ablation_state_return:+.3f`, {glue:text}`ablation_rebn_return:+.3f` and
-# {glue:text}`ablation_raw_return:+.3f`. One run each does not rank the three. Over many seeds the recorded runs (appendix) found the two baselines within noise
+# {glue:text}`ablation_noise:.3f`). One run each does not rank the three. Over many seeds the recorded runs (appendix) found the two baselines within noise
 # of each other. One reason: only {glue:text}`recurring_share:.0f`% of the turns in the batch
 # collected at the start of the chapter share their prompt with another turn, and the baseline per
 # state treats the rest as ReBN does.
@@ -765,11 +758,10 @@ glue("recurring_share", 100 * sum(c for c in prompts.values() if c > 1) / len(tt
 # - One REINFORCE step is returns, a baseline, and an importance-weighted loss over the action
 #   tokens: a screenful.
 # - The reward must say what you want: during training an illegal move forfeits the game.
-# - A baseline that ignores the state made a confident tabular policy leave its best opening
-#   several times more often; on
+# - A baseline that ignores the state can push a confident tabular policy off its best opening; on
 #   the language model the recorded runs show the two baselines within noise.
-# - RL needs room and exploration: a nearly deterministic policy gives REINFORCE almost nothing to
-#   compare; tic-tac-toe's missed blocks against minimax are what RL can fix.
+# - RL needs room and exploration: a nearly deterministic policy gives REINFORCE nothing to
+#   compare; tic-tac-toe's missed blocks are what RL can fix.
 # - A run can collapse when its steps are too large: watch the return, the invalid rate, the
 #   entropy and the gradient norm together, and keep the weights that do best on validation games.
 #   A smaller step changes the run itself; judge a guard on starts fixed before you look.

@@ -209,8 +209,7 @@ pd.DataFrame({
 }).astype(str)
 
 # %% [markdown]
-# The rows that agree are the conditions held equal; the rows that differ (the baseline, the
-# answers per update, the passes over each batch) are what is compared. A *seed* here numbers a
+# The rows that agree are held equal; the rows that differ are what is compared. A *seed* here numbers a
 # generated math problem: all three train on the same seeds (the first row), and are tested on
 # others. One more difference: GRPO's batches
 # hold {glue:text}`grpo_batch_answers:d` answers to {glue:text}`grpo_prompts:d` problems, the
@@ -384,11 +383,9 @@ glue("ppo_epochs", int(ppo_math.ppo_epochs), display=False)
 # {glue:text}`curve_end_ppo:.3f` (PPO) and {glue:text}`curve_end_grpo:.3f` (GRPO). The right plot
 # also counts what each algorithm does per token: PPO makes a forward pass for its old
 # log-probabilities, then {glue:text}`ppo_epochs:d` update passes over each batch; GRPO and
-# REINFORCE make one update pass. Counted in optimiser steps, this run took
-# {glue:text}`reinforce_optimiser_steps:d` for REINFORCE (one a batch),
-# {glue:text}`ppo_optimiser_steps:d` for PPO ({glue:text}`ppo_epochs:d` passes of
-# {glue:text}`ppo_minibatches:d` minibatches a batch) and {glue:text}`grpo_optimiser_steps:d` for
-# GRPO (one a batch, its batches being smaller); the cost table gives the seconds each took. Both plots are sampled accuracy on training problems, at the training temperature; the
+# REINFORCE make one update pass (the optimiser steps each took are counted above, PPO's as
+# {glue:text}`ppo_epochs:d` passes of {glue:text}`ppo_minibatches:d` minibatches a batch); the cost
+# table gives the seconds. Both plots are sampled accuracy on training problems, at the training temperature; the
 # greedy table above is the test. GRPO's own diagnostics follow. Its mean return (left panel: the
 # mean reward of a step's answers) sits above its sampled accuracy, about
 # {glue:text}`grpo_return_mean:.3f` against {glue:text}`grpo_sampled_mean:.3f` on average, because
@@ -410,12 +407,12 @@ fig = learning_curves({"GRPO (TRL)": grpo_history}, ["mean_return", "frac_reward
 #   which also makes groups agree.
 # - **Entropy rising**: probability is being spread over other wrong answers. The usual first
 #   remedy (not tried here): a lower learning rate.
-# - **A fall in the mean return that lasts**: the updates are moving the policy away from answers it got
-#   right; a dip that recovers within a few steps is a run of hard problems.
+# - **A lasting fall in the mean return**: the updates move the policy off answers it got right (a
+#   dip that recovers within a few steps is a run of hard problems).
 #
 # In this run the tied share was {glue:text}`grpo_zero_std_first:.3f` in the first half and
 # {glue:text}`grpo_zero_std_second:.3f` in the second, and the mean return averaged
-# {glue:text}`grpo_return_mean:.3f`: the first sign, a high tied share, is the one this run shows.
+# {glue:text}`grpo_return_mean:.3f`.
 #
 # ## Where GRPO fits: one move, checked on the spot
 #

@@ -282,11 +282,10 @@ glue("terms_sizes", f"both {sizes[0]} noise" if sizes[0] == sizes[1] else f"the 
 # {glue:text}`games_change:+.3f` ({glue:text}`games_size` its two standard errors of
 # {glue:text}`games_noise:.3f`), and changing the decoding by {glue:text}`decoding_change:+.3f`
 # ({glue:text}`decoding_size` {glue:text}`decoding_noise:.3f`).
-# A term's bar is narrower than the bar of one difference of two rates: a term is half a signed
-# sum of the four corners, and its sampled corners are means over the three draws. With
-# $v = \hat p(1-\hat p)/n$ a corner's variance, a term's variance is $\tfrac14$ of the four $v$
-# added, the two sampled corners' $v$ divided by the $D$ draws (`averaged_term_noise`). So an
-# averaged term can be beyond its bar while each single comparison it pools stays within its own.
+# A term is half a signed sum of the four corners, its sampled corners means over the $D$ draws:
+# with $v = \hat p(1-\hat p)/n$ a corner's variance, its variance is $\tfrac14$ of the four $v$,
+# the sampled ones divided by $D$ (`averaged_term_noise`). So a term's bar is narrower than one
+# comparison's, and a term can be beyond its bar while each comparison it pools is within its own.
 # Sections a and b take the two terms apart.
 #
 # ## a. Which games: seen, unseen of the same fold, held out
@@ -356,10 +355,12 @@ cut = folds["truncated_rate"]
 for key, i in (("seen", 0), ("unseen", 1), ("test", 2)):
     glue(f"{key}_cut", cut.iloc[i], display=False)
     glue(f"{key}_invalid", folds["invalid_rate"].iloc[i], display=False)
-    glue(f"{key}_cut_of_lost", cut.iloc[i] / max(1 - F.iloc[i], 1 / n), display=False)
-wandered = [name for i, name in enumerate(("training games", "unseen train-fold games", "test games"))
-            if cut.iloc[i] / max(1 - F.iloc[i], 1 / n) > 0.5]
-every = all(cut.iloc[i] >= (1 - F.iloc[i]) - 1e-9 for i in range(3))  # each game not won ran to the limit
+cut_of_lost = [cut.iloc[i] / max(1 - F.iloc[i], 1 / n) for i in range(3)]  # of the games not won
+for key, share in zip(("seen", "unseen", "test"), cut_of_lost):
+    glue(f"{key}_cut_of_lost", share, display=False)
+wandered = [name for name, share in zip(("training games", "unseen train-fold games", "test games"), cut_of_lost)
+            if share > 0.5]
+every = all(share > 1 - 1e-9 for share, won in zip(cut_of_lost, F) if won < 1)  # each game not won hit the limit
 glue("wander_words", ("So every game not won ran to the step limit, on every set: none was lost earlier"
                       if every else f"So on the {' and the '.join(wandered)} the policy failed mostly by wandering "
                       "until the limit") + "; section b looks at one way of wandering, a loop." if wandered else
@@ -859,8 +860,8 @@ glue("limit_answer",
      "of a lag.", display=False)
 
 # %% [markdown]
-# A whisker is two standard errors of its bar's own rate, not of a difference; where a pair was
-# played on the same games (sections b, c, e) the verdict uses the narrower paired bar. Of the
+# A whisker is two standard errors of its bar's own rate; pairs played on the same games
+# (sections b, c, e) are judged with the narrower paired bar. Of the
 # chapter's
 # {glue:text}`effect_count:d` comparisons, {glue:text}`real_count:d` exceed two standard errors in
 # this run: {glue:text}`real_effects`.
@@ -869,12 +870,11 @@ glue("limit_answer",
 # This run cannot answer that directly:
 #
 # - {glue:text}`gap_answer`
-# - The averaged terms of the 2x2 table, games and decoding, moved success here by {glue:text}`games_change:+.3f` and
-#   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`), for this policy in this world.
+# - The 2x2 table's games and decoding terms: {glue:text}`games_change:+.3f` and
+#   {glue:text}`decoding_change:+.3f` ({glue:text}`terms_sizes`).
 # - {glue:text}`limit_answer`
-# - A prompt laid out unlike the data's can lower whichever curve reads it: here
-#   {glue:text}`layout_words`; whether the tutorial's evaluation built its prompts unlike its
-#   training, this run does not test.
+# - A prompt laid out unlike the data's lowers the curve that reads it: here
+#   {glue:text}`layout_words`. Whether the tutorial's evaluation did so is not tested here.
 #
 # What to take away:
 #
