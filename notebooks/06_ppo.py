@@ -369,8 +369,8 @@ glue("ttt_kl_top_at", top + 1, display=False)
 glue("ttt_kl_top_ratio", kl_curve[top] / max(statistics.median(kl_curve), 1e-12), display=False)
 harmless = top not in before_worst and after_top <= 2 * statistics.median(invalid_curve)
 glue("ttt_kl_top_words", f"was followed by no rise in invalid moves (at most {after_top:.3f} a move in the next three "
-     "batches): in this run a spike in approx-KL did not predict trouble, and the diagnostics do not show what "
-     "caused the dip" if harmless else
+     "batches): in this run a spike in approx-KL did not predict trouble" + (
+         "" if worst == 0 else ", and the diagnostics do not show what caused the dip") if harmless else
      f"was followed by invalid moves of up to {after_top:.3f} a move in the next three batches: there, an update "
      "that moved the policy further than most came before the trouble", display=False)
 # PPO at the rate chapter 5's recipe was tuned at: the earlier recipe's runs against the same mixed opponent
@@ -424,7 +424,7 @@ glue("ttt_rank_words", rank, display=False)
 # to {glue:text}`ttt_invalid_after:.3f` per move, {glue:text}`ttt_invalid_verdict`.
 #
 # One run is one draw. Over the recorded runs the recipe was chosen on, the draws ended at or above
-# 0.85 in {glue:text}`ppo_level_cells`; {glue:text}`ppo_untuned`. Chapter 5's REINFORCE recipe,
+# 0.85 in {glue:text}`ppo_level_cells`, and {glue:text}`ppo_untuned`. Chapter 5's REINFORCE recipe,
 # under the same evaluation, ended at or above it in {glue:text}`reinforce_level_cells` from unperturbed starts and
 # {glue:text}`reinforce_untuned` ({ref}`the appendix <appendix-ch6>`).
 #
@@ -611,7 +611,9 @@ glue("critic_words", "In all three runs the critic explained less than a fifth o
      f"{' and '.join(useful)}, where its advantages carried less noise than REINFORCE's; less elsewhere", display=False)
 clip_top = max(row["clipfrac"] for row in late.values())
 glue("clip_words", f"Nor did the clip bind often: at most {clip_top:.3f} of the tokens were past it over a second "
-     "half. So the likeliest difference from REINFORCE here is reuse, several passes over each batch, with the clip "
+     f"half. So the likeliest difference from REINFORCE here is reuse, {ttt_settings.ppo_epochs} passes over each "
+     "batch" + (" at a lower learning rate" if ttt_settings.learning_rate < reinforce_settings.learning_rate else "")
+     + ", with the clip "
      "a rail these small steps seldom reached; this chapter does not test that (a run with one pass, or without "
      "the clip, would)" if clip_top < 0.05 else f"The clip did bind: up to {clip_top:.3f} of the tokens were past it "
      "over a second half, so it shaped the updates as well as the reuse of each batch", display=False)

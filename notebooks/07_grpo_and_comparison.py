@@ -496,8 +496,8 @@ glue("ttt_invalid_reading",
      "move matters, while the test asks for the greedy move in the positions of the policy's own games, another "
      "mix of positions; a reward on sampled moves does not by itself keep the greedy move legal there."
      if invalid_rose else
-     "Illegal moves did not rise beyond noise against either opponent, which is what the −1 training gave "
-     "each of them should produce.")
+     "Illegal moves did not rise beyond noise against either opponent, as the −1 reward for an illegal "
+     "move in training should ensure.")
 glue("ttt_summary",
      f"GRPO on single tic-tac-toe moves took the draws against minimax from {ttt_draws.before:.3f} to "
      f"{ttt_draws.after:.3f} ({'beyond' if ttt_draws.verdict != 'noise' else 'within'} noise)"

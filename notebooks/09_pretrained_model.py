@@ -479,7 +479,7 @@ glue("best_start", best[0], display=False)
 # the record's starts are the benchmark's own SFT, not this page's: say how they were made
 bench_sft = PRESETS["small"].game(game).sft.get("max_steps")
 glue("start_bridge", f"These starts are not the SFT policy this page trained ({steps} steps on easy games, which won "
-     f"{success[(smol_name, 'hard')]:.3f} of the hard ones): the benchmark runs the `small` preset's SFT, "
+     f"{success[(smol_name, 'hard')]:.3f} of the hard ones): the benchmark runs the small preset's SFT, "
      f"{bench_sft} steps, on games from those ranges, and the seed table's \"before RL\" column is each seed's start on 1-50",
      display=False)
 glue("record_lines", len(lines), display=False)
