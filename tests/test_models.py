@@ -79,6 +79,24 @@ def test_lora_wraps_the_model_and_trains_only_adapters(tiny_cache):
     assert policy.generate(["Board:"], max_new_tokens=3)  # still generates
 
 
+def test_new_lora_adapters_start_from_their_seed_whatever_the_process_drew_before(tiny_cache):
+    # a benchmark that trains seed 2's SFT after seed 1's RL in one process once got another start
+    # than the same command alone: the adapters' initial values came from torch's global generator
+    def adapters(**seed):
+        policy = models.load_policy("tiny", tiny_config=SMALL, lora={"r": 4, "lora_alpha": 8}, **seed)
+        return {name: p.detach().clone() for name, p in policy.model.named_parameters() if "lora_A" in name}
+
+    torch.manual_seed(1)
+    first = adapters()
+    torch.rand(1000)  # what an earlier run in this process might have drawn
+    caller = torch.get_rng_state()
+    again = adapters()
+    assert torch.equal(torch.get_rng_state(), caller)  # the caller's stream is left as it was
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    other = adapters(lora_seed=1)
+    assert not all(torch.equal(first[k], other[k]) for k in first)  # another seed, another start
+
+
 def test_a_saved_folder_loads_through_the_pretrained_path(tiny_policy, tmp_path):
     tiny_policy.model.save_pretrained(tmp_path)
     tiny_policy.tokenizer.save_pretrained(tmp_path)

@@ -128,7 +128,9 @@ def lora_for(preset: Preset):
 
 def sft_dir(game: str, preset: Preset) -> Path:
     key = _key(game, str(expert_data_path(game, preset).name), asdict(sft_settings(game, preset)), preset.model,
-               asdict(TinyConfig()) if preset.model == "tiny" else None, preset.lora if is_pretrained(preset.model) else None)
+               asdict(TinyConfig()) if preset.model == "tiny" else None,
+               # adapters drawn from the SFT seed (``load_policy``'s lora_seed): checkpoints made before it are not reused
+               {"lora": preset.lora, "init": "seeded"} if is_pretrained(preset.model) else None)
     return cache_root() / "sft" / f"{game}-{key}"
 
 
@@ -154,7 +156,8 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
             if not durable.recover(folder):  # none, or one whose training was killed: (re)trained whole
                 if _trained_elsewhere(folder):  # a staged run began since the wait: wait for it
                     continue
-                policy = load_policy(preset.model, lora=lora_for(preset))
+                # a seed is a whole start: the adapters' initial values as well as the examples' order
+                policy = load_policy(preset.model, lora=lora_for(preset), lora_seed=settings.seed)
                 # the trainer's live table and log lines only when asked for (a notebook would fill with them)
                 train_sft(policy, expert_data(game, preset, progress=progress), replace(settings, progress=progress),
                           output_dir=folder)

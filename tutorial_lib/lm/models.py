@@ -228,6 +228,7 @@ def load_policy(
     device: str | None = None,
     dtype: torch.dtype | None = None,
     tiny_config: TinyConfig | None = None,
+    lora_seed: int = 0,
     **policy_options,
 ) -> LanguagePolicy:
     """Load ``name`` (``"tiny"``, an :data:`OFFLINE_MODELS` name, a hub id or a local folder) as a policy.
@@ -235,7 +236,8 @@ def load_policy(
     ``lora`` wraps the model in PEFT LoRA adapters (only they train); a folder of saved adapters
     loads them trainable unless ``lora=False``. ``load_in_4bit`` quantises the
     frozen base weights with bitsandbytes (QLoRA), which needs a CUDA GPU. ``policy_options`` go to
-    :class:`LanguagePolicy` (``sampling``, ``history_window``, ``seed``).
+    :class:`LanguagePolicy` (``sampling``, ``history_window``, ``seed``). New adapters start from
+    ``lora_seed``: their random initial values never depend on what this process drew before.
     """
     if not isinstance(name, str) or not name:
         raise ValueError("name must be 'tiny', a Hugging Face Hub id or a local model folder")
@@ -301,7 +303,13 @@ def load_policy(
     if lora:
         from peft import get_peft_model
 
-        model = get_peft_model(model, lora_config(lora))
+        # LoRA draws its initial A matrices from torch's global generator: from a seed of their own,
+        # so that training the same recipe gives the same checkpoint whatever ran before it in this
+        # process (a benchmark's earlier seed, a notebook's earlier cells), and the caller's stream
+        # is left as it was
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(lora_seed)
+            model = get_peft_model(model, lora_config(lora))
         if name in OFFLINE_MODELS:
             # saved adapters name their base by this name, not by a path inside this machine's cache
             model.peft_config["default"].base_model_name_or_path = name
