@@ -7,8 +7,8 @@
     python benchmarks/pretrained_rl.py --preset ci --tasks ttt-x gtn-100 --seeds 0 --iterations 1 \
         --episodes 10 --out /tmp/try.jsonl                                     # the tiny model: a quick try
 
-Each run starts from the preset's SFT checkpoint of the task's game with data-order seed ``s``
-(trained here if the cache has none), evaluates it greedily, runs the preset's RL recipe with RL
+Each run starts from the preset's SFT checkpoint of the task's game with seed ``s`` (the examples'
+order and, for a pretrained model, the LoRA adapters' initial values; trained here if the cache has none), evaluates it greedily, runs the preset's RL recipe with RL
 seed ``s`` on the task's training options, and evaluates again on the same games. The tasks are
 those the book's claim rests on (a pretrained model that RL makes better):
 
