@@ -8,8 +8,9 @@
         --episodes 10 --out /tmp/try.jsonl                                     # the tiny model: a quick try
 
 Each run starts from the preset's SFT checkpoint of the task's game with seed ``s`` (the examples'
-order and, for a pretrained model, the LoRA adapters' initial values; trained here if the cache has none), evaluates it greedily, runs the preset's RL recipe with RL
-seed ``s`` on the task's training options, and evaluates again on the same games. The tasks are
+order and, for a pretrained model, the LoRA adapters' initial values; trained here if the cache has
+none), evaluates it greedily, runs the preset's RL recipe with RL seed ``s`` on the task's training
+options, and evaluates again on the same games. The tasks are
 those the book's claim rests on (a pretrained model that RL makes better):
 
 * ``ttt-x``, ``ttt-o``: tic-tac-toe playing x (first) or o (second) only; REINFORCE against the

@@ -103,7 +103,8 @@ def _sft(args) -> int:
     if args.save_steps is not None:
         settings.save_steps = args.save_steps
     with distributed.main_first():  # a model built on first use (the tiny one) is built once
-        policy = load_policy(preset.model, lora=lora_for(preset), load_in_4bit=args.load_in_4bit)
+        policy = load_policy(preset.model, lora=lora_for(preset), load_in_4bit=args.load_in_4bit,
+                             lora_seed=settings.seed)  # the adapters sft_policy would start from
     if args.load_in_4bit:
         settings.optim = "paged_adamw_8bit"
     # Progress and the Trainer's log lines go to stderr: stdout is the one JSON line below.

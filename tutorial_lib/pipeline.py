@@ -139,7 +139,8 @@ def sft_policy(game: str, preset: Preset, *, data_seed: int | None = None, progr
     """Chapter 4's fine-tuned policy for ``game``, from the cache or trained now (and cached).
 
     ``data_seed`` trains the same recipe with another order of the examples, and for a pretrained
-    model other initial LoRA adapters (the multi-seed studies of ``benchmarks/``); ``None`` or the preset's own seed is chapter 4's checkpoint.
+    model other initial LoRA adapters (the multi-seed studies of ``benchmarks/``); ``None`` or the
+    preset's own seed is chapter 4's checkpoint.
     """
 
     settings = sft_settings(game, preset)
