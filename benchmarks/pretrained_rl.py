@@ -36,6 +36,8 @@ keeps the game's own rules, so its success rate compares with runs on the game's
 natively (``benchmarks/results/pretrained_rl_cost.jsonl``); its own runs show what it does to learning.
 ``--train-top-layers N`` trains only the adapters of the top N decoder layers (the lower ones keep
 the SFT start's), so the backward pass runs through N layers instead of all of them.
+``--pack-games`` scores each game's turns in one forward pass (:mod:`tutorial_lib.rl.packed_games`):
+the same log-probs up to rounding, the history the turns repeat computed once.
 ``--kl-coef`` takes a KL penalty to the SFT start from each turn's reward (the ``kl_coef`` of the
 RL settings; the per-iteration ``kl_ref`` curve shows how far the policy went).
 ``--validate-every N`` chooses the run's model on held-out games (:mod:`tutorial_lib.rl.validation`):
@@ -187,11 +189,11 @@ def rl_run_settings(task: str, seed: int, preset, args):
                        iterations=args.iterations, learning_rate=args.learning_rate, num_envs=args.num_envs,
                        turns_per_iteration=args.turns, temperature=args.temperature,
                        kl_coef=args.kl_coef, update_dtype=args.update_dtype,
-                       train_top_layers=args.train_top_layers, **validation)
+                       train_top_layers=args.train_top_layers, pack_games=args.pack_games or None, **validation)
 
 
 #: settings added after the first runs were recorded (their folders were named without them)
-LATER_SETTINGS = ("update_dtype", "train_top_layers", "validate_every", "validation_episodes", "validation_metric",
+LATER_SETTINGS = ("update_dtype", "train_top_layers", "pack_games", "validate_every", "validation_episodes", "validation_metric",
                   "validation_env_options", "validation_first_seed")
 
 
@@ -204,7 +206,7 @@ def folder_description(settings, episodes: int, model: str, algo: str) -> dict:
     named = asdict(replace(settings, iterations=1) if algo == "reinforce" else settings)
     defaults = asdict(type(settings)())
     for later in LATER_SETTINGS:  # a setting added later names a folder only when it differs from its default,
-        if named[later] == defaults[later]:  # so that the runs begun before it still resume
+        if later in named and named[later] == defaults[later]:  # so that the runs begun before it still resume
             del named[later]
     return {"settings": named, "episodes": episodes, "model": model}
 
@@ -285,6 +287,7 @@ def run(task: str, seed: int, preset, args) -> tuple[dict, bool]:
            "turns_per_iteration": settings.turns_per_iteration, "num_envs": settings.num_envs,
            "learning_rate": settings.learning_rate, "temperature": settings.temperature, "kl_coef": settings.kl_coef,
            "update_dtype": settings.update_dtype, "train_top_layers": settings.train_top_layers,
+           "pack_games": getattr(settings, "pack_games", False),
            "validate_every": settings.validate_every, "validation": trained.validation,
            "reward": "find" if settings.env_options.get("closeness_reward") is False else "game",
            "train_options": settings.env_options, "sft_options": spec.get("sft"), "eval_episodes": episodes, "headline": HEADLINE[task],
@@ -339,6 +342,9 @@ def main() -> None:
     parser.add_argument("--train-top-layers", type=int, default=None,
                         help="train the LoRA adapters of the top N decoder layers only: the backward pass stops at "
                              "the lowest of them (default: every layer's)")
+    parser.add_argument("--pack-games", action="store_true",
+                        help="REINFORCE: score each game's turns in one forward pass, the history they repeat "
+                             "computed once (the same log-probs up to rounding, fewer tokens through the update)")
     parser.add_argument("--validate-every", type=int, default=0,
                         help="choose the run's model on held-out greedy games: validate the start, every this many "
                              "iterations and the last, and keep the best weights (0: the last iteration's)")

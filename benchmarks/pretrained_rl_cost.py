@@ -31,6 +31,13 @@ backward). Two more rows time that scoring alone, grouped by length:
 
 ``--cases`` picks rows by name (without ``game order``, no speed relative to it is written).
 
+* ``packed games``: each game's turns in one forward pass (:mod:`~tutorial_lib.rl.packed_games`,
+  the REINFORCE setting ``pack_games``), the history they repeat computed once; ``packed games,
+  bfloat16 autocast`` with the cheaper arithmetic too, and ``KL reference, merged, packed games``
+  the reference's scoring so. ``tokens_passed`` counts the tokens through the model (padding aside),
+  ``tokens_per_second`` the turns' own (prompt and action) tokens over the seconds, so it compares
+  rows of both layouts; packing is exact, so its ``gradient_cosine`` is 1 up to rounding.
+
 What a cheaper row does to the update's direction, beside its seconds (when ``by length`` runs
 first, the float32 gradient of every layer's adapters): ``gradient_cosine``, the cosine between
 the row's gradient and float32's over the adapters the row trains (1 up to rounding for the top
@@ -63,6 +70,7 @@ from tutorial_lib.lm.lm_parts import train_top_layers
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.presets import get_preset, rl_settings
 from tutorial_lib.rl.kl import frozen_reference
+from tutorial_lib.rl.packed_games import pack_game
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rollout import TurnBatch, collect
 from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
@@ -131,7 +139,9 @@ def main() -> None:
              ("by length, micro-batch 16", 16, None, None), ("by length, bfloat16 autocast", 8, None, torch.bfloat16),
              (f"by length, top {args.top_layers} layers", 8, None, None),
              (f"by length, bfloat16 autocast, top {args.top_layers} layers", 8, None, torch.bfloat16),
-             ("KL reference, adapters", 8, None, None), ("KL reference, merged", 8, None, None)]
+             ("KL reference, adapters", 8, None, None), ("KL reference, merged", 8, None, None),
+             ("packed games", 8, None, None), ("packed games, bfloat16 autocast", 8, None, torch.bfloat16),
+             ("KL reference, merged, packed games", 8, None, None)]
     if not native and not args.emulated_bfloat16:  # emulated, the row took more than 10 minutes on 2 cores
         cases = [case for case in cases if case[3] is None]
     if args.cases:
@@ -150,8 +160,11 @@ def main() -> None:
     original = TurnBatch.microbatch_rows
     rows, base, reference = [], None, None  # reference: float32's gradient, every layer ("by length")
     for name, micro, grouping, dtype in cases:
-        padded = sum(collate.numel() for collate in (
-            TurnBatch.select(batch, r).model_inputs()["input_ids"] for r in (grouping or original)(batch, micro)))
+        case_batch = replace(batch, packed=True) if "packed games" in name else batch
+        groups = (grouping or original)(case_batch, micro)
+        padded = sum(TurnBatch.select(case_batch, r).model_inputs()["input_ids"].numel() for r in groups)
+        passed = (sum(len(pack_game([t for t in turns if t.episode == game]).ids) for game in {t.episode for t in turns})
+                  if case_batch.packed else tokens)  # the tokens through the model, padding aside
         best = float("inf")
         trainable = [p for p in policy.model.parameters() if p.requires_grad]
         if "layers" in name:  # what the setting does when an algorithm is made
@@ -167,9 +180,9 @@ def main() -> None:
                 began = time.perf_counter()
                 with context:
                     if name.startswith("KL reference"):
-                        reinforce.reference_kl(batch)
+                        reinforce.reference_kl(case_batch)
                     else:
-                        reinforce.step(batch)
+                        reinforce.step(case_batch)
                 best = min(best, time.perf_counter() - began)
             finally:
                 TurnBatch.microbatch_rows = original
@@ -181,10 +194,11 @@ def main() -> None:
         if name == "game order":
             base = best
         row = {"setting": name, "microbatch_turns": micro, "update_seconds": round(best, 2),
-               "tokens_per_second": round(tokens / best, 1), "padding_share": round(1 - tokens / padded, 3),
+               "tokens_per_second": round(tokens / best, 1), "tokens_passed": passed,
+               "padding_share": round(1 - passed / padded, 3),
                "speed_vs_game_order": round(base / best, 2) if base else None,  # where game order ran first
                **direction}
-        print(f"{name:32s} {best:7.1f} s  {row['tokens_per_second']:7.1f} tokens/s  padding {row['padding_share']:.0%}"
+        print(f"{name:36s} {best:7.1f} s  {row['tokens_per_second']:7.1f} tokens/s  {passed} passed  padding {row['padding_share']:.0%}"
               + (f"  {row['speed_vs_game_order']:.2f}x" if base else "")
               + "".join(f"  {key} {value:.4f}" for key, value in direction.items()), flush=True)
         rows.append(row)

@@ -100,16 +100,19 @@ def test_a_bfloat16_update_is_a_run_of_its_own_and_float32_folders_keep_their_na
     from tutorial_lib.presets import get_preset
 
     args = Namespace(reward="game", iterations=1, learning_rate=None, num_envs=3, turns=6, temperature=None,
-                     kl_coef=None, update_dtype=None, train_top_layers=None, validate_every=0, validation_episodes=50)
+                     kl_coef=None, update_dtype=None, train_top_layers=None, pack_games=False, validate_every=0,
+                     validation_episodes=50)
     settings = script.rl_run_settings("gtn-50", 3, get_preset("ci"), args)
     assert settings.update_dtype == "float32"
     assert "update_dtype" not in script.folder_description(settings, 4, "tiny", "reinforce")["settings"]
     fast = script.rl_run_settings("gtn-50", 3, get_preset("ci"), Namespace(**{**vars(args), "update_dtype": "bfloat16"}))
     assert script.folder_description(fast, 4, "tiny", "reinforce")["settings"]["update_dtype"] == "bfloat16"
-    assert not {"validate_every", "validation_metric", "train_top_layers"} & set(
+    assert not {"validate_every", "validation_metric", "train_top_layers", "pack_games"} & set(
         script.folder_description(settings, 4, "tiny", "reinforce")["settings"])
     top = script.rl_run_settings("gtn-50", 3, get_preset("ci"), Namespace(**{**vars(args), "train_top_layers": 1}))
     assert script.folder_description(top, 4, "tiny", "reinforce")["settings"]["train_top_layers"] == 1
+    packed = script.rl_run_settings("gtn-50", 3, get_preset("ci"), Namespace(**{**vars(args), "pack_games": True}))
+    assert script.folder_description(packed, 4, "tiny", "reinforce")["settings"]["pack_games"] is True
 
 
 def test_a_validated_run_is_judged_on_the_weights_its_validation_chose(script, monkeypatch, tmp_path):

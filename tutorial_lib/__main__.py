@@ -173,7 +173,7 @@ def _rl(args) -> int:
         raise ValueError("--validate-every is REINFORCE's and PPO's; GRPO's Trainer keeps its own checkpoints")
     settings = rl_settings(args.game, preset, args.algo, iterations=args.iterations, save_every=args.save_every,
                            turns_per_iteration=args.turns_per_iteration, update_dtype=args.update_dtype,
-                           train_top_layers=args.train_top_layers,
+                           train_top_layers=args.train_top_layers, pack_games=args.pack_games or None,
                            validate_every=args.validate_every, validation_episodes=args.validation_episodes,
                            validation_metric=args.validation_metric)
     with contextlib.redirect_stdout(sys.stderr):
@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--train-top-layers", type=int,
                     help="train only the top N decoder layers (their LoRA adapters): the backward pass stops at the "
                          "lowest of them, the lower layers keep the start's weights (default: every layer)")
+    rl.add_argument("--pack-games", action="store_true",
+                    help="REINFORCE: score each game's turns in one forward pass, the history they repeat computed "
+                         "once (the same log-probs up to rounding, about half the tokens of a GuessTheNumber game)")
     rl.add_argument("--validate-every", type=int,
                     help="choose the model on held-out greedy games: validate the start, every this many iterations "
                          "and the last, and save the best weights as the model (default: the last iteration's)")

@@ -75,7 +75,24 @@ def body_hidden_states(model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     than the body takes (labels, an action mask...): only :data:`BODY_INPUTS` are passed."""
     device = next(model.parameters()).device
     body = unwrap_peft(model).base_model
-    return body(**{k: inputs[k].to(device) for k in BODY_INPUTS if k in inputs}, use_cache=False).last_hidden_state
+    passed = {k: inputs[k].to(device) for k in BODY_INPUTS if k in inputs}
+    mask = passed.get("attention_mask")
+    if mask is not None and mask.dim() == 4:  # a layout of its own (packed games): who sees whom
+        passed["attention_mask"] = attention_layout(body, mask)
+    return body(**passed, use_cache=False).last_hidden_state
+
+
+def attention_layout(body, allowed: torch.Tensor) -> torch.Tensor:
+    """A (batch, 1, length, length) bool mask (True: attends) as ``body``'s attention takes it:
+    as it is for SDPA, as an additive bias (0 or the dtype's lowest) for the eager implementation.
+    transformers passes a 4D mask through untouched, so the two conventions are the caller's."""
+    implementation = getattr(body.config, "_attn_implementation", "eager")
+    if implementation == "sdpa":
+        return allowed
+    if implementation == "eager":
+        return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(torch.float32).min)
+    raise ValueError(f"a 4D attention mask (packed games) needs the sdpa or eager attention, not {implementation!r}")
 
 
 def output_logits(model, hidden: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,10 @@ class ReinforceSettings(RLSettings):
     #: batch's scale: :func:`~tutorial_lib.rl.advantages.rebn_by_state`), ``"rebn"`` (GEM's: the
     #: batch mean and std for every turn) or ``"none"`` (raw returns)
     normalise: str = "rebn_state"
+    #: score each game's turns in one forward pass, the history they repeat computed once
+    #: (:mod:`~tutorial_lib.rl.packed_games`): the same log-probs up to rounding, about half the
+    #: tokens of a GuessTheNumber game; micro-batches then hold whole games
+    pack_games: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -147,7 +151,8 @@ class Reinforce:
         ``kl_coef`` > 0), and what to log of it (``kl_ref``, with a reference)."""
         settings = self.settings
         batch = TurnBatch.of(rollout.turns, self.policy.tokenizer.pad_token_id,
-                             multiple=shape_multiple(next(self.policy.model.parameters()).device))  # few shapes on XLA
+                             multiple=shape_multiple(next(self.policy.model.parameters()).device),  # few shapes on XLA
+                             packed=settings.pack_games)
         penalties, info = None, {}
         if self.reference is not None:
             ref_kl = gathered(self.reference_kl(batch))  # (T,) every process's turns, in rank order

@@ -31,6 +31,7 @@ from tutorial_lib.evaluation.evaluate import summarize
 from tutorial_lib.lm.lm_parts import body_hidden_states, output_logits
 from tutorial_lib.lm.sampling import SAMPLING
 from tutorial_lib.lm.tokenization import positions_from_mask
+from tutorial_lib.rl.packed_games import games_in_micro_batches, pack_games
 
 
 class TokenizedTurn(Protocol):
@@ -266,12 +267,15 @@ class TurnBatch:
     old_values: torch.Tensor | None = None  # (T,) V_old(s): the critic before this update
     returns: torch.Tensor | None = None  # (T,) the critic's regression targets
     multiple: int = 1  # widths rounded up to multiples of this (XLA's fixed shapes)
+    packed: bool = False  # one row per game, not per turn (packed_games)
 
     @classmethod
-    def of(cls, turns: Sequence[TurnSample], pad_token_id: int, multiple: int = 1, **tensors: torch.Tensor) -> TurnBatch:
-        """Collate ``turns``; ``tensors`` (e.g. ``advantages=``) are attached as they are."""
+    def of(cls, turns: Sequence[TurnSample], pad_token_id: int, multiple: int = 1, packed: bool = False,
+           **tensors: torch.Tensor) -> TurnBatch:
+        """Collate ``turns``; ``tensors`` (e.g. ``advantages=``) are attached as they are. ``packed``:
+        each game's turns in one row (:mod:`~tutorial_lib.rl.packed_games`)."""
         return cls(list(turns), pad_token_id, *action_columns(turns, multiple), multiple=multiple,
-                   **tensors)  # token ids: per micro-batch
+                   packed=packed, **tensors)  # token ids: per micro-batch
 
     def __len__(self) -> int:
         return len(self.turns)
@@ -292,8 +296,8 @@ class TurnBatch:
             return tensor[rows, -width:] if tensor.dim() == 2 else tensor[rows]
 
         return TurnBatch([self.turns[i] for i in rows.tolist()], self.pad_token_id, multiple=self.multiple,
-                         **{f.name: take(getattr(self, f.name)) for f in fields(self)
-                            if f.name not in ("turns", "pad_token_id", "multiple")})
+                         packed=self.packed, **{f.name: take(getattr(self, f.name)) for f in fields(self)
+                                                if f.name not in ("turns", "pad_token_id", "multiple", "packed")})
 
     def microbatch_rows(self, size: int) -> list[torch.Tensor]:
         """The rows of each micro-batch of at most ``size`` turns, turns of like length together.
@@ -301,8 +305,11 @@ class TurnBatch:
         Each micro-batch is padded to its own longest turn. In game order a game's first turn (a
         short prompt) sits beside its last (the whole history), so much of every forward pass would
         be padding; sorted by length, almost none is. The gradients add up to the same step however
-        the turns are grouped (micro-batches are memory, not maths).
+        the turns are grouped (micro-batches are memory, not maths). Packed, a micro-batch holds
+        whole games (:func:`~tutorial_lib.rl.packed_games.games_in_micro_batches`).
         """
+        if self.packed:
+            return [torch.tensor(rows) for rows in games_in_micro_batches(self.turns, size)]
         lengths = torch.tensor([len(t.prompt_ids) + len(t.action_ids) for t in self.turns])
         return list(torch.sort(lengths, stable=True).indices.split(size))
 
@@ -312,7 +319,11 @@ class TurnBatch:
             yield self.select(rows)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        """``input_ids``, ``attention_mask``, ``position_ids`` and ``action_mask`` for a forward pass."""
+        """``input_ids``, ``attention_mask``, ``position_ids`` and ``action_mask`` for a forward pass:
+        a row per turn, or packed, a row per game and where each action token's state lies in it."""
+        if self.packed:
+            return {**pack_games(self.turns, self.pad_token_id, self.action_mask.shape[1], self.multiple),
+                    "action_mask": self.action_mask}
         return collate_turns(self.turns, self.pad_token_id, self.multiple)
 
     def to(self, device: torch.device | str) -> TurnBatch:
@@ -384,11 +395,16 @@ def action_logprobs(
     hidden = body_hidden_states(model, batch)  # (batch, length, hidden)
     mask = batch["action_mask"].to(hidden.device)  # (batch, A)
     actions = mask.shape[1]
-    # the logit at column c predicts the token at c + 1: the last `actions` tokens need the
-    # logits of the `actions + 1` last columns but the final one
-    logits = output_logits(model, hidden[:, -actions - 1 : -1])  # (batch, A, vocab)
+    if "score_columns" in batch:  # packed games (packed_games): each state wherever its game put it
+        states = hidden[batch["score_rows"].to(hidden.device), batch["score_columns"].to(hidden.device)]
+        targets = batch["action_ids"].to(hidden.device)
+    else:
+        # the logit at column c predicts the token at c + 1: the last `actions` tokens need the
+        # logits of the `actions + 1` last columns but the final one
+        states = hidden[:, -actions - 1 : -1]  # (batch, A, hidden)
+        targets = batch["input_ids"][:, -actions:].to(hidden.device)
+    logits = output_logits(model, states)  # (turns, A, vocab)
     log_probs = (logits / temperature).log_softmax(-1)
-    targets = batch["input_ids"][:, -actions:].to(hidden.device)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy or entropy_gradient:
@@ -396,8 +412,11 @@ def action_logprobs(
             entropy = token_entropy(log_probs).masked_fill(~mask, 0.0)
     state_hidden = None
     if with_state_hidden:
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        state_hidden = hidden[rows, state_positions(batch).to(hidden.device)]
+        turns = torch.arange(mask.shape[0], device=hidden.device)
+        if "score_columns" in batch:  # the state that predicts the first action token
+            state_hidden = states[turns, (actions - mask.sum(1)).clamp(max=actions - 1).to(hidden.device)]
+        else:
+            state_hidden = hidden[turns, state_positions(batch).to(hidden.device)]
     return ActionScores(chosen.masked_fill(~mask, 0.0), entropy, state_hidden)
 
 
