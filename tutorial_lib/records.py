@@ -161,6 +161,9 @@ ENGINE_RECORD = "rollout_engine.jsonl"
 #: the records of ``benchmarks/pretrained_rl.py`` on a GPU and on a CPU
 PRETRAINED_RL_RECORD = "pretrained_rl_gpu.jsonl"
 PRETRAINED_RL_CPU_RECORD = "pretrained_rl_cpu.jsonl"
+#: the best recipe of :data:`PRETRAINED_RL_CPU_RECORD`, fixed, run again on seeds that played no part
+#: in choosing it (each a new SFT start, its adapters drawn from the seed), the update in bfloat16
+PRETRAINED_RL_CPU_REPLICATION_RECORD = "pretrained_rl_cpu_replication.jsonl"
 #: ``benchmarks/pretrained_rl_cost.py``'s record: one RL update of SmolLM2 under each setting
 PRETRAINED_RL_COST_RECORD = "pretrained_rl_cost.jsonl"
 #: ``benchmarks/pretrained_rl_guesses.py``'s record: the probability each recorded policy gives every
