@@ -855,6 +855,43 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 # The same recipe can go either way on another CPU ({glue:text}`cpu_pair`): another CPU's rounding
 # is another start for the whole run, SFT included.
 #
+# The recipe chapter 9 shows, run again after it was chosen (`pretrained_rl_cpu_replication.jsonl`):
+# the same settings with the update in bfloat16, each SFT start's adapters drawn from its seed. A
+# seed the choice saw is one of the chosen line's numbers. The seconds are medians over a run's
+# iterations, beside the chosen line's (float32, every turn its own row); "packed" runs score each
+# game's turns in one forward pass (`pack_games`).
+
+# %% tags=["remove-input"]
+from tutorial_lib.records import PRETRAINED_RL_CPU_REPLICATION_RECORD
+
+
+def iteration_seconds(row) -> dict:
+    """A recorded run's median seconds an iteration: sampling, and the update with its KL scoring."""
+    return {"sampling (s)": statistics.median(row["curves"]["sample_seconds"]),
+            "update (s)": statistics.median(row["curves"]["train_seconds"])}
+
+
+if (RESULTS_DIR / PRETRAINED_RL_CPU_REPLICATION_RECORD).exists():
+    chosen = [row for row in latest_runs(recorded_runs(PRETRAINED_RL_CPU_RECORD))
+              if row["task"] == "gtn-50-ranges-40" and row.get("kl_coef") == 0.05 and row["num_envs"] == 32
+              and row["learning_rate"] == 2e-4 and row.get("reward") == "find" and row.get("validate_every")
+              and row.get("update_dtype", "float32") == "float32" and not row.get("train_top_layers")]
+    again = sorted(latest_runs(recorded_runs(PRETRAINED_RL_CPU_REPLICATION_RECORD)), key=lambda row: row["seed"])
+    table = []
+    for line, rows in (("chosen", chosen), ("again", again)):
+        for row in sorted(rows, key=lambda row: row["seed"]):
+            change = compare_rates("", row["before_success_rate"], row["after_success_rate"], row["eval_episodes"])
+            table.append({"line": line, "seed": row["seed"],
+                          "seen by the choice": "-" if line == "chosen" else
+                          ("yes" if row["seed"] in {r["seed"] for r in chosen} else "no"),
+                          "update": row.get("update_dtype", "float32") + (", packed" if row.get("pack_games") else ""),
+                          "before": change.before, "after": change.after, "verdict": change.verdict,
+                          **iteration_seconds(row), "minutes in all": row["seconds"] / 60})
+    display(captioned(tidy(pd.DataFrame(table), 3, decimals={"sampling (s)": 0, "update (s)": 0, "minutes in all": 0})
+                      .hide(axis="index"),
+                      "GuessTheNumber 1-50, chapter 9's recipe: greedy success on 200 test games, and what an iteration cost"))
+
+# %% [markdown]
 # Other SmolLM2 records: `gpu_full_path.md`, `rollout_engine.md`, `pretrained_rl_cost.jsonl` and
 # `pretrained_rl_guesses.json` (why the 1-10 start had nothing to reinforce).
 #
