@@ -77,6 +77,7 @@ from tutorial_lib.pipeline import expert_data, sft_dir, sft_policy, sft_settings
 from tutorial_lib.plotting import before_after
 from tutorial_lib.presets import PRESETS, describe, get_preset, pretrained_preset, rl_settings
 from tutorial_lib.records import (
+    PRETRAINED_RL_COST_RECORD,
     PRETRAINED_RL_CPU_RECORD,
     PRETRAINED_RL_CPU_REPLICATION_RECORD,
     RESULTS_DIR,
@@ -388,8 +389,79 @@ print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny mod
 # notebook's process, with both models, their copies and every evaluation so far, has held up to
 # {glue:text}`peak_gb:.1f` GB of memory. Chapter 5's tiny-model GuessTheNumber run plays at
 # least {glue:text}`tiny_rl_turns:,d` turns; at this speed that many SmolLM2 turns would take
-# {glue:text}`rl_hours:.1f` hours. RL long enough to help this model does not fit a chapter built on
-# a CPU, so the next section reads runs recorded by `benchmarks/pretrained_rl.py`.
+# {glue:text}`rl_hours:.1f` hours.
+#
+# ### Where the update's time goes: every turn rereads its game
+#
+# The update's cost is its tokens, and most of them are read more than once. A turn's prompt holds
+# the instructions and every turn of the game so far, so the fifth turn rereads what the fourth read,
+# plus one line. Scoring each turn as its own row passes the game's beginning through the model once
+# per turn. *Packing* passes each game once: its longest turn whole, then each other turn's *tail*,
+# the tokens after the start it shares with the longest. An attention mask lets each tail see that
+# shared start and itself, nothing else, and each token keeps the position it has in its own turn, so
+# every action's log-probability is the one its own row gives: the same sum, in another order.
+#
+# Here is one game of 1-50 played by the bisecting expert, tokenised as SmolLM2 reads it, and packed:
+
+# %%
+from types import SimpleNamespace
+
+from tutorial_lib.envs import make
+from tutorial_lib.lm.prompts import Turn
+from tutorial_lib.rl.packed_games import pack_game, visibility
+from tutorial_lib.rl.rollout import TurnBatch, action_logprobs
+
+tokenizer = rl_policy.tokenizer
+env = make(game, preset=None, low=1, high=50, max_turns=7)
+observation, info = env.reset(seed=3)
+history, played = [Turn(observation, info=info)], []
+while True:
+    guess = env.expert_action()
+    prompt_ids = tokenizer(rl_policy.prompt_for(game, env.task, history), add_special_tokens=False).input_ids
+    action_ids = tokenizer(guess, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    played.append(SimpleNamespace(episode=0, prompt_ids=prompt_ids, action_ids=action_ids, logprobs=[0.0] * len(action_ids)))
+    history[-1].action = guess
+    observation, reward, terminated, truncated, info = env.step(guess)
+    if terminated or truncated:
+        break
+    history.append(Turn(observation, info=info))
+packed = pack_game(played)
+per_turn = [len(t.prompt_ids) + len(t.action_ids) for t in played]
+print(f"{len(played)} turns of {', '.join(map(str, per_turn))} tokens: {sum(per_turn)} scored row by row, "
+      f"{len(packed.ids)} packed")
+with torch.no_grad():  # the same log-probs either way, up to float32 rounding
+    rows, one = (action_logprobs(rl_policy.model, TurnBatch.of(played, tokenizer.pad_token_id, packed=p).model_inputs())
+                 for p in (False, True))
+print(f"largest difference between the two layouts' action log-probs: {(rows.logprobs - one.logprobs).abs().max():.1e}")
+fig, ax = plt.subplots(figsize=(4.6, 4.6))
+ax.imshow(visibility(packed, len(packed.ids)), cmap="Greys", interpolation="nearest")
+for start, _, _ in packed.segments[1:]:
+    ax.axhline(start - 0.5, color="tab:orange", lw=0.8)
+ax.set(title="One packed game: who attends to whom", xlabel="key token (attended to)", ylabel="query token")
+plt.show()
+
+# %% tags=["remove-input"]
+glue("pack_turns", len(played), display=False)
+glue("pack_rows", sum(per_turn), display=False)
+glue("pack_packed", len(packed.ids), display=False)
+glue("pack_ratio", sum(per_turn) / len(packed.ids), display=False)
+cost_path = RESULTS_DIR / PRETRAINED_RL_COST_RECORD
+cost = {row["setting"]: row for row in recorded_runs(PRETRAINED_RL_COST_RECORD)} if cost_path.exists() else {}
+pair = [cost.get(setting) for setting in ("by length, bfloat16 autocast", "packed games, bfloat16 autocast")]
+same_batch = all(pair) and (pair[0]["turns"], pair[0]["tokens"], pair[0]["cpu"]) == (pair[1]["turns"], pair[1]["tokens"], pair[1]["cpu"])
+glue("pack_measured", f"On the recorded CPU ({pair[1]['cpu']}), one update of the same {pair[1]['turns']} turns took "
+     f"{pair[0]['update_seconds']:.0f} s row by row and {pair[1]['update_seconds']:.0f} s packed, both in bfloat16 "
+     "(`benchmarks/pretrained_rl_cost.py`)" if same_batch
+     else "`benchmarks/pretrained_rl_cost.py` times the two layouts on one batch", display=False)
+
+# %% [markdown]
+# The {glue:text}`pack_turns:d` turns take {glue:text}`pack_rows:d` tokens as rows and
+# {glue:text}`pack_packed:d` packed, {glue:text}`pack_ratio:.1f` times fewer. In the picture each
+# dark cell is a token (row) that may attend to another (column): the main turn is an ordinary
+# causal triangle; below each orange line a tail sees a stretch of the main turn's start, then its
+# own triangle. {glue:text}`pack_measured`. REINFORCE packs when its setting `pack_games` is on.
+# Even so, RL long enough to help this model does not fit a chapter built on a CPU, so the next
+# section reads runs recorded by `benchmarks/pretrained_rl.py`.
 
 # %% [markdown]
 # ## Does RL improve SmolLM2? One recipe over seeds
