@@ -141,6 +141,7 @@ def main() -> None:
              (f"by length, bfloat16 autocast, top {args.top_layers} layers", 8, None, torch.bfloat16),
              ("KL reference, adapters", 8, None, None), ("KL reference, merged", 8, None, None),
              ("packed games", 8, None, None), ("packed games, bfloat16 autocast", 8, None, torch.bfloat16),
+             ("packed games, bfloat16 autocast, micro-batch 16", 16, None, torch.bfloat16),
              ("KL reference, merged, packed games", 8, None, None)]
     if not native and not args.emulated_bfloat16:  # emulated, the row took more than 10 minutes on 2 cores
         cases = [case for case in cases if case[3] is None]
