@@ -140,6 +140,9 @@ def test_rl_resume_without_checkpoint_is_a_clear_error(capsys, tmp_path, small_p
     code, _, err = run(capsys, "rl", "--algo", "grpo", "--game", "math", "--preset", "ci", "--init", str(small_policy_dir),
                        "--out", str(tmp_path / "grpo"), "--update-dtype", "bfloat16", "--quiet")
     assert code == 2 and "GRPO" in err and not (tmp_path / "grpo").exists()
+    code, _, err = run(capsys, "rl", "--algo", "ppo", "--game", "math", "--preset", "ci", "--init", str(small_policy_dir),
+                       "--out", str(tmp_path / "ppo"), "--pack-games", "--quiet")  # packing is REINFORCE's
+    assert code == 2 and "pack_games" in err and not (tmp_path / "ppo").exists()
 
 
 def test_evaluate_takes_game_options_and_rejects_malformed_ones(capsys, small_policy_dir):
