@@ -629,6 +629,7 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # are numbers the chosen line used (such a seed may start from the very checkpoint the choice
 # judged); the seeds from 5 up are new. The 200 test games are the same ones, so their luck (a
 # standard error of about {glue:text}`again_se:.2f` on them) is still in the result; the seeds' is not.
+# {glue:text}`again_packed_words`
 
 # %% tags=["hide-input"]
 path = RESULTS_DIR / PRETRAINED_RL_CPU_REPLICATION_RECORD
@@ -657,6 +658,11 @@ def verdict_words(changes) -> str:
 
 
 fresh = [c for row, c in zip(again, again_changes) if row["seed"] not in chosen_seeds]
+packed_seeds = [str(row["seed"]) for row in again if row.get("pack_games")]
+glue("again_packed_words", f"Seed{'s' if len(packed_seeds) > 1 else ''} {', '.join(packed_seeds)} also packed each "
+     "game's turns into one forward pass (packing, from the section on the update's time: the same sums in "
+     "another order, a cheaper update)." if packed_seeds else "Every run of it scored each turn as its own row.",
+     display=False)
 glue("again_se", max(max(row["before_success_rate_se"], row["after_success_rate_se"]) for row in again), display=False)
 glue("again_seeds", len(again), display=False)
 glue("again_words", verdict_words(again_changes), display=False)
