@@ -391,6 +391,10 @@ def action_logprobs(
     entropy bonus needs its gradient (``entropy_gradient``). Its full-vocabulary graph would otherwise
     triple what the output layer keeps for backpropagation, for a gradient of exact zeros when the
     bonus's coefficient is 0 (``benchmarks/entropy_graph.py``).
+
+    ``batch`` may also be packed (:func:`~tutorial_lib.rl.packed_games.pack_games`: a row per game);
+    its ``score_rows`` and ``score_columns`` then say where each action token's state lies, and the
+    scores come back in the same (turns, A) layout.
     """
     hidden = body_hidden_states(model, batch)  # (batch, length, hidden)
     mask = batch["action_mask"].to(hidden.device)  # (batch, A)
