@@ -393,13 +393,25 @@ print(f"SFT, {steps} steps: SmolLM2 {smol_record['seconds']:.1f} s, the tiny mod
 #
 # ### Where the update's time goes: every turn rereads its game
 #
-# The update's cost is its tokens, and most of them are read more than once. A turn's prompt holds
-# the instructions and every turn of the game so far, so the fifth turn rereads what the fourth read,
-# plus one line. Scoring each turn as its own row passes the game's beginning through the model once
-# per turn. *Packing* passes each game once: its longest turn whole, then each other turn's *tail*,
-# the tokens after the start it shares with the longest. An attention mask lets each tail see that
-# shared start and itself, nothing else, and each token keeps the position it has in its own turn, so
-# every action's log-probability is the one its own row gives: the same sum, in another order.
+# The update's cost grows with the tokens it passes through the model, and most are passed more than
+# once. A turn's prompt holds the instructions and every turn of the game so far, so the fifth turn
+# rereads what the fourth read, plus one line. Scoring each turn as its own row passes the game's
+# beginning through the model once per turn. *Packing* passes each game once: its longest turn (the
+# *main* turn, usually the last) whole, then each other turn's *tail*, the tokens after the start it
+# shares with the main turn:
+#
+# ```text
+# main turn:  [instructions | guess 1 > 25 | guess 2 > 37 | guess 3 > 31 | Now: guess 4 ... > 34]
+# turn 3:      main turn's first p3 tokens, then its own tail [Now: guess 3 ... > 31]
+# ```
+#
+# An attention mask lets each tail see that shared start and itself, nothing else, and each token
+# keeps the position number it has in its own turn (the model reads positions as inputs). Why that
+# gives exactly the row's log-probabilities: the model is causal, so at every layer the shared
+# start's states depend only on the shared tokens before them, the same in the main turn as in the
+# turn's own row. A tail then attends to the same keys and values at the same positions as its row
+# would. Each action's log-probability is the same function of the weights (and so is its
+# gradient); only the order of the attention's sums changes, and with it the rounding.
 #
 # Here is one game of 1-50 played by the bisecting expert, tokenised as SmolLM2 reads it, and packed:
 
@@ -419,7 +431,8 @@ while True:
     guess = env.expert_action()
     prompt_ids = tokenizer(rl_policy.prompt_for(game, env.task, history), add_special_tokens=False).input_ids
     action_ids = tokenizer(guess, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-    played.append(SimpleNamespace(episode=0, prompt_ids=prompt_ids, action_ids=action_ids, logprobs=[0.0] * len(action_ids)))
+    played.append(SimpleNamespace(episode=0, prompt_ids=prompt_ids, action_ids=action_ids,
+                                  logprobs=[0.0] * len(action_ids)))  # a sampler's log-probs: unused here
     history[-1].action = guess
     observation, reward, terminated, truncated, info = env.step(guess)
     if terminated or truncated:
@@ -437,6 +450,8 @@ fig, ax = plt.subplots(figsize=(4.6, 4.6))
 ax.imshow(visibility(packed, len(packed.ids)), cmap="Greys", interpolation="nearest")
 for start, _, _ in packed.segments[1:]:
     ax.axhline(start - 0.5, color="tab:orange", lw=0.8)
+for where in packed.scores:  # the states whose next-token distribution scores an action token
+    ax.plot(where, where, ".", color="tab:red", ms=3)
 ax.set(title="One packed game: who attends to whom", xlabel="key token (attended to)", ylabel="query token")
 plt.show()
 
@@ -462,7 +477,8 @@ glue("pack_measured", f"On the recorded CPU ({pair[1]['cpu']}), one update of th
 # {glue:text}`pack_packed:d` packed, {glue:text}`pack_ratio:.1f` times fewer. In the picture each
 # dark cell is a token (row) that may attend to another (column): the main turn is an ordinary
 # causal triangle; below each orange line a tail sees a stretch of the main turn's start, then its
-# own triangle. {glue:text}`pack_measured`. REINFORCE packs when its setting `pack_games` is on, as
+# own triangle. The red dots on the diagonal are the states whose next-token distribution scores an
+# action token: the main turn's at its end, each tail's at its own end. {glue:text}`pack_measured`. REINFORCE packs when its setting `pack_games` is on, as
 # in this chapter's run above.
 # Even so, RL long enough to help this model does not fit a chapter built on a CPU, so the next
 # section reads runs recorded by `benchmarks/pretrained_rl.py`.
@@ -623,12 +639,12 @@ assert ttt and all(row["after_random_loss_rate"] > row["before_random_loss_rate"
 # ### The recipe again, on seeds nobody chose it on
 #
 # The fair test of a chosen recipe: fix it, then run it on seeds that played no part in choosing it.
-# `benchmarks/results/pretrained_rl_cpu_replication.jsonl` holds runs made after the choice: the
-# recipe above with one change, made for time: the update computes in bfloat16 (autocast: the
-# weights and the optimiser stay in float32), which this CPU does in hardware. Its seeds below 5
-# are numbers the chosen line used (such a seed may start from the very checkpoint the choice
-# judged); the seeds from 5 up are new. The 200 test games are the same ones, so their luck (a
-# standard error of about {glue:text}`again_se:.2f` on them) is still in the result; the seeds' is not.
+# `benchmarks/results/pretrained_rl_cpu_replication.jsonl` holds runs made after the choice, on the
+# {glue:text}`again_cpu` CPU: the recipe above with one change, made for time: the update computes
+# in bfloat16 (autocast: the weights and the optimiser stay in float32), which that CPU does in
+# hardware. {glue:text}`again_seen_words` The 200 test games are the same ones, so whatever made
+# this recipe look best on those particular games still favours it; only new test games would
+# remove that. New seeds remove the other luck: the SFT start's and RL's sampling.
 # {glue:text}`again_packed_words`
 
 # %% tags=["hide-input"]
@@ -641,10 +657,14 @@ assert again and all(row["update_dtype"] == "bfloat16"
 chosen_seeds = {row["seed"] for row in best_runs}
 again_changes = [compare_rates("", row["before_success_rate"], row["after_success_rate"], row["eval_episodes"])
                  for row in again]
+chosen_by_seed = {row["seed"]: row for row in best_runs}
 pd.DataFrame({f"seed {row['seed']}": {
     "seen by the choice": "yes" if row["seed"] in chosen_seeds else "no",
     "before RL": c.before, "after RL": c.after, "change": c.difference, "two standard errors": c.noise,
     "verdict": {"better": "better", "noise": "within noise", "worse": "worse"}[c.verdict],
+    "the chosen line's seed: before, after": (f"{chosen_by_seed[row['seed']]['before_success_rate']:.3f}, "
+                                              f"{chosen_by_seed[row['seed']]['after_success_rate']:.3f}"
+                                              if row["seed"] in chosen_by_seed else "-"),
     "minutes, SFT included": row["seconds"] / 60} for row, c in zip(again, again_changes)}).T.pipe(tidy, 3)
 
 # %% tags=["remove-input"]
@@ -663,17 +683,44 @@ glue("again_packed_words", f"Seed{'s' if len(packed_seeds) > 1 else ''} {', '.jo
      "game's turns into one forward pass (packing, from the section on the update's time: the same sums in "
      "another order, a cheaper update)." if packed_seeds else "Every run of it scored each turn as its own row.",
      display=False)
-glue("again_se", max(max(row["before_success_rate_se"], row["after_success_rate_se"]) for row in again), display=False)
 glue("again_seeds", len(again), display=False)
 glue("again_words", verdict_words(again_changes), display=False)
 glue("again_before", statistics.fmean(c.before for c in again_changes), display=False)
 glue("again_after", statistics.fmean(c.after for c in again_changes), display=False)
 glue("again_minutes", max(row["seconds"] for row in again) / 60, display=False)
+glue("again_cpu", cpu_label(again[0]["device"]), display=False)
+seen = [row for row in again if row["seed"] in chosen_by_seed]
+same_start = [row["seed"] for row in seen if row["before_success_rate"] == chosen_by_seed[row["seed"]]["before_success_rate"]]
+new_seeds = [str(row["seed"]) for row in again if row["seed"] not in chosen_by_seed]
+
+
+def listed(items) -> str:
+    items = [str(item) for item in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+glue("again_seen_words",
+     (f"Seed{'s' if len(seen) > 1 else ''} {listed(row['seed'] for row in seen)} "
+      f"{'are numbers' if len(seen) > 1 else 'is a number'} the chosen line used"
+      + (f" (seed {listed(same_start)} starts from what looks like the same SFT checkpoint as there: exactly "
+         "the same success before RL)" if same_start else "") + "; " if seen else "")
+     + (f"seed{'s' if len(new_seeds) > 1 else ''} {listed(new_seeds)} {'are' if len(new_seeds) > 1 else 'is'} new."
+        if new_seeds else "no seed is new yet."), display=False)
+glue("again_same_start_words",
+     " ".join(f"Seed {seed} shows how far one run can land from another: from what looks like the same start and "
+              f"recipe, the chosen line's float32 run ended at {chosen_by_seed[seed]['after_success_rate']:.3f} and "
+              f"this one at {next(r['after_success_rate'] for r in again if r['seed'] == seed):.3f}, a gap far "
+              "beyond either run's error bar on its test games. Another arithmetic (and the library's versions between "
+              "the two runs) sent RL elsewhere."
+              for seed in same_start), display=False)
+margins = ", ".join(f"{c.difference:+.3f} against {c.noise:.3f}" for c in fresh)
 glue("again_fresh_words",
      "No run yet is on a seed the choice never saw, so the fair test has not begun" if not fresh else
-     f"On the {len(fresh)} seed{'s' if len(fresh) > 1 else ''} the choice never saw, success was "
-     f"{verdict_words(fresh)}: "
-     + ("the recipe held where nobody chose it" if {c.verdict for c in fresh} == {"better"} else
+     f"On the {'one' if len(fresh) == 1 else len(fresh)} seed{'s' if len(fresh) > 1 else ''} the choice never saw, "
+     "success was "
+     f"{verdict_words(fresh)} (change against two standard errors: {margins}): "
+     + (f"consistent with the recipe holding where nobody chose it, on {'one run' if len(fresh) == 1 else f'{len(fresh)} runs'}"
+        if {c.verdict for c in fresh} == {"better"} else
         "the recipe did not hold in every seed nobody chose it on"), display=False)
 
 # %% [markdown]
@@ -681,7 +728,7 @@ glue("again_fresh_words",
 # the mean went from {glue:text}`again_before:.3f` to {glue:text}`again_after:.3f`, and no run took
 # more than {glue:text}`again_minutes:.0f` minutes on the recorded CPU, SFT included.
 # {glue:text}`again_fresh_words`. A few seeds are a small sample: the claim reaches as far as these
-# runs, and no further.
+# runs, and no further. {glue:text}`again_same_start_words`
 #
 # Tic-tac-toe went the other way. The record also holds {glue:text}`ttt_runs:d` runs of REINFORCE
 # on SmolLM2 playing x against chapter 5's mixture of opponents, from one seed's SFT start (the
@@ -717,8 +764,8 @@ pd.DataFrame({f"seed {row['seed']}, lr {row['learning_rate']:g}": {
 # - The best recipe in the record raised greedy success on 1-50 beyond noise in
 #   {glue:text}`best_better:d` of {glue:text}`best_seeds:d` seeds and lowered it in
 #   {glue:text}`best_worse_words`: {glue:text}`rl_conclusion`. It was chosen on the test games it is
-#   judged on, so this is optimistic. Run again after the choice, with a bfloat16 update, it was
-#   {glue:text}`again_words` of {glue:text}`again_seeds:d` seeds; {glue:text}`again_fresh_words`.
+#   judged on, so this is optimistic. Run again after the choice with a bfloat16 update, over
+#   {glue:text}`again_seeds:d` seeds it was {glue:text}`again_words`. {glue:text}`again_fresh_words`.
 # - On tic-tac-toe, in the record's two runs from one seed, RL made SmolLM2 worse: its losses to random rose from
 #   {glue:text}`ttt_loss_before` to {glue:text}`ttt_loss_after`, with no draw gained against minimax.
 #
