@@ -70,7 +70,7 @@ from tutorial_lib.lm.lm_parts import train_top_layers
 from tutorial_lib.pipeline import sft_policy
 from tutorial_lib.presets import get_preset, rl_settings
 from tutorial_lib.rl.kl import frozen_reference
-from tutorial_lib.rl.packed_games import pack_game
+from tutorial_lib.rl.packed_games import pack_game, rows_by_game
 from tutorial_lib.rl.reinforce import Reinforce
 from tutorial_lib.rl.rollout import TurnBatch, collect
 from tutorial_lib.runtime.device import cpu_bfloat16_flags, cpu_name
@@ -164,7 +164,7 @@ def main() -> None:
         case_batch = replace(batch, packed=True) if "packed games" in name else batch
         groups = (grouping or original)(case_batch, micro)
         padded = sum(TurnBatch.select(case_batch, r).model_inputs()["input_ids"].numel() for r in groups)
-        passed = (sum(len(pack_game([t for t in turns if t.episode == game]).ids) for game in {t.episode for t in turns})
+        passed = (sum(len(pack_game([turns[row] for row in rows]).ids) for rows in rows_by_game(turns))
                   if case_batch.packed else tokens)  # the tokens through the model, padding aside
         best = float("inf")
         trainable = [p for p in policy.model.parameters() if p.requires_grad]

@@ -855,11 +855,8 @@ if (RESULTS_DIR / PRETRAINED_RL_CPU_RECORD).exists():
 # The same recipe can go either way on another CPU ({glue:text}`cpu_pair`): another CPU's rounding
 # is another start for the whole run, SFT included.
 #
-# The recipe chapter 9 shows, run again after it was chosen (`pretrained_rl_cpu_replication.jsonl`):
-# the same settings with the update in bfloat16, each SFT start's adapters drawn from its seed. A
-# seed the choice saw is one of the chosen line's numbers. The seconds are medians over a run's
-# iterations, beside the chosen line's (float32, every turn its own row); "packed" runs score each
-# game's turns in one forward pass (`pack_games`).
+# Chapter 9's recipe run again after the choice (`pretrained_rl_cpu_replication.jsonl`, update in
+# bfloat16), beside the chosen line; seconds are medians over a run's iterations.
 
 # %% tags=["remove-input"]
 from tutorial_lib.records import PRETRAINED_RL_CPU_REPLICATION_RECORD

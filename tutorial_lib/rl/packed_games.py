@@ -112,6 +112,14 @@ def visibility(game: PackedGame, width: int) -> torch.Tensor:
     return allowed
 
 
+def rows_by_game(turns: Sequence[GameTurn]) -> list[list[int]]:
+    """The rows of ``turns`` grouped by ``episode``, games in order of first appearance."""
+    games: dict[int, list[int]] = {}
+    for row, turn in enumerate(turns):
+        games.setdefault(turn.episode, []).append(row)
+    return list(games.values())
+
+
 def pack_games(turns: Sequence[GameTurn], pad_token_id: int, actions: int, multiple: int = 1) -> dict[str, torch.Tensor]:
     """``turns`` grouped by ``episode`` into one row per game, for a forward pass.
 
@@ -120,10 +128,7 @@ def pack_games(turns: Sequence[GameTurn], pad_token_id: int, actions: int, multi
     :func:`~tutorial_lib.rl.rollout.collate_turns` lays them out, ``score_rows`` and
     ``score_columns`` (where the state predicting each action token sits) and ``action_ids``.
     ``multiple`` > 1 rounds the width up to its multiples (XLA's few shapes)."""
-    games: dict[int, list[int]] = {}
-    for row, turn in enumerate(turns):
-        games.setdefault(turn.episode, []).append(row)
-    packed = [(rows, pack_game([turns[row] for row in rows])) for rows in games.values()]
+    packed = [(rows, pack_game([turns[row] for row in rows])) for rows in rows_by_game(turns)]
     width = max(len(game.ids) for _, game in packed)
     width = -(-width // multiple) * multiple
     input_ids = torch.full((len(packed), width), pad_token_id, dtype=torch.long)
@@ -152,15 +157,11 @@ def games_in_micro_batches(turns: Sequence[GameTurn], size: int) -> list[list[in
     """The rows of ``turns`` in micro-batches of whole games, games of like length together, at most
     ``size`` turns each unless one game alone has more (a game is never split: its turns share the
     pass that computes their common history)."""
-    games: dict[int, list[int]] = {}
-    for row, turn in enumerate(turns):
-        games.setdefault(turn.episode, []).append(row)
-
     def longest(rows: list[int]) -> int:
         return max(len(turns[row].prompt_ids) + len(turns[row].action_ids) for row in rows)
 
     batches: list[list[int]] = []
-    for rows in sorted(games.values(), key=longest):
+    for rows in sorted(rows_by_game(turns), key=longest):
         if batches and len(batches[-1]) + len(rows) <= size:
             batches[-1] += rows
         else:
